@@ -1,0 +1,65 @@
+"""The `rft` command: one sub-command module per verb, registered in `COMMANDS`.
+
+Each module in `rft.cli` exposes `register(subparsers)`, which adds its parser and sets
+`func(args) -> int`. Modules are imported lazily so `rft --help` stays fast and a missing optional
+dependency only breaks the verb that needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from rft.errors import RftError
+
+# verb module names under rft.cli; each defines register(subparsers)
+COMMANDS: tuple[str, ...] = (
+    "stack_cmd",
+    "topics_cmd",
+    "publish_cmd",
+    "tail_cmd",
+    "run_cmd",
+    "explore_cmd",
+    "train_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rft", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"rft.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"rft.cli.{name}":
+                continue  # verb not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except RftError as exc:
+        print(f"rft {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"rft {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""The project's exception tree.
+
+Every error rft raises on purpose derives from `RftError`, so callers (and the CLI) can catch one
+root. Errors from outside clients are translated at the wrapper boundary with `raise ... from exc`.
+"""
+
+from __future__ import annotations
+
+
+class RftError(Exception):
+    """Root of every error raised by rft."""
+
+
+class ConfigError(RftError):
+    """A config file or value is invalid; the message names the key and what was expected."""
+
+
+class StackError(RftError):
+    """The local stack (Kafka, MinIO) could not be provisioned, started or stopped."""
+
+
+class DecodeError(RftError):
+    """Bytes could not be decoded into an event."""
+
+
+class TruncatedEventError(DecodeError):
+    """The bytes end before the event does."""
+
+
+class UnknownSchemaError(DecodeError):
+    """The fingerprint names no schema in the catalog (or the registry)."""
+
+
+class CorruptEventError(DecodeError):
+    """The bytes are not a valid event: bad magic, bad body, trailing bytes, absurd lengths."""
+
+
+class EncodeError(RftError):
+    """An event does not match its schema."""
+
+
+class TransportError(RftError):
+    """The event plane (Kafka) failed: broker unreachable, delivery failed, commit failed."""
+
+
+class StorageError(RftError):
+    """The object store failed or an object is missing."""
+
+
+class CheckpointError(StorageError):
+    """A checkpoint is incomplete, unverifiable or corrupt; it must not be loaded."""
+
+
+class TasksetError(RftError):
+    """A taskset row or file is malformed; the message names file:line."""
+
+
+class EngineError(RftError):
+    """A rollout or trainer engine failed (model load, generation, optimizer step)."""
