@@ -1,0 +1,1 @@
+"""buffer: how the trainer turns a stream of experiences into batches (groups, staleness, replay)."""
