@@ -1,0 +1,39 @@
+"""The reward function registry, `REWARD_FUNCTIONS`, and the one signature its entries share.
+
+A reward function scores one response: `fn(response_text, task_payload, **args) -> (reward, info)`
+where `task_payload` is the task's raw row and `info` maps names to floats or short strings. Users
+add one with `@REWARD_FUNCTIONS.register("name")`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from rft.algorithms.registry import Registry
+from rft.errors import TasksetError
+
+RewardInfo = dict[str, float | str]
+
+
+class RewardFn(Protocol):
+    def __call__(
+        self, response_text: str, task_payload: dict[str, Any], **args: Any
+    ) -> tuple[float, RewardInfo]: ...
+
+
+class RewardInputError(TasksetError):
+    """A task row lacks what its reward function needs (e.g. the answer key)."""
+
+
+REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward_fn")
+
+
+def payload_field(task_payload: dict[str, Any], key: str, reward_name: str) -> Any:
+    """Return `task_payload[key]`, or raise RewardInputError naming the key and the reward."""
+    if key not in task_payload:
+        raise RewardInputError(
+            f"{reward_name}: task payload has no key {key!r} "
+            f"(keys: {', '.join(sorted(task_payload)) or 'none'}); "
+            "set format.response_key to the column holding the answer"
+        )
+    return task_payload[key]
