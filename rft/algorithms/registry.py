@@ -53,8 +53,12 @@ class Registry(Generic[T]):
             )
         self._entries[name] = obj
 
-    def get(self, name: str) -> T:
-        """Return the object registered under `name`, or raise ConfigError naming the known ones."""
+    def get(self, name: str, *, key: str | None = None) -> T:
+        """Return the object registered under `name`, or raise ConfigError naming the known ones.
+
+        `key` names the config key that held `name` when it is not the registry's own kind
+        (one registry may serve several keys, e.g. kl_loss_fn and kl_penalty_fn).
+        """
         try:
             return self._entries[name]
         except (KeyError, TypeError):
@@ -66,7 +70,7 @@ class Registry(Generic[T]):
             if close:
                 hint = f"; did you mean {close[0]!r}?"
         raise ConfigError(
-            f"unknown {self.kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
+            f"unknown {key or self.kind} {name!r}{hint} (known: {', '.join(known) or 'none'})"
         )
 
     def names(self) -> list[str]:

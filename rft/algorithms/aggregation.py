@@ -1,0 +1,79 @@
+"""Reduction of a token-level loss matrix [B, T] to a scalar, by `loss_agg_mode`.
+
+Every policy, KL and entropy loss reduces through `aggregate_loss`, so one config key
+(`loss_agg_mode`) decides how tokens and sequences are weighted across all loss terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from rft.algorithms.registry import Registry
+from rft.algorithms.tensor_checks import as_float_mask, require_ndim
+
+AggregateFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+LOSS_AGG_MODES: Registry[AggregateFn] = Registry("algorithm.loss_agg_mode")
+
+
+def aggregate_loss(
+    loss_mat: torch.Tensor, mask: torch.Tensor, loss_agg_mode: str = "token-mean"
+) -> torch.Tensor:
+    """Reduce `loss_mat` [B, T] over the tokens where `mask` [B, T] is 1, by `loss_agg_mode`.
+
+    Modes (m = mask, l = loss_mat, B' = number of rows with at least one unmasked token):
+      token-mean:              sum_bt l*m / sum_bt m
+      seq-mean-token-sum:      (1/B') sum_b sum_t l*m
+      seq-mean-token-mean:     (1/B') sum_b (sum_t l*m / sum_t m)
+      seq-mean-token-sum-norm: (1/B') sum_b (sum_t l*m) / T   (T = mask.shape[-1], a constant
+                               length normaliser as in Dr. GRPO)
+    Rows that are fully masked carry no tokens and are left out of every mean; when no token is
+    unmasked at all the result is 0 (with a gradient path), never NaN.
+    """
+    require_ndim("loss_mat", loss_mat, 2)
+    m = as_float_mask("action_mask", mask, loss_mat.shape, loss_mat.dtype)
+    return LOSS_AGG_MODES.get(loss_agg_mode)(loss_mat, m)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """sum(values * mask) / sum(mask), or 0 when the mask is empty.
+
+    `torch.where` on the product (not on the values) keeps NaN/inf in masked-out positions from
+    reaching the result or its gradient.
+    """
+    m = mask.to(values.dtype)
+    total = torch.where(m > 0, values * m, torch.zeros_like(values)).sum()
+    return total / m.sum().clamp(min=1.0)
+
+
+def _masked_row_sums(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    return torch.where(m > 0, loss_mat * m, torch.zeros_like(loss_mat)).sum(dim=-1)
+
+
+@LOSS_AGG_MODES.register("token-mean")
+def _token_mean(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    return masked_mean(loss_mat, m)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum")
+def _seq_mean_token_sum(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)
+    return (_masked_row_sums(loss_mat, m) * rows).sum() / rows.sum().clamp(min=1.0)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-mean")
+def _seq_mean_token_mean(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    counts = m.sum(dim=-1)
+    rows = (counts > 0).to(loss_mat.dtype)
+    per_row = _masked_row_sums(loss_mat, m) / counts.clamp(min=1.0)
+    return (per_row * rows).sum() / rows.sum().clamp(min=1.0)
+
+
+@LOSS_AGG_MODES.register("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    horizon = max(loss_mat.shape[-1], 1)
+    rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)
+    per_row = _masked_row_sums(loss_mat, m) / horizon
+    return (per_row * rows).sum() / rows.sum().clamp(min=1.0)
