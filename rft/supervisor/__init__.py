@@ -1,0 +1,1 @@
+"""supervisor: runs the explorer and trainer as separate processes for `rft run`."""

@@ -1,0 +1,115 @@
+"""ProcessGroup: child processes started, watched and stopped together, with their memory sampled.
+
+`rft run` starts the explorer and the trainer as separate OS processes (as a cluster would run
+them) and must stop them all on Ctrl-C or when one fails. The group also samples the resident
+memory of the whole process tree, so the run summary can report the peak of all processes together.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Child:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path | None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+
+@dataclass
+class ProcessGroup:
+    log_dir: Path | None = None
+    children: list[Child] = field(default_factory=list)
+    peak_rss_bytes: int = 0
+    _sampler: threading.Thread | None = None
+    _stop_sampling: threading.Event = field(default_factory=threading.Event)
+
+    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Child:
+        log_path = None
+        stdout: int | object = None
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{name}.log"
+            stdout = log_path.open("ab")
+        popen = subprocess.Popen(  # noqa: S603 - argv is built by us, not a shell string
+            list(argv),
+            stdout=stdout,  # type: ignore[arg-type]
+            stderr=subprocess.STDOUT if stdout is not None else None,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
+        )
+        child = Child(name, popen, log_path)
+        self.children.append(child)
+        log.info("started %s (pid %d)%s", name, popen.pid, f", log {log_path}" if log_path else "")
+        if self._sampler is None:
+            self._sampler = threading.Thread(target=self._sample_memory, daemon=True)
+            self._sampler.start()
+        return child
+
+    def _tree_rss(self) -> int:
+        total = 0
+        procs = [psutil.Process()]
+        for child in self.children:
+            try:
+                p = psutil.Process(child.popen.pid)
+            except psutil.NoSuchProcess:
+                continue
+            procs.append(p)
+            procs.extend(p.children(recursive=True))
+        for p in procs:
+            try:
+                total += p.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return total
+
+    def _sample_memory(self) -> None:
+        while not self._stop_sampling.wait(0.5):
+            self.peak_rss_bytes = max(self.peak_rss_bytes, self._tree_rss())
+
+    def failed(self) -> list[Child]:
+        return [c for c in self.children if c.returncode not in (None, 0)]
+
+    def running(self) -> list[Child]:
+        return [c for c in self.children if c.returncode is None]
+
+    def wait(self, poll_s: float = 0.5) -> None:
+        """Block until every child exits, or one fails (then stop the rest)."""
+        while self.running():
+            if self.failed():
+                self.stop()
+                return
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGINT first (children flush and commit), then SIGTERM, then SIGKILL."""
+        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            alive = self.running()
+            if not alive:
+                break
+            for child in alive:
+                try:
+                    os.killpg(child.popen.pid, sig)
+                except ProcessLookupError:
+                    continue
+            deadline = time.monotonic() + wait_s
+            while self.running() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        self._stop_sampling.set()
