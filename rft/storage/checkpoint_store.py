@@ -1,0 +1,359 @@
+"""Versioned, verified model checkpoints in an object store.
+
+Layout: `<project>/<name>/v<version:06d>/<files...>` plus `manifest.json` in the same directory.
+A version exists only once its manifest does: `write` uploads every file first and the manifest
+last, and readers look at manifests only, so a crashed write is invisible. `download` checks every
+file's size and sha256 and publishes the directory only when all match.
+
+Version 0 is the base model and is never written: with no checkpoint, `latest_version()` is 0 and
+explorers and trainers start from the base model named in the config.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from rft.errors import CheckpointError, StorageError
+from rft.storage.checkpoint_manifest import (
+    MANIFEST_NAME,
+    CheckpointManifest,
+    ConsumedOffset,
+    ManifestFile,
+)
+from rft.storage.object_store_base import ObjectNotFoundError, ObjectStore, validate_key
+
+log = logging.getLogger(__name__)
+
+#: The version that stands for the base model; it has no checkpoint.
+BASE_VERSION = 0
+
+_VERSION_DIR = re.compile(r"^v(\d{6,})/")
+
+OffsetLike = ConsumedOffset | tuple[str, int, int]
+
+
+class _Sha256Reader:
+    """Wraps a binary file: hashes and counts bytes as the uploader reads them (one pass)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        chunk: bytes = self._handle.read(size)
+        self.sha256.update(chunk)
+        self.size += len(chunk)
+        return chunk
+
+
+class CheckpointStore:
+    """Checkpoints of one run (`project`/`name`) inside an object store."""
+
+    def __init__(self, store: ObjectStore, project: str, name: str) -> None:
+        for label, value in (("project", project), ("name", name)):
+            if not isinstance(value, str) or not value or "/" in value:
+                raise CheckpointError(
+                    f"checkpoint store {label} must be a non-empty string without '/': {value!r}"
+                )
+            validate_key(value)
+        self.store = store
+        self.project = project
+        self.name = name
+        self._root = f"{project}/{name}/"
+
+    def __repr__(self) -> str:
+        return f"CheckpointStore({self.store.uri(self._root)!r})"
+
+    # -- layout -------------------------------------------------------------------------------
+
+    def version_prefix(self, version: int) -> str:
+        """Key prefix of a version's directory inside the object store (ends with '/')."""
+        return f"{self._root}v{version:06d}/"
+
+    def uri(self, version: int) -> str:
+        """URI of a version's directory, e.g. 's3://rft/proj/run/v000003/'."""
+        self._check_version(version)
+        return self.store.uri(self.version_prefix(version))
+
+    def _manifest_key(self, version: int) -> str:
+        return self.version_prefix(version) + MANIFEST_NAME
+
+    @staticmethod
+    def _check_version(version: int) -> None:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise CheckpointError(
+                f"checkpoint version must be an integer >= 1, got {version!r} "
+                f"(version {BASE_VERSION} is the base model and has no checkpoint)"
+            )
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(
+        self,
+        version: int,
+        train_step: int,
+        local_dir: Path | str,
+        consumed_offsets: Iterable[OffsetLike] = (),
+        parent_version: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> CheckpointManifest:
+        """Upload every file under `local_dir` as `version`, then its manifest; return it.
+
+        Versions are immutable: writing a version that already has a manifest raises
+        CheckpointError. Rewriting a version whose earlier write crashed (files, no manifest) is
+        allowed and overwrites the leftovers.
+        """
+        self._check_version(version)
+        if parent_version is not None and not (0 <= parent_version < version):
+            raise CheckpointError(
+                f"checkpoint v{version}: parent_version must be in [0, {version}), "
+                f"got {parent_version!r}"
+            )
+        offsets = tuple(_to_offset(o, version) for o in consumed_offsets)
+        local = Path(local_dir)
+        files = _local_files(local)
+        manifest_key = self._manifest_key(version)
+        if self.store.exists(manifest_key):
+            raise CheckpointError(
+                f"checkpoint v{version} already exists at {self.store.uri(manifest_key)}; "
+                "versions are immutable"
+            )
+        self.store.ensure_bucket()
+        entries: list[ManifestFile] = []
+        for rel in files:
+            entries.append(self._upload_file(version, local, rel))
+        manifest = CheckpointManifest(
+            version=version,
+            train_step=train_step,
+            created_at=int(time.time() * 1000),
+            files=tuple(entries),
+            consumed_offsets=offsets,
+            parent_version=parent_version,
+            extra=dict(extra or {}),
+        )
+        payload = manifest.to_json()  # serialize before the upload: bad extras fail early
+        self.store.put_bytes(manifest_key, payload)
+        log.info(
+            "checkpoint v%d written: %d files, %d bytes at %s",
+            version,
+            len(entries),
+            manifest.total_size,
+            self.uri(version),
+        )
+        return manifest
+
+    def _upload_file(self, version: int, local: Path, rel: str) -> ManifestFile:
+        path = local / rel
+        key = self.version_prefix(version) + rel
+        try:
+            size = path.stat().st_size
+            handle = path.open("rb")
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint v{version}: cannot read {path}: {exc}") from exc
+        with handle:
+            reader = _Sha256Reader(handle)
+            self.store.put_stream(key, reader, size)
+            # A file still being written when we stat'ed it would upload a torn copy.
+            if reader.size != size or handle.read(1):
+                raise CheckpointError(
+                    f"checkpoint v{version}: {path} changed size during upload "
+                    f"(stat said {size} bytes, read {reader.size}+)"
+                )
+        return ManifestFile(name=rel, size=size, sha256=reader.sha256.hexdigest())
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def list_versions(self) -> list[int]:
+        """Versions that have a manifest, ascending. Directories without one are invisible."""
+        return sorted(v for v, has_manifest in self._scan().items() if has_manifest)
+
+    def _scan(self) -> dict[int, bool]:
+        """Every version directory present -> whether it has a manifest."""
+        found: dict[int, bool] = {}
+        for info in self.store.list(self._root):
+            rel = info.key[len(self._root) :]
+            match = _VERSION_DIR.match(rel)
+            if not match:
+                continue
+            version = int(match.group(1))
+            is_manifest = rel[match.end() :] == MANIFEST_NAME
+            found[version] = found.get(version, False) or is_manifest
+        return found
+
+    def latest_version(self) -> int:
+        """Newest version with a manifest, or BASE_VERSION (0) when none exists."""
+        versions = self.list_versions()
+        return versions[-1] if versions else BASE_VERSION
+
+    def read_manifest(self, version: int) -> CheckpointManifest:
+        """The version's manifest; CheckpointError if it is missing or malformed."""
+        self._check_version(version)
+        key = self._manifest_key(version)
+        try:
+            data = self.store.get_bytes(key)
+        except ObjectNotFoundError as exc:
+            raise CheckpointError(
+                f"checkpoint v{version} has no manifest at {self.store.uri(key)}: "
+                "it was never written or its write did not finish"
+            ) from exc
+        manifest = CheckpointManifest.from_json(data, source=self.store.uri(key))
+        if manifest.version != version:
+            raise CheckpointError(
+                f"{self.store.uri(key)}: manifest says version {manifest.version}, "
+                f"but it sits in the directory of v{version}"
+            )
+        return manifest
+
+    def download(self, version: int, dest_dir: Path | str) -> Path:
+        """Download and verify `version` into `dest_dir` (which must be absent or empty).
+
+        Files land in a hidden sibling temp directory; only after every file's size and sha256
+        match the manifest is it renamed to `dest_dir`. The manifest is copied in as well.
+        Returns `dest_dir`. Any mismatch or missing file raises CheckpointError naming the file.
+        """
+        manifest = self.read_manifest(version)
+        dest = Path(dest_dir).absolute()
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise CheckpointError(
+                f"cannot download checkpoint v{version} into {dest}: it exists and is not empty"
+            )
+        tmp = dest.with_name(f".{dest.name}.partial-{secrets.token_hex(4)}")
+        try:
+            tmp.mkdir(parents=True)
+            for entry in manifest.files:
+                self._download_file(version, entry, tmp)
+            (tmp / MANIFEST_NAME).write_bytes(manifest.to_json())
+            if dest.exists():
+                dest.rmdir()
+            os.rename(tmp, dest)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot download checkpoint v{version} into {dest}: {exc}"
+            ) from exc
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return dest
+
+    def _download_file(self, version: int, entry: ManifestFile, into: Path) -> None:
+        key = self.version_prefix(version) + entry.name
+        uri = self.store.uri(key)
+        target = into.joinpath(*entry.name.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with target.open("wb") as out, closing(self.store.iter_chunks(key)) as chunks:
+                for chunk in chunks:
+                    size += len(chunk)
+                    if size > entry.size:
+                        break  # no need to stream a runaway object to the end
+                    digest.update(chunk)
+                    out.write(chunk)
+        except ObjectNotFoundError as exc:
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} listed in the manifest is missing "
+                f"at {uri}"
+            ) from exc
+        except StorageError as exc:
+            raise CheckpointError(
+                f"checkpoint v{version}: download of file {entry.name!r} from {uri} failed: {exc}"
+            ) from exc
+        if size != entry.size:
+            shown = f"more than {entry.size}" if size > entry.size else str(size)
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: "
+                f"expected {entry.size} bytes, got {shown}"
+            )
+        actual = digest.hexdigest()
+        if actual != entry.sha256:
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} at {uri} is corrupt: "
+                f"expected sha256 {entry.sha256}, got {actual}"
+            )
+
+    # -- retention ----------------------------------------------------------------------------
+
+    def prune(self, keep_last: int) -> list[int]:
+        """Delete all but the newest `keep_last` complete versions; return the versions removed.
+
+        The newest complete version is never deleted. Incomplete directories (crash leftovers)
+        older than the newest complete version are removed too; newer ones may be a write in
+        progress and are left alone. A version's manifest is deleted before its files, so a
+        version being pruned turns invisible first and is never seen half-deleted.
+        """
+        if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
+            raise CheckpointError(f"prune keep_last must be an integer >= 1, got {keep_last!r}")
+        scan = self._scan()
+        complete = sorted(v for v, has_manifest in scan.items() if has_manifest)
+        if not complete:
+            return []
+        newest = complete[-1]
+        doomed = set(complete[:-keep_last])
+        doomed |= {v for v, has_manifest in scan.items() if not has_manifest and v < newest}
+        for version in sorted(doomed):
+            self._delete_version(version)
+        if doomed:
+            log.info("pruned checkpoint versions %s of %s", sorted(doomed), self)
+        return sorted(doomed)
+
+    def _delete_version(self, version: int) -> None:
+        prefix = self.version_prefix(version)
+        self.store.delete(prefix + MANIFEST_NAME)
+        for info in self.store.list(prefix):
+            self.store.delete(info.key)
+
+
+def _to_offset(value: OffsetLike, version: int) -> ConsumedOffset:
+    if isinstance(value, ConsumedOffset):
+        return value
+    try:
+        topic, partition, offset = value
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint v{version}: consumed offset {value!r} is not (topic, partition, offset)"
+        ) from exc
+    if not isinstance(topic, str) or not topic:
+        raise CheckpointError(f"checkpoint v{version}: consumed offset topic {topic!r} is invalid")
+    for label, number in (("partition", partition), ("offset", offset)):
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            raise CheckpointError(
+                f"checkpoint v{version}: consumed offset {label} {number!r} of topic {topic!r} "
+                "must be an integer >= 0"
+            )
+    return ConsumedOffset(topic=topic, partition=partition, offset=offset)
+
+
+def _local_files(local: Path) -> list[str]:
+    """Relative '/'-paths of every regular file under `local`, sorted."""
+    if not local.is_dir():
+        raise CheckpointError(f"checkpoint source {local} is not a directory")
+    names: list[str] = []
+    for path in sorted(local.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(local).as_posix()
+        if rel == MANIFEST_NAME:
+            raise CheckpointError(
+                f"checkpoint source {local} holds a file named {MANIFEST_NAME!r}; "
+                "that name is reserved for the manifest"
+            )
+        try:
+            validate_key(rel)
+        except StorageError as exc:
+            raise CheckpointError(f"checkpoint source file {path}: {exc}") from exc
+        names.append(rel)
+    if not names:
+        raise CheckpointError(f"checkpoint source {local} holds no files")
+    return names

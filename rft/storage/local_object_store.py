@@ -1,0 +1,155 @@
+"""Object store on the local filesystem: one file per key under a root directory.
+
+Writes go to a hidden temp file in the target directory and are renamed into place, so a crash
+never leaves a half-written object under its real name. Used for tests, single-machine runs and
+as the `file://` backend.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+from collections.abc import Generator
+from pathlib import Path
+
+from rft.errors import StorageError
+from rft.storage.object_store_base import (
+    CHUNK_SIZE,
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStore,
+    ReadableStream,
+    validate_key,
+)
+
+# Temp files are named with this prefix; `list` hides them so an in-flight write is invisible.
+_TEMP_PREFIX = ".tmp-"
+
+
+class LocalObjectStore(ObjectStore):
+    """Keys map to `root/<key>`; the directory tree is created on demand."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).expanduser().absolute()
+
+    def __repr__(self) -> str:
+        return f"LocalObjectStore({str(self.root)!r})"
+
+    @property
+    def base_uri(self) -> str:
+        return self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        return self.root.joinpath(*validate_key(key).split("/"))
+
+    def ensure_bucket(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create store root {self.root}: {exc}") from exc
+
+    def put_stream(self, key: str, stream: ReadableStream, length: int) -> ObjectInfo:
+        path = self._path(key)
+        tmp = path.with_name(f"{_TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}")
+        written = 0
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tmp.open("wb") as out:
+                while written < length:
+                    chunk = stream.read(min(CHUNK_SIZE, length - written))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    written += len(chunk)
+                out.flush()
+                # fsync before the rename: a power loss must not leave a renamed-but-empty file
+                os.fsync(out.fileno())
+            if written != length:
+                raise StorageError(
+                    f"upload of {self.uri(key)}: stream ended after {written} of {length} bytes"
+                )
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {self.uri(key)} at {path}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+        return self.stat(key)
+
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
+        return self.put_stream(key, io.BytesIO(data), len(data))
+
+    def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
+        path = self._path(key)
+        try:
+            handle = path.open("rb")
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            raise ObjectNotFoundError(f"no object {self.uri(key)} (file {path})") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot read {self.uri(key)} at {path}: {exc}") from exc
+        with handle:
+            while True:
+                try:
+                    chunk = handle.read(chunk_size)
+                except OSError as exc:
+                    raise StorageError(f"cannot read {self.uri(key)} at {path}: {exc}") from exc
+                if not chunk:
+                    return
+                yield chunk
+
+    def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise ObjectNotFoundError(f"no object {self.uri(key)} (file {path})") from exc
+        except OSError as exc:
+            raise StorageError(f"cannot stat {self.uri(key)} at {path}: {exc}") from exc
+        if not path.is_file():
+            raise ObjectNotFoundError(f"no object {self.uri(key)}: {path} is a directory")
+        return ObjectInfo(key=key, size=st.st_size, etag=f"{st.st_size:x}-{st.st_mtime_ns:x}")
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        # Walk only the deepest directory the prefix names fully, then filter by string prefix,
+        # matching S3 semantics where 'a/b' also matches 'a/bc/d'.
+        clean = prefix.lstrip("/")
+        dir_part = clean.rsplit("/", 1)[0] if "/" in clean else ""
+        start = self.root.joinpath(*validate_key(dir_part).split("/")) if dir_part else self.root
+        if not start.is_dir():
+            return []
+        found: list[ObjectInfo] = []
+        try:
+            for dirpath, _dirnames, filenames in os.walk(start):
+                rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+                for filename in filenames:
+                    if filename.startswith(_TEMP_PREFIX):
+                        continue
+                    key = filename if rel_dir == "." else f"{rel_dir}/{filename}"
+                    if key.startswith(clean):
+                        try:
+                            st = (Path(dirpath) / filename).stat()
+                        except FileNotFoundError:
+                            continue  # deleted while listing
+                        found.append(
+                            ObjectInfo(key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}")
+                        )
+        except OSError as exc:
+            raise StorageError(f"cannot list {self.base_uri}/{clean}: {exc}") from exc
+        return sorted(found, key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot delete {self.uri(key)} at {path}: {exc}") from exc
+        self._prune_empty_dirs(path.parent)
+
+    def _prune_empty_dirs(self, directory: Path) -> None:
+        # S3 has no directories; removing emptied ones keeps both backends listing the same keys.
+        while directory != self.root and self.root in directory.parents:
+            try:
+                directory.rmdir()
+            except OSError:
+                return
+            directory = directory.parent

@@ -1,0 +1,201 @@
+"""Object store on S3-compatible storage (MinIO locally) through the `minio` SDK.
+
+This is the only module that imports `minio`. The client and its HTTP pool are created on first
+use; every client error (S3 error responses, refused connections, timeouts) leaves this module as
+a StorageError naming the bucket and key. Closing the store (or leaving its `with`) clears the pool.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Generator
+from typing import BinaryIO, NoReturn, TypeVar, cast
+
+import urllib3
+from minio import Minio
+from minio.error import MinioException, S3Error
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from rft.config.connections import ObjectStoreSettings
+from rft.errors import StorageError
+from rft.storage.object_store_base import (
+    CHUNK_SIZE,
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStore,
+    ReadableStream,
+    normalize_prefix,
+    validate_key,
+)
+
+T = TypeVar("T")
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject", "ResourceNotFound"})
+_BUCKET_TAKEN_CODES = frozenset({"BucketAlreadyOwnedByYou", "BucketAlreadyExists"})
+
+# Short connect timeout so an absent endpoint fails fast; generous read timeout for big objects.
+_TIMEOUT = urllib3.Timeout(connect=5.0, read=120.0)
+# Retry transient server errors a few times, but not connection refusals for long.
+_RETRIES = urllib3.Retry(
+    total=3, connect=1, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)
+)
+
+
+def _split_endpoint(endpoint: str, secure: bool) -> tuple[str, bool]:
+    """'http://host:port' or 'host:port' -> ('host:port', secure); the SDK wants no scheme."""
+    if endpoint.startswith("https://"):
+        return endpoint[len("https://") :].rstrip("/"), True
+    if endpoint.startswith("http://"):
+        return endpoint[len("http://") :].rstrip("/"), False
+    return endpoint.rstrip("/"), secure
+
+
+class S3ObjectStore(ObjectStore):
+    """Keys map to `<prefix><key>` in `settings.bucket` (or the `bucket` given here)."""
+
+    def __init__(
+        self,
+        settings: ObjectStoreSettings,
+        *,
+        bucket: str | None = None,
+        prefix: str = "",
+    ) -> None:
+        self.settings = settings
+        self.bucket = bucket or settings.bucket
+        self.prefix = normalize_prefix(prefix)
+        self.endpoint, self.secure = _split_endpoint(settings.endpoint, settings.secure)
+        self._pool: urllib3.PoolManager | None = None
+        self._client: Minio | None = None
+
+    def __repr__(self) -> str:
+        return f"S3ObjectStore(endpoint={self.endpoint!r}, uri={self.base_uri!r})"
+
+    @property
+    def base_uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+    @property
+    def client(self) -> Minio:
+        """The SDK client, created on first use."""
+        if self._client is None:
+            self._pool = urllib3.PoolManager(timeout=_TIMEOUT, retries=_RETRIES, maxsize=8)
+            try:
+                self._client = Minio(
+                    self.endpoint,
+                    access_key=self.settings.access_key,
+                    secret_key=self.settings.secret_key,
+                    secure=self.secure,
+                    region=self.settings.region,
+                    http_client=self._pool,
+                )
+            except (ValueError, MinioException) as exc:
+                raise StorageError(
+                    f"invalid S3 endpoint {self.settings.endpoint!r} for {self.base_uri}: {exc}"
+                ) from exc
+        return self._client
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.clear()
+        self._pool = None
+        self._client = None
+
+    def _object_name(self, key: str) -> str:
+        return self.prefix + validate_key(key)
+
+    def _fail(self, exc: Exception, action: str, key: str | None) -> NoReturn:
+        where = self.uri(key) if key else f"s3://{self.bucket}"
+        where += f" at {'https' if self.secure else 'http'}://{self.endpoint}"
+        if isinstance(exc, S3Error):
+            detail = f"{exc.code}: {exc.message}"
+            if exc.code in _NOT_FOUND_CODES:
+                raise ObjectNotFoundError(f"no object {where} ({detail})") from exc
+        else:
+            detail = f"{type(exc).__name__}: {exc}"
+        raise StorageError(f"{action} {where} failed: {detail}") from exc
+
+    def _call(self, action: str, key: str | None, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, action, key)
+
+    def ensure_bucket(self) -> None:
+        client = self.client
+        if self._call("checking bucket", None, lambda: client.bucket_exists(self.bucket)):
+            return
+        try:
+            client.make_bucket(self.bucket, location=self.settings.region)
+        except S3Error as exc:
+            if exc.code in _BUCKET_TAKEN_CODES:
+                return  # another process created it first
+            self._fail(exc, "creating bucket", None)
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, "creating bucket", None)
+
+    def put_stream(self, key: str, stream: ReadableStream, length: int) -> ObjectInfo:
+        name = self._object_name(key)
+        client = self.client
+        result = self._call(
+            "upload of",
+            key,
+            lambda: client.put_object(self.bucket, name, cast(BinaryIO, stream), length),
+        )
+        return ObjectInfo(key=key, size=length, etag=str(result.etag or ""))
+
+    def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
+        return self.put_stream(key, io.BytesIO(data), len(data))
+
+    def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
+        name = self._object_name(key)
+        client = self.client
+        response = self._call("download of", key, lambda: client.get_object(self.bucket, name))
+        try:
+            yield from response.stream(chunk_size)
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, "download of", key)
+        finally:
+            response.close()
+            response.release_conn()
+
+    def stat(self, key: str) -> ObjectInfo:
+        name = self._object_name(key)
+        client = self.client
+        obj = self._call("stat of", key, lambda: client.stat_object(self.bucket, name))
+        return ObjectInfo(key=key, size=int(obj.size or 0), etag=str(obj.etag or ""))
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        full_prefix = self.prefix + prefix.lstrip("/")
+        client = self.client
+        found: list[ObjectInfo] = []
+        try:
+            for obj in client.list_objects(self.bucket, prefix=full_prefix, recursive=True):
+                name = str(obj.object_name)
+                if obj.is_dir or not name.startswith(self.prefix):
+                    continue
+                found.append(
+                    ObjectInfo(
+                        key=name[len(self.prefix) :],
+                        size=int(obj.size or 0),
+                        etag=str(obj.etag or ""),
+                    )
+                )
+        except S3Error as exc:
+            if exc.code == "NoSuchBucket":
+                return []
+            self._fail(exc, "listing", None)
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, f"listing prefix {full_prefix!r} of", None)
+        return sorted(found, key=lambda info: info.key)
+
+    def delete(self, key: str) -> None:
+        name = self._object_name(key)
+        client = self.client
+        try:
+            client.remove_object(self.bucket, name)
+        except S3Error as exc:
+            if exc.code in _NOT_FOUND_CODES:
+                return
+            self._fail(exc, "delete of", key)
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, "delete of", key)
