@@ -1,0 +1,182 @@
+"""Loading a run config: YAML + OmegaConf interpolation + dotlist overrides -> checked RftConfig.
+
+`load_config` is the one way a config enters rft. Problems raise ConfigValidationError naming the
+key path, the file and line (or the override), what was given and what was expected. Unknown keys
+and Trinity-RFT keys that rft ignores only warn (ConfigWarning), so carried-over YAML still loads.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue
+from rft.config.derived import check_consistency, fill_derived
+from rft.config.key_locator import KeyLocator
+from rft.config.schema import RftConfig
+from rft.errors import ConfigError
+
+# Trinity-RFT keys that moved: the old place is read into the new one (the new one wins).
+MOVED_SECTIONS: dict[str, str] = {"algorithm.optimizer": "trainer.optim"}
+
+
+class ConfigWarning(UserWarning):
+    """A config key is unknown (with a close-match suggestion) or accepted but ignored."""
+
+
+class ConfigValidationError(ConfigError):
+    """The config has one or more invalid values; `problems` lists them with their places."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        if len(problems) == 1:
+            text = str(problems[0])
+        else:
+            text = f"{len(problems)} problems in the config:\n" + "\n".join(
+                f"  - {p}" for p in problems
+            )
+        super().__init__(text)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """An issue placed in its source: `where` is `file:line`, `file` or an override."""
+
+    path: str
+    message: str
+    where: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: `{self.path}` {self.message}"
+
+
+class _Source:
+    """Where the config's keys were written: a file (with lines) and the command-line overrides."""
+
+    def __init__(self, name: str, text: str | None, overrides: Sequence[str]) -> None:
+        self.name = name
+        self.locator = KeyLocator(text) if text is not None else None
+        self.overrides = {o.split("=", 1)[0].strip(): o for o in overrides}
+
+    def where(self, path: str) -> str:
+        for key, override in self.overrides.items():
+            if path == key or path.startswith(key + ".") or path.startswith(key + "["):
+                return f"override {override!r}"
+        line = self.locator.line_of(path) if self.locator is not None else None
+        return f"{self.name}:{line}" if line is not None else self.name
+
+    def place(self, issues: list[Issue]) -> list[Problem]:
+        return [Problem(i.path, i.message, self.where(i.path)) for i in issues]
+
+
+def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RftConfig:
+    """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
+
+    `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+    try:
+        base = OmegaConf.create(text) if text.strip() else OmegaConf.create({})
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{file}:{mark.line + 1}" if mark is not None else str(file)
+        raise ConfigError(f"{where}: not valid YAML: {exc}") from exc
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{file}: cannot be read as a config: {exc}") from exc
+    if not isinstance(base, DictConfig):
+        raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
+    return _build(base, _Source(str(file), text, overrides), overrides)
+
+
+def config_from_dict(
+    data: Mapping[str, Any], overrides: Sequence[str] = (), source: str = "<dict>"
+) -> RftConfig:
+    """Like `load_config`, for a config already in memory (interpolations still resolve)."""
+    try:
+        base = OmegaConf.create(dict(data))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{source}: cannot be read as a config: {exc}") from exc
+    return _build(base, _Source(source, None, overrides), overrides)
+
+
+def _build(base: DictConfig, source: _Source, overrides: Sequence[str]) -> RftConfig:
+    merged = _apply_overrides(base, overrides)
+    try:
+        raw = OmegaConf.to_container(merged, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException as exc:
+        key = str(getattr(exc, "full_key", "") or "")
+        reason = getattr(exc, "msg", None) or str(exc).splitlines()[0]
+        if "MissingMandatoryValue" in type(exc).__name__:
+            reason = "is required (the value is '???')"
+        elif key:
+            reason = f"cannot be resolved: {reason}"
+        problem = Problem(key or "<root>", reason, source.where(key) if key else source.name)
+        raise ConfigValidationError([problem]) from exc
+    assert isinstance(raw, dict)
+    _move_sections(raw)
+
+    binder = ConfigBinder()
+    cfg = binder.bind(RftConfig, raw)
+    for notice in binder.notices:
+        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
+    if binder.issues or cfg is MISSING_VALUE:
+        raise ConfigValidationError(source.place(binder.issues))
+    fill_derived(cfg)
+    issues = check_consistency(cfg)
+    if issues:
+        raise ConfigValidationError(source.place(issues))
+    return cfg
+
+
+def _apply_overrides(base: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    merged = base
+    for override in overrides:
+        if "=" not in override or not override.split("=", 1)[0].strip():
+            raise ConfigError(
+                f"override {override!r} is not of the form key.path=value "
+                "(e.g. algorithm.repeat_times=8)"
+            )
+        try:
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist([override]))
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"override {override!r} cannot be applied: {exc}") from exc
+    assert isinstance(merged, DictConfig)
+    return merged
+
+
+def _move_sections(raw: dict[str, Any]) -> None:
+    for old, new in MOVED_SECTIONS.items():
+        old_parent, old_key = _parent(raw, old, create=False)
+        if old_parent is None or old_key not in old_parent:
+            continue
+        moved = old_parent.pop(old_key)
+        new_parent, new_key = _parent(raw, new, create=True)
+        assert new_parent is not None
+        current = new_parent.get(new_key)
+        if isinstance(moved, dict) and isinstance(current, dict):
+            new_parent[new_key] = {**moved, **current}
+        elif current is None:
+            new_parent[new_key] = moved
+
+
+def _parent(raw: dict[str, Any], dotted: str, create: bool) -> tuple[dict[str, Any] | None, str]:
+    *parents, last = dotted.split(".")
+    node: Any = raw
+    for part in parents:
+        if not isinstance(node, dict):
+            return None, last
+        if part not in node and create:
+            node[part] = {}
+        node = node.get(part)
+    return (node if isinstance(node, dict) else None), last

@@ -1,0 +1,457 @@
+"""The typed run config: one dataclass per section, with Trinity-RFT key names and meanings.
+
+Values are checked once by the loader (types, bounds, allowed values) and derived defaults are
+filled there; the rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are
+listed in each section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+
+from rft.config.binding import Alias, bounded
+from rft.config.connections import StackSettings
+
+Mode = Literal["both", "explore", "train", "bench"]
+LossAggMode = Literal[
+    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
+]
+DType = Literal["float32", "bfloat16", "float16", "auto"]
+TasksetStorage = Literal["file", "generator"]
+ExperienceStorage = Literal["kafka"]
+PromptType = Literal["plaintext", "messages"]
+EngineType = Literal["hf", "vllm", "openai"]
+TrainerType = Literal["torch", "verl"]
+WarmupStyle = Literal["constant", "cosine", "linear"]
+SyncMethod = Literal["checkpoint", "memory"]
+SyncStyle = Literal["fixed", "dynamic_by_explorer", "trainer_driven", "fully_async"]
+MonitorType = Literal["console", "tensorboard", "sql"]
+
+_RAY = "rft places components without Ray actors; coordination runs over Kafka"
+_VERL = "settings of the veRL backend; rft's torch trainer does not read them"
+
+
+@dataclass
+class AlgorithmConfig:
+    """`algorithm`: the RL algorithm and its pluggable parts (names looked up in registries).
+
+    Parts left unset (None) are filled from the defaults of `algorithm_type`.
+    """
+
+    algorithm_type: str = "grpo"
+    repeat_times: int = bounded(1, ge=1)
+    advantage_fn: str | None = None
+    advantage_fn_args: dict[str, Any] = field(default_factory=dict)
+    policy_loss_fn: str | None = None
+    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
+    kl_penalty_fn: str | None = None
+    kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
+    kl_loss_fn: str | None = None
+    kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. kl_coef
+    entropy_loss_fn: str | None = None
+    entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. entropy_coef
+    loss_agg_mode: LossAggMode = "token-mean"
+    sample_strategy: str | None = None
+    sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "use_critic": "rft has no critic model",
+        "add_strategy": "experiences are written to Kafka as they are made",
+    }
+
+
+@dataclass
+class ModelConfig:
+    """`model`: the policy model and its token limits."""
+
+    model_path: str  # "smollm2" (bundled GGUF), "tiny" (random init) or a local model directory
+    max_prompt_tokens: int = bounded(1024, ge=1)
+    max_response_tokens: int = bounded(1024, ge=1)
+    max_model_len: int | None = bounded(None, ge=2)  # default: max_prompt + max_response tokens
+    min_response_tokens: int = bounded(1, ge=0)
+    enable_prompt_truncation: bool = True
+    repetition_penalty: float = bounded(1.0, gt=0)
+    custom_chat_template: str | None = None
+    chat_template_path: str | None = None
+    dtype: DType = "float32"  # rft: dtype of the trained weights (float32 on CPU)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "critic_model_path": "rft has no critic model",
+        "lora_configs": "LoRA is not supported yet; the full model is trained",
+        "rope_scaling": "the model's own config decides RoPE",
+        "rope_theta": "the model's own config decides RoPE",
+        "tinker": "the Tinker service is not supported",
+    }
+
+
+@dataclass
+class ClusterConfig:
+    """`cluster`: nodes and GPUs; informational on CPU-only machines."""
+
+    node_num: int = bounded(1, ge=1)
+    gpu_per_node: int = bounded(0, ge=0)
+
+
+@dataclass
+class FormatConfig:
+    """`format` of a taskset: which raw-row fields hold the prompt, answer, system prompt..."""
+
+    prompt_type: PromptType = "plaintext"
+    prompt_key: str = "prompt"
+    response_key: str = "response"
+    system_prompt: str | None = None
+    system_prompt_key: str | None = None
+    messages_key: str = "message"
+    tools_key: str = "tools"
+    chosen_key: str = "chosen"
+    rejected_key: str = "rejected"
+    reply_prefix: str | None = None
+    chat_template: str | None = None
+    enable_concatenated_multi_turn: bool = False
+
+    def as_task_format(self) -> dict[str, str]:
+        """The string map carried by Task events (unset entries left out)."""
+        return {k: str(v) for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class RolloutArgs:
+    """`rollout_args` of a taskset: sampling settings for its tasks."""
+
+    temperature: float = bounded(1.0, ge=0)
+    top_p: float = bounded(1.0, gt=0, le=1)
+    top_k: int = bounded(-1, ge=-1)  # -1: no top-k filtering
+    max_tokens: int | None = bounded(None, ge=1)  # default: model.max_response_tokens
+    logprobs: int = bounded(0, ge=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TasksetConfig:
+    """One taskset (`buffer.explorer_input.taskset` or an entry of `eval_tasksets`)."""
+
+    name: str
+    path: str  # a file/directory for storage_type file; the generator name for generator
+    storage_type: TasksetStorage = "file"
+    split: str = "train"
+    subset_name: str | None = None
+    format: FormatConfig = field(default_factory=FormatConfig)
+    rollout_args: RolloutArgs = field(default_factory=RolloutArgs)
+    repeat_times: int | None = bounded(None, ge=1)  # default: algorithm.repeat_times, 1 for eval
+    default_workflow_type: str | None = None  # default: explorer_input's default
+    default_reward_fn_type: str | None = None  # default: explorer_input's default
+    workflow_args: dict[str, Any] = field(default_factory=dict)
+    reward_fn_args: dict[str, Any] = field(default_factory=dict)
+    generator_args: dict[str, Any] = field(default_factory=dict)  # for storage_type generator
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "enable_progress_bar": "publishing reports progress through metrics",
+        "task_selector": "tasks are published in a seeded shuffle per epoch",
+        "index": "the task stream position lives in Kafka consumer offsets",
+    }
+
+
+@dataclass
+class ExplorerInputConfig:
+    """`buffer.explorer_input`: the tasksets explorers read."""
+
+    taskset: TasksetConfig | None = None
+    eval_tasksets: list[TasksetConfig] = field(default_factory=list)
+    default_workflow_type: str | None = None
+    default_eval_workflow_type: str | None = None  # default: default_workflow_type
+    default_reward_fn_type: str | None = None
+
+
+@dataclass
+class ReplayBufferConfig:
+    """`replay_buffer` of the experience buffer: reuse of experiences by the trainer."""
+
+    enable: bool = False
+    reuse_cooldown_time: float | None = bounded(None, ge=0)
+    priority_fn: str = "linear_decay"
+    priority_fn_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExperienceBufferConfig:
+    """`buffer.trainer_input.experience_buffer`: where experiences flow (a Kafka topic)."""
+
+    name: str = "experience_buffer"
+    storage_type: ExperienceStorage = "kafka"
+    path: str | None = None  # a topic name; default: the run's `experiences` topic
+    max_read_timeout: float = bounded(1800.0, gt=0)  # seconds to wait for a full batch
+    replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "format": "experiences are events with a fixed schema",
+    }
+    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
+        "storage_type": {
+            "queue": Alias("kafka", "rft's experience buffer is always a Kafka topic"),
+        }
+    }
+
+
+@dataclass
+class TrainerInputConfig:
+    """`buffer.trainer_input`: what the trainer reads and how stale it may be."""
+
+    experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
+    # rft: an experience made by model version v is dropped (parked as stale) when the trainer is
+    # at version > v + max_staleness; None accepts any age, 0 accepts only the current version.
+    max_staleness: int | None = bounded(None, ge=0)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "auxiliary_buffers": "auxiliary (e.g. SFT) buffers are not supported yet",
+    }
+
+
+@dataclass
+class BufferConfig:
+    """`buffer`: batch sizes, epochs and the explorer/trainer inputs."""
+
+    batch_size: int = bounded(ge=1)  # tasks per explorer step; not multiplied by repeat_times
+    train_batch_size: int | None = bounded(None, ge=1)  # default: batch_size * repeat_times
+    total_epochs: int = bounded(1, ge=1)
+    total_steps: int | None = bounded(None, ge=1)  # when set, total_epochs has no effect
+    explorer_input: ExplorerInputConfig = field(default_factory=ExplorerInputConfig)
+    trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "max_retry_times": "explorer.max_retry_times governs retries",
+        "max_retry_interval": "Kafka clients retry on their own schedule",
+    }
+
+
+@dataclass
+class RolloutModelConfig:
+    """`explorer.rollout_model`: the rollout engine."""
+
+    engine_type: EngineType = "hf"
+    engine_num: int = bounded(1, ge=1)
+    tensor_parallel_size: int = bounded(1, ge=1)
+    seed: int = 42
+    dtype: DType | None = None  # default: model.dtype
+    enable_thinking: bool | None = None  # passed to chat templates that support it
+    base_url: str | None = None  # for engine_type openai
+    api_key: str | None = None  # for engine_type openai; prefer ${oc.env:...}
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "enable_history": "workflows return their experiences explicitly",
+        "enable_openai_api": "use engine_type openai for an OpenAI-compatible server",
+        "gpu_memory_utilization": "vLLM memory settings are left to vLLM's defaults",
+        "enforce_eager": "vLLM graph settings are left to vLLM's defaults",
+        "enable_prefix_caching": "vLLM cache settings are left to vLLM's defaults",
+        "enable_chunked_prefill": "vLLM scheduling settings are left to vLLM's defaults",
+        "use_v1": "vLLM engine versions are left to vLLM's defaults",
+    }
+    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
+        "engine_type": {"vllm_async": Alias("vllm")},
+    }
+
+    def __repr__(self) -> str:  # never print the API key
+        key = "'***'" if self.api_key else "None"
+        return (
+            f"RolloutModelConfig(engine_type={self.engine_type!r}, engine_num={self.engine_num}, "
+            f"tensor_parallel_size={self.tensor_parallel_size}, seed={self.seed}, "
+            f"dtype={self.dtype!r}, enable_thinking={self.enable_thinking}, "
+            f"base_url={self.base_url!r}, api_key={key})"
+        )
+
+
+@dataclass
+class ExplorerConfig:
+    """`explorer`: rollout workers (one consumer-group member each) and evaluation."""
+
+    name: str = "explorer"
+    runner_per_model: int = bounded(1, ge=1)
+    runner_num: int | None = bounded(None, ge=1)  # default: engine_num * runner_per_model
+    max_timeout: float = bounded(900.0, gt=0)  # seconds a workflow may run
+    max_retry_times: int = bounded(2, ge=0)
+    env_vars: dict[str, str] = field(default_factory=dict)
+    rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
+    eval_interval: int = bounded(100, ge=1)
+    eval_on_startup: bool = True
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "auxiliary_models": "auxiliary models are not supported yet",
+        "over_rollout": "explorers commit each task as it finishes; no batch waits to trim",
+        "dynamic_timeout": "timeouts are fixed by max_timeout",
+        "runner_state_report_interval": "runner state is reported through metrics",
+        "bench_on_latest_checkpoint": "bench mode evaluates the versions it is given",
+        "service_status_check_interval": _RAY,
+    }
+
+
+@dataclass
+class OptimizerConfig:
+    """`trainer.optim` (also read from Trinity-RFT's `algorithm.optimizer`): AdamW settings."""
+
+    lr: float = bounded(1e-6, gt=0)
+    betas: list[float] = bounded([0.9, 0.999], ge=0, lt=1)
+    weight_decay: float = bounded(0.01, ge=0)
+    lr_warmup_steps: int = bounded(0, ge=0)
+    lr_warmup_steps_ratio: float = bounded(0.0, ge=0, le=1)  # used when lr_warmup_steps is 0
+    warmup_style: WarmupStyle = "constant"
+    min_lr_ratio: float = bounded(0.0, ge=0, le=1)  # floor of the cosine/linear schedule
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "total_training_steps": "derived from buffer.total_steps / total_epochs",
+        "optimizer_type": "rft's torch trainer uses AdamW",
+    }
+
+
+@dataclass
+class TrainerConfig:
+    """`trainer`: the trainer engine, checkpointing and optimisation."""
+
+    name: str = "trainer"
+    trainer_type: TrainerType = "torch"
+    save_interval: int = bounded(100, ge=1)  # steps between checkpoints in the object store
+    grad_clip: float = bounded(1.0, gt=0)
+    total_steps: int | None = bounded(None, ge=1)  # default: buffer.total_steps
+    micro_batch_size: int = bounded(4, ge=1)  # experiences per forward pass on one device
+    optim: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "trainer_strategy": _VERL,
+        "save_strategy": "one trainer process writes each checkpoint",
+        "save_hf_checkpoint": "checkpoints are always saved as safetensors with a manifest",
+        "use_dynamic_bsz": _VERL,
+        "max_token_len_per_gpu": _VERL,
+        "ppo_max_token_len_per_gpu": _VERL,
+        "ulysses_sequence_parallel_size": "sequence parallelism is not supported",
+        "trainer_config": _VERL,
+        "trainer_config_path": _VERL,
+        "actor_grad_clip": "use trainer.grad_clip",
+    }
+
+
+@dataclass
+class SynchronizerConfig:
+    """`synchronizer`: when explorers load new weights and how they receive them."""
+
+    sync_method: SyncMethod = "checkpoint"
+    sync_style: SyncStyle = "fixed"
+    sync_interval: int = bounded(1, ge=1)  # trainer steps between weight versions
+    sync_offset: int = bounded(0, ge=0)  # explorer steps taken before the trainer starts
+    sync_timeout: float = bounded(1200.0, gt=0)  # seconds
+
+    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
+        "sync_style": {
+            "explorer_driven": Alias("dynamic_by_explorer"),
+            "dynamic_by_trainer": Alias("trainer_driven"),
+        },
+        "sync_method": {
+            "nccl": Alias("memory", "rft hands weights over in process memory in mode both"),
+        },
+    }
+
+
+@dataclass
+class MonitorConfig:
+    """`monitor`: where metrics from the `metrics` topic are shown."""
+
+    monitor_type: MonitorType = "console"
+    monitor_args: dict[str, Any] = field(default_factory=dict)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "enable_ray_timeline": _RAY,
+    }
+    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
+        "monitor_type": {
+            "wandb": Alias("console", "Weights & Biases is not supported; metrics go to console"),
+            "mlflow": Alias("console", "MLFlow is not supported; metrics go to console"),
+        }
+    }
+
+
+@dataclass
+class RftConfig:
+    """A whole run: the top-level keys and one dataclass per section."""
+
+    project: str
+    name: str
+    model: ModelConfig
+    buffer: BufferConfig
+    mode: Mode = "both"
+    checkpoint_root_dir: str = "./checkpoints"  # local logs and monitor output of the run
+    continue_from_checkpoint: bool = True
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    stack: StackSettings = field(default_factory=StackSettings)  # rft: Kafka and object store
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "ray_namespace": _RAY,
+        "service": "the Data-Juicer service is not supported",
+        "data_processor": "task/experience pipelines are not supported yet",
+        "log": "rft logs through Python logging; set the level with RFT_LOG_LEVEL",
+        "stages": "multi-stage runs are not supported yet; run one config per stage",
+        "actor_rollout_ref": _VERL,
+        "critic": _VERL,
+        "hf_checkpoint_dir": "checkpoints live in the object store",
+    }
+
+    @property
+    def job_dir(self) -> Path:
+        """Local directory of this run: `<checkpoint_root_dir>/<project>/<name>`."""
+        return Path(self.checkpoint_root_dir) / self.project / self.name
+
+    def to_dict(self, include_secrets: bool = False) -> dict[str, Any]:
+        """Plain data (paths as strings). Secrets are left out unless asked for."""
+        fields = _plain(asdict(self))
+        data = {key: fields[key] for key in _TOP_LEVEL_ORDER}
+        if not include_secrets:
+            data["stack"]["object_store"].pop("access_key", None)
+            data["stack"]["object_store"].pop("secret_key", None)
+            data["explorer"]["rollout_model"].pop("api_key", None)
+        return data
+
+    def to_yaml(self, include_secrets: bool = False) -> str:
+        """YAML that `load_config` reads back into an equal config.
+
+        Secrets are left out unless asked for; loading then takes them from the environment again.
+        """
+        return yaml.safe_dump(
+            self.to_dict(include_secrets=include_secrets), sort_keys=False, allow_unicode=True
+        )
+
+
+_TOP_LEVEL_ORDER = (
+    "project",
+    "name",
+    "mode",
+    "checkpoint_root_dir",
+    "continue_from_checkpoint",
+    "algorithm",
+    "model",
+    "cluster",
+    "buffer",
+    "explorer",
+    "trainer",
+    "synchronizer",
+    "monitor",
+    "stack",
+)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str) and "${" in value:
+        return value.replace("${", "\\${")  # written text, not an interpolation, when read back
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
