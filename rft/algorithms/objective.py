@@ -1,0 +1,150 @@
+"""One algorithm's training objective, composed from its registered parts.
+
+`build_loss(spec)` returns an AlgorithmLoss: the trainer engine calls it with the current
+log-probabilities (and entropy) of a batch and gets one scalar to backpropagate:
+    loss = policy_loss + kl_coef * kl_loss + entropy_term,  entropy_term = -entropy_coef * H
+`compute_advantages(spec, ...)` turns sequence rewards into the token advantages the loss uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
+from rft.algorithms.entropy import ENTROPY_LOSS_FN
+from rft.algorithms.kl import KL_FN, apply_kl_penalty
+from rft.algorithms.policy_losses import POLICY_LOSS_FN
+from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec, resolve_algorithm, validate_spec
+from rft.algorithms.tensor_checks import AlgorithmInputError
+
+
+@dataclass
+class LossBatch:
+    """Per-token tensors [B, T] of a training batch that do not depend on the current weights.
+
+    old_logprob: log-probabilities under the rollout policy (from the Experience events).
+    advantages: token advantages (see compute_advantages); None for algorithms without them.
+    ref_logprob: reference-model log-probabilities; needed only when spec.use_reference.
+    """
+
+    action_mask: torch.Tensor
+    old_logprob: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    ref_logprob: torch.Tensor | None = None
+
+
+class AlgorithmLoss:
+    """The composed objective of one AlgorithmSpec; call it once per micro-batch."""
+
+    def __init__(self, spec: AlgorithmSpec) -> None:
+        validate_spec(spec)
+        self.spec = spec
+        self.loss_agg_mode = spec.effective_loss_agg_mode
+        self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
+        self._policy_args = spec.policy_args()
+        self._kl_fn = KL_FN.get(spec.kl_loss_fn)
+        self._kl_args = spec.kl_loss_args()
+        self._entropy_fn = ENTROPY_LOSS_FN.get(spec.entropy_loss_fn)
+        self._entropy_args = spec.entropy_args()
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.spec.uses_kl_loss
+
+    @property
+    def needs_entropy(self) -> bool:
+        return self.spec.use_entropy
+
+    def __call__(
+        self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """loss = policy + kl_coef * kl + (-entropy_coef * H); metrics of every term plus "loss".
+
+        `entropy` may be None when `needs_entropy` is False; `batch.ref_logprob` may be None when
+        `needs_reference` is False. Terms with a zero coefficient are skipped entirely.
+        """
+        mode = self.loss_agg_mode
+        loss, metrics = self._policy_fn(
+            logprob,
+            batch.old_logprob,
+            batch.advantages,
+            batch.action_mask,
+            mode,
+            **self._policy_args,
+        )
+        if self.needs_reference:
+            if batch.ref_logprob is None:
+                raise AlgorithmInputError(
+                    f"kl_loss_fn {self.spec.kl_loss_fn!r} with kl_coef {self.spec.kl_coef} "
+                    "needs batch.ref_logprob"
+                )
+            kl, kl_metrics = self._kl_fn(
+                logprob, batch.ref_logprob, batch.action_mask, mode, **self._kl_args
+            )
+            loss = loss + self.spec.kl_coef * kl
+            metrics.update(kl_metrics)
+            metrics["kl_coef"] = self.spec.kl_coef
+        if self.needs_entropy:
+            if entropy is None:
+                raise AlgorithmInputError(
+                    f"entropy_loss_fn {self.spec.entropy_loss_fn!r} with entropy_coef "
+                    f"{self.spec.entropy_coef} needs the token entropy"
+                )
+            term, entropy_metrics = self._entropy_fn(
+                entropy, batch.action_mask, mode, **self._entropy_args
+            )
+            loss = loss + term
+            metrics.update(entropy_metrics)
+        metrics["loss"] = float(loss.detach())
+        return loss, metrics
+
+
+def build_loss(spec: AlgorithmSpec | str, cfg: Any = None) -> AlgorithmLoss:
+    """Compose the objective of `spec` (an AlgorithmSpec or an algorithm_type name).
+
+    With `cfg` (an `algorithm` config section), the section is resolved first via
+    `resolve_algorithm`, its algorithm_type defaulting to `spec`'s.
+    """
+    if cfg is not None:
+        base = spec if isinstance(spec, str) else spec.algorithm_type
+        if isinstance(cfg, dict):
+            cfg = {"algorithm_type": base, **{k: v for k, v in cfg.items() if v is not None}}
+        spec = resolve_algorithm(cfg)
+    elif isinstance(spec, str):
+        spec = ALGORITHM_TYPES.get(spec)
+    return AlgorithmLoss(spec)
+
+
+def compute_advantages(
+    spec: AlgorithmSpec,
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    action_mask: torch.Tensor,
+    logprob: torch.Tensor | None = None,
+    ref_logprob: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token advantages [B, T] for a batch: optional KL penalty on rewards, then advantage_fn.
+
+    r' = r - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty; needs logprob and
+    ref_logprob), a = advantage_fn(r', group_index, **advantage_fn_args), A[b, t] = a[b] mask[b, t].
+    Algorithms without advantages (sft) get zeros.
+    """
+    metrics: dict[str, float] = {}
+    if spec.advantage_fn is None:
+        return torch.zeros(action_mask.shape, dtype=torch.float32, device=action_mask.device), {}
+    if spec.uses_kl_penalty:
+        if logprob is None or ref_logprob is None:
+            raise AlgorithmInputError(
+                f"kl_penalty_fn {spec.kl_penalty_fn!r} needs logprob and ref_logprob"
+            )
+        rewards, metrics = apply_kl_penalty(
+            rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
+        )
+    adv, adv_metrics = ADVANTAGE_FN.get(spec.advantage_fn)(
+        rewards, group_index, **spec.advantage_fn_args
+    )
+    metrics.update(adv_metrics)
+    return broadcast_advantages(adv, action_mask), metrics

@@ -1,0 +1,264 @@
+"""Algorithm presets (the `algorithm.algorithm_type` registry, ALGORITHM_TYPES) and their resolution.
+
+An AlgorithmSpec names the parts of one algorithm (advantage fn, policy loss, KL, entropy) and their
+default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config section on the preset of
+its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any
+
+from rft.algorithms.advantages import ADVANTAGE_FN
+from rft.algorithms.aggregation import LOSS_AGG_MODES
+from rft.algorithms.entropy import ENTROPY_LOSS_FN
+from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
+from rft.algorithms.policy_losses import POLICY_LOSS_FN
+from rft.algorithms.registry import Registry
+from rft.errors import ConfigError
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+def _frozen(args: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(args or {}))
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """The parts of one RL algorithm, by registry name, with their args (Trinity-RFT key names).
+
+    advantage_fn None means the algorithm uses no advantages (sft). Coefficients live in the args:
+    kl_loss_fn_args["kl_coef"], kl_penalty_fn_args["kl_coef"], entropy_loss_fn_args["entropy_coef"].
+    A loss_agg_mode given in policy_loss_fn_args (Trinity-RFT's place for it) takes precedence.
+    """
+
+    algorithm_type: str
+    policy_loss_fn: str
+    advantage_fn: str | None = None
+    kl_loss_fn: str = "none"
+    kl_penalty_fn: str = "none"
+    entropy_loss_fn: str = "none"
+    sample_strategy: str = "default"
+    loss_agg_mode: str = "token-mean"
+    advantage_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    policy_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    kl_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    kl_penalty_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    entropy_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    min_repeat_times: int = 1
+
+    def __post_init__(self) -> None:
+        for name in (
+            "advantage_fn_args",
+            "policy_loss_fn_args",
+            "kl_loss_fn_args",
+            "kl_penalty_fn_args",
+            "entropy_loss_fn_args",
+        ):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    @property
+    def kl_coef(self) -> float:
+        """Weight of the KL loss term (kl_loss_fn_args.kl_coef, default 0)."""
+        return float(self.kl_loss_fn_args.get("kl_coef", 0.0))
+
+    @property
+    def kl_penalty_coef(self) -> float:
+        """Weight of the KL penalty folded into rewards (kl_penalty_fn_args.kl_coef, default 0)."""
+        return float(self.kl_penalty_fn_args.get("kl_coef", 0.0))
+
+    @property
+    def entropy_coef(self) -> float:
+        """Weight of the entropy bonus (entropy_loss_fn_args.entropy_coef, default 0)."""
+        return float(self.entropy_loss_fn_args.get("entropy_coef", 0.0))
+
+    @property
+    def uses_kl_loss(self) -> bool:
+        return self.kl_loss_fn != "none" and self.kl_coef != 0.0
+
+    @property
+    def uses_kl_penalty(self) -> bool:
+        return self.kl_penalty_fn != "none" and self.kl_penalty_coef != 0.0
+
+    @property
+    def use_reference(self) -> bool:
+        """Whether reference-model log-probabilities are needed (a KL term with nonzero coef)."""
+        return self.uses_kl_loss or self.uses_kl_penalty
+
+    @property
+    def use_entropy(self) -> bool:
+        """Whether the trainer must compute token entropy for the loss."""
+        return self.entropy_loss_fn != "none" and self.entropy_coef != 0.0
+
+    @property
+    def use_advantage(self) -> bool:
+        return self.advantage_fn is not None
+
+    @property
+    def effective_loss_agg_mode(self) -> str:
+        return str(self.policy_loss_fn_args.get("loss_agg_mode", self.loss_agg_mode))
+
+    def policy_args(self) -> dict[str, Any]:
+        """policy_loss_fn_args without loss_agg_mode (which is passed positionally)."""
+        return {k: v for k, v in self.policy_loss_fn_args.items() if k != "loss_agg_mode"}
+
+    def kl_loss_args(self) -> dict[str, Any]:
+        """kl_loss_fn_args without kl_coef (which weights the term, outside the function)."""
+        return {k: v for k, v in self.kl_loss_fn_args.items() if k != "kl_coef"}
+
+    def entropy_args(self) -> dict[str, Any]:
+        return {**self.entropy_loss_fn_args, "entropy_coef": self.entropy_coef}
+
+
+ALGORITHM_TYPES: Registry[AlgorithmSpec] = Registry("algorithm.algorithm_type")
+
+# Group-relative algorithms need >= 2 rollouts per task; a lone rollout gets advantage 0.
+_KL_K2 = {"kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.001}}
+_ENTROPY = {"entropy_loss_fn": "default", "entropy_loss_fn_args": {"entropy_coef": 0.0}}
+
+ALGORITHM_TYPES.add(
+    "grpo",
+    AlgorithmSpec(
+        "grpo", policy_loss_fn="ppo", advantage_fn="grpo", min_repeat_times=2, **_KL_K2, **_ENTROPY
+    ),
+)
+ALGORITHM_TYPES.add(
+    "rloo",
+    AlgorithmSpec(
+        "rloo", policy_loss_fn="ppo", advantage_fn="rloo", min_repeat_times=2, **_KL_K2, **_ENTROPY
+    ),
+)
+ALGORITHM_TYPES.add(
+    "reinforce_plus_plus",
+    AlgorithmSpec(
+        "reinforce_plus_plus",
+        policy_loss_fn="ppo",
+        advantage_fn="reinforce_plus_plus",
+        **_KL_K2,
+        **_ENTROPY,
+    ),
+)
+ALGORITHM_TYPES.add(
+    "opmd",
+    AlgorithmSpec(
+        "opmd", policy_loss_fn="opmd", advantage_fn="opmd", min_repeat_times=2, **_KL_K2, **_ENTROPY
+    ),
+)
+ALGORITHM_TYPES.add("sft", AlgorithmSpec("sft", policy_loss_fn="sft"))
+
+
+def _read(cfg: Any, key: str) -> Any:
+    if isinstance(cfg, Mapping):
+        return cfg.get(key)
+    return getattr(cfg, key, None)
+
+
+# Positional parameters each registry's functions take before their configurable args.
+_FIXED_PARAMS: dict[str, frozenset[str]] = {
+    "advantage_fn": frozenset({"rewards", "group_index"}),
+    "policy_loss_fn": frozenset(
+        {"logprob", "old_logprob", "advantages", "action_mask", "loss_agg_mode"}
+    ),
+    "kl_loss_fn": frozenset({"logprob", "ref_logprob", "action_mask", "loss_agg_mode"}),
+    "entropy_loss_fn": frozenset({"entropy", "action_mask", "loss_agg_mode"}),
+}
+
+
+def check_args(
+    fn: Callable[..., Any], args: Mapping[str, Any], key: str, fixed: frozenset[str]
+) -> None:
+    """Raise ConfigError if `args` holds a name that `fn` does not accept as a keyword."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    accepted = sorted(n for n in params if n not in fixed)
+    for name in args:
+        if name not in accepted:
+            raise ConfigError(
+                f"algorithm.{key}_args.{name}: not an argument of {key} "
+                f"(accepts: {', '.join(accepted) or 'nothing'})"
+            )
+
+
+def resolve_algorithm(cfg: Any, repeat_times: int | None = None) -> AlgorithmSpec:
+    """Overlay an `algorithm` config section (mapping or object) on its algorithm_type's preset.
+
+    Keys read: algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, kl_penalty_fn,
+    entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts. A key that is
+    None/absent keeps the preset's value; a given *_args dict is merged over the preset's args.
+    Every name is looked up in its registry and every arg checked against the function's
+    signature, so a typo fails here with a ConfigError naming the key. `repeat_times` (default:
+    cfg.repeat_times) is checked against the preset's minimum.
+    """
+    algorithm_type = _read(cfg, "algorithm_type") or "grpo"
+    preset = ALGORITHM_TYPES.get(algorithm_type)
+    changes: dict[str, Any] = {}
+    for key in (
+        "advantage_fn",
+        "policy_loss_fn",
+        "kl_loss_fn",
+        "kl_penalty_fn",
+        "entropy_loss_fn",
+        "sample_strategy",
+        "loss_agg_mode",
+    ):
+        value = _read(cfg, key)
+        if value is not None:
+            changes[key] = value
+    for key in (
+        "advantage_fn_args",
+        "policy_loss_fn_args",
+        "kl_loss_fn_args",
+        "kl_penalty_fn_args",
+        "entropy_loss_fn_args",
+    ):
+        value = _read(cfg, key)
+        if value:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"algorithm.{key}: expected a mapping, got {value!r}")
+            changes[key] = {**getattr(preset, key), **value}
+    spec = replace(preset, **changes)
+    validate_spec(spec)
+    if repeat_times is None:
+        repeat_times = _read(cfg, "repeat_times")
+    if repeat_times is not None and repeat_times < spec.min_repeat_times:
+        raise ConfigError(
+            f"algorithm.repeat_times: {algorithm_type!r} needs at least "
+            f"{spec.min_repeat_times} rollouts per task, got {repeat_times}"
+        )
+    return spec
+
+
+def validate_spec(spec: AlgorithmSpec) -> None:
+    """Check every registry name and arg of `spec`; raise ConfigError naming the bad key."""
+    if spec.advantage_fn is not None:
+        adv_fn = ADVANTAGE_FN.get(spec.advantage_fn)
+        check_args(adv_fn, spec.advantage_fn_args, "advantage_fn", _FIXED_PARAMS["advantage_fn"])
+    policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
+    check_args(policy_fn, spec.policy_args(), "policy_loss_fn", _FIXED_PARAMS["policy_loss_fn"])
+    kl_fn = KL_FN.get(spec.kl_loss_fn)
+    check_args(kl_fn, spec.kl_loss_args(), "kl_loss_fn", _FIXED_PARAMS["kl_loss_fn"])
+    KL_ESTIMATORS.get(spec.kl_penalty_fn, key="algorithm.kl_penalty_fn")
+    extra_penalty = set(spec.kl_penalty_fn_args) - {"kl_coef"}
+    if extra_penalty:
+        raise ConfigError(
+            f"algorithm.kl_penalty_fn_args.{sorted(extra_penalty)[0]}: not an argument of "
+            f"kl_penalty_fn (accepts: kl_coef)"
+        )
+    entropy_fn = ENTROPY_LOSS_FN.get(spec.entropy_loss_fn)
+    check_args(
+        entropy_fn, spec.entropy_loss_fn_args, "entropy_loss_fn", _FIXED_PARAMS["entropy_loss_fn"]
+    )
+    LOSS_AGG_MODES.get(spec.effective_loss_agg_mode)
+    for key, coef in (
+        ("kl_loss_fn_args.kl_coef", spec.kl_loss_fn_args.get("kl_coef", 0.0)),
+        ("kl_penalty_fn_args.kl_coef", spec.kl_penalty_fn_args.get("kl_coef", 0.0)),
+        ("entropy_loss_fn_args.entropy_coef", spec.entropy_loss_fn_args.get("entropy_coef", 0.0)),
+    ):
+        if isinstance(coef, bool) or not isinstance(coef, int | float):
+            raise ConfigError(f"algorithm.{key}: expected a number, got {coef!r}")
