@@ -1,0 +1,106 @@
+"""Registry behaviour: lookup, suggestions on typos, user plug-ins by one decorator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rft.algorithms.advantages import ADVANTAGE_FN
+from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
+from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec
+from rft.algorithms.registry import Registry
+from rft.errors import ConfigError
+
+
+def test_unknown_name_raises_config_error_with_suggestion_and_known_names() -> None:
+    with pytest.raises(ConfigError) as info:
+        ADVANTAGE_FN.get("grop")
+    message = str(info.value)
+    assert "algorithm.advantage_fn" in message
+    assert "did you mean 'grpo'" in message
+    assert "rloo" in message and "opmd" in message
+
+
+def test_unknown_name_without_close_match_lists_known() -> None:
+    reg: Registry[int] = Registry("thing")
+    reg.add("alpha", 1)
+    with pytest.raises(ConfigError, match=r"unknown thing 'zzzzzz' \(known: alpha\)"):
+        reg.get("zzzzzz")
+
+
+def test_get_names_the_config_key_when_given() -> None:
+    reg: Registry[int] = Registry("algorithm.kl_loss_fn")
+    with pytest.raises(ConfigError, match="unknown algorithm.kl_penalty_fn 'x'"):
+        reg.get("x", key="algorithm.kl_penalty_fn")
+
+
+def test_duplicate_registration_is_refused_unless_replace() -> None:
+    reg: Registry[object] = Registry("thing")
+
+    @reg.register("a")
+    def first() -> None: ...
+
+    with pytest.raises(ConfigError, match="already registered"):
+
+        @reg.register("a")
+        def second() -> None: ...
+
+    def third() -> None: ...
+
+    reg.register("a", replace=True)(third)
+    assert reg.get("a") is third
+    assert reg.names() == ["a"] and "a" in reg and len(reg) == 1
+
+
+def test_user_advantage_fn_plugs_in_with_one_decorator() -> None:
+    @ADVANTAGE_FN.register("test_sign_only")
+    def sign_advantage(
+        rewards: torch.Tensor, group_index: torch.Tensor, scale: float = 1.0
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        return scale * torch.sign(rewards), {}
+
+    try:
+        assert ADVANTAGE_FN.get("test_sign_only") is sign_advantage
+        spec = AlgorithmSpec(
+            "custom",
+            policy_loss_fn="ppo",
+            advantage_fn="test_sign_only",
+            advantage_fn_args={"scale": 2.0},
+        )
+        mask = torch.ones(3, 2)
+        adv, _ = compute_advantages(
+            spec, torch.tensor([-1.0, 0.0, 5.0]), torch.zeros(3).long(), mask
+        )
+        assert adv.tolist() == [[-2.0, -2.0], [0.0, 0.0], [2.0, 2.0]]
+    finally:
+        ADVANTAGE_FN._entries.pop("test_sign_only")
+
+
+def test_algorithm_type_registry_has_the_presets() -> None:
+    assert {"grpo", "rloo", "reinforce_plus_plus", "opmd", "sft"} <= set(ALGORITHM_TYPES.names())
+    with pytest.raises(ConfigError, match="did you mean 'grpo'"):
+        build_loss("gpro")
+
+
+def test_registry_module_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, rft.algorithms.registry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_built_loss_runs_end_to_end() -> None:
+    loss_fn = build_loss("grpo")
+    lp = torch.zeros(2, 3, requires_grad=True)
+    batch = LossBatch(
+        action_mask=torch.ones(2, 3),
+        old_logprob=torch.zeros(2, 3),
+        advantages=torch.ones(2, 3),
+        ref_logprob=torch.zeros(2, 3),
+    )
+    loss, metrics = loss_fn(lp, None, batch)
+    loss.backward()
+    assert metrics["loss"] == pytest.approx(-1.0)
+    assert lp.grad is not None
