@@ -1,0 +1,326 @@
+"""Rollout engines: turn prompt token ids into sampled responses with per-token logprobs.
+
+`RolloutEngine` is the interface explorers call; `ROLLOUT_ENGINES` maps config names to
+factories `(RolloutEngineConfig) -> RolloutEngine`. "hf" runs transformers `generate` over the
+whole batch (prompts x n) in one call. Logprob convention: see `Rollout`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rft.algorithms.registry import Registry
+from rft.engines.models import ModelSpec, load_model
+from rft.engines.weights import export_state_dict, load_weights_into
+from rft.errors import ConfigError, EngineError
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample. temperature <= 0 means greedy decoding.
+
+    top_p / top_k (0 = off) shape only which token is drawn, never the reported logprobs.
+    `stop` strings end a response after the token that completes them (that token is kept);
+    `stop_token_ids` add to the tokenizer's eos. `seed` makes a generate call reproducible.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_tokens: int = 64
+    n: int = 1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ConfigError(f"rollout n must be >= 1, got {self.n}")
+        if self.max_tokens < 1:
+            raise ConfigError(f"rollout max_tokens must be >= 1, got {self.max_tokens}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ConfigError(f"rollout top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ConfigError(f"rollout top_k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the reported logprobs: the sampling one, or 1.0 when greedy."""
+        return 1.0 if self.greedy else self.temperature
+
+
+@dataclass
+class Rollout:
+    """One sampled response.
+
+    logprobs[i] = log p(response_ids[i]) under log_softmax(logits / T) of the full, unfiltered
+    distribution (T = SamplingParams.logprob_temperature), i.e. what `token_logprobs` recomputes.
+    response_ids include the eos token when finish_reason == "stop" by eos; pads are stripped.
+    """
+
+    prompt_ids: np.ndarray  # int32 [P]
+    response_ids: np.ndarray  # int32 [R]
+    logprobs: np.ndarray  # float32 [R]
+    text: str
+    finish_reason: str  # "stop" | "length"
+
+
+class RolloutEngine(abc.ABC):
+    """What an explorer needs from a rollout engine."""
+
+    @property
+    @abc.abstractmethod
+    def tokenizer(self) -> Any: ...
+
+    @property
+    @abc.abstractmethod
+    def model_version(self) -> int: ...
+
+    def chat_prompt_ids(
+        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Token ids of `messages` rendered with the tokenizer's chat template."""
+        try:
+            ids = self.tokenizer.apply_chat_template(
+                list(messages),
+                tokenize=True,
+                add_generation_prompt=add_generation_prompt,
+                return_dict=False,
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EngineError(f"cannot apply chat template: {exc}") from exc
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    @abc.abstractmethod
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[list[Rollout]]:
+        """For each prompt, `params.n` rollouts (outer list follows prompt order)."""
+
+    @abc.abstractmethod
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        """Replace the weights (HF names) and set `model_version`."""
+
+    @abc.abstractmethod
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Current weights under HF names, each storage once."""
+
+
+@dataclass(frozen=True)
+class RolloutEngineConfig:
+    """Settings shared by rollout engines; `options` holds engine-specific ones."""
+
+    model: ModelSpec = field(default_factory=ModelSpec)
+    num_threads: int | None = None
+    max_batch_size: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+RolloutEngineFactory = Callable[[RolloutEngineConfig], RolloutEngine]
+ROLLOUT_ENGINES: Registry[RolloutEngineFactory] = Registry("explorer.rollout_model.engine_type")
+
+
+def create_rollout_engine(engine_type: str, config: RolloutEngineConfig) -> RolloutEngine:
+    """Build the engine registered under `engine_type`."""
+    return ROLLOUT_ENGINES.get(engine_type)(config)
+
+
+class _SampledLogprobRecorder:
+    """Logits processor that records log p(sampled token) at each step, O(batch x vocab) memory.
+
+    transformers runs user logits processors before its temperature/top-k/top-p warpers, so this
+    sees the raw logits. At step t it keeps log_softmax(logits_t / T); at step t+1 (or in
+    `finish`) the token drawn at t is known and its logprob is picked out.
+    """
+
+    def __init__(self, temperature: float, prompt_len: int) -> None:
+        self.temperature = temperature
+        self.prompt_len = prompt_len
+        self._pending: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids)
+        self._pending = torch.log_softmax(scores.float() / self.temperature, dim=-1)
+        return scores
+
+    def _take(self, sequences: torch.Tensor) -> None:
+        if self._pending is not None:
+            column = sequences[:, self.prompt_len + len(self.steps)]
+            self.steps.append(self._pending.gather(1, column[:, None]).squeeze(1))
+            self._pending = None
+
+    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
+        """[N, L] logprobs of the generated tokens of `sequences`."""
+        self._take(sequences)
+        return torch.stack(self.steps, dim=1)
+
+
+class HFRolloutEngine(RolloutEngine):
+    """transformers `generate` over prompts x n in one batch, left padded, under inference_mode."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        version: int = 0,
+        max_batch_size: int | None = None,
+    ) -> None:
+        self._model = model.eval()
+        self._tokenizer = tokenizer
+        self._version = version
+        self._max_batch_size = max_batch_size
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+    @classmethod
+    def from_config(cls, config: RolloutEngineConfig) -> HFRolloutEngine:
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        model, tokenizer = load_model(config.model)
+        return cls(model, tokenizer, max_batch_size=config.max_batch_size)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def model(self) -> Any:
+        return self._model
+
+    @property
+    def model_version(self) -> int:
+        return self._version
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        load_weights_into(self._model, tensors)
+        self._version = int(version)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return export_state_dict(self._model)
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[list[Rollout]]:
+        prompts = [list(map(int, p)) for p in prompt_ids]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise EngineError(f"prompt {i} is empty")
+        rows = [p for p in prompts for _ in range(params.n)]
+        step = self._max_batch_size or len(rows) or 1
+        flat: list[Rollout] = []
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for lo in range(0, len(rows), step):
+                flat.extend(self._generate_rows(rows[lo : lo + step], params))
+        return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _rng_devices(self) -> list[Any]:
+        device = next(self._model.parameters()).device
+        return [device] if device.type == "cuda" else []
+
+    def _eos_ids(self, params: SamplingParams) -> list[int]:
+        eos = self._tokenizer.eos_token_id
+        base = [eos] if isinstance(eos, int) else list(eos or [])
+        return list(dict.fromkeys([*base, *params.stop_token_ids]))
+
+    def _generate_rows(self, rows: list[list[int]], params: SamplingParams) -> list[Rollout]:
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        device = next(self._model.parameters()).device
+        pad = int(self._tokenizer.pad_token_id)
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, width - len(r) :] = torch.tensor(r)
+            mask[i, width - len(r) :] = 1
+        eos_ids = self._eos_ids(params)
+        gen_config = GenerationConfig(
+            do_sample=not params.greedy,
+            temperature=None if params.greedy else params.temperature,
+            top_p=None if params.greedy or params.top_p >= 1.0 else params.top_p,
+            top_k=None if params.greedy or params.top_k == 0 else params.top_k,
+            max_new_tokens=params.max_tokens,
+            eos_token_id=eos_ids,
+            pad_token_id=pad,
+            return_dict_in_generate=True,
+            use_cache=True,
+        )
+        recorder = _SampledLogprobRecorder(params.logprob_temperature, width)
+        try:
+            with torch.inference_mode():
+                out = self._model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=mask.to(device),
+                    generation_config=gen_config,
+                    logits_processor=LogitsProcessorList([recorder]),
+                )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"generation failed: {exc}") from exc
+        sequences = out.sequences.cpu()
+        logprobs = recorder.finish(out.sequences).float().cpu().numpy()
+        generated = sequences[:, width:].numpy()
+        return [
+            self._to_rollout(rows[i], generated[i], logprobs[i], eos_ids, params)
+            for i in range(len(rows))
+        ]
+
+    def _to_rollout(
+        self,
+        prompt: list[int],
+        generated: np.ndarray,
+        logprobs: np.ndarray,
+        eos_ids: list[int],
+        params: SamplingParams,
+    ) -> Rollout:
+        end = len(generated)
+        finish = "length"
+        hits = np.flatnonzero(np.isin(generated, eos_ids))
+        if hits.size:
+            end, finish = int(hits[0]) + 1, "stop"
+        if params.stop:
+            cut = _stop_string_cut(self._tokenizer, generated[:end], params.stop)
+            if cut is not None:
+                end, finish = cut, "stop"
+        response = generated[:end].astype(np.int32)
+        text = self._tokenizer.decode(response.tolist(), skip_special_tokens=True)
+        return Rollout(
+            prompt_ids=np.asarray(prompt, dtype=np.int32),
+            response_ids=response,
+            logprobs=logprobs[:end].astype(np.float32),
+            text=text,
+            finish_reason=finish,
+        )
+
+
+def _stop_string_cut(tokenizer: Any, ids: np.ndarray, stops: tuple[str, ...]) -> int | None:
+    """Length of the shortest prefix of `ids` whose text contains a stop string, if any."""
+    full = tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+    if not any(s in full for s in stops):
+        return None
+    for k in range(1, len(ids) + 1):
+        text = tokenizer.decode(ids[:k].tolist(), skip_special_tokens=True)
+        if any(s in text for s in stops):
+            return k
+    return None
+
+
+@ROLLOUT_ENGINES.register("hf")
+def hf_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
+    """transformers generate on CPU or one GPU (config.model.device)."""
+    return HFRolloutEngine.from_config(config)

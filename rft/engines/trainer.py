@@ -1,0 +1,366 @@
+"""The `torch` trainer engine: optimizer steps on a transformers model from batches of rollouts.
+
+`TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
+entropy over the response positions, calls the algorithm's loss, accumulates gradients, clips
+and steps AdamW plus the LR schedule. It also exports weights under HF names and writes / reads
+HF directories for checkpoints and resume.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rft.algorithms.registry import Registry
+from rft.engines.logprobs import token_logprobs
+from rft.engines.weights import export_state_dict, load_weights_into, read_safetensors_dir
+from rft.errors import ConfigError, EngineError
+
+LossFn = Callable[
+    [torch.Tensor, torch.Tensor, dict[str, torch.Tensor]],
+    tuple[torch.Tensor, dict[str, Any]],
+]
+"""loss_fn(logprob [B,R], entropy [B,R], tensors) -> (scalar loss, metrics).
+
+`tensors` holds [B,R] float tensors aligned with the response tokens: old_logprobs,
+action_mask (1 where the token is trained, 0 on prompts-in-response and padding), response_mask
+(1 on real tokens), advantages (per-sequence values broadcast over the row), ref_logprobs (when
+the engine has a reference model), token_rewards (when given), plus any extras of the batch.
+The loss must be a mean over this micro-batch (see TorchTrainerConfig.accumulation).
+"""
+
+
+@dataclass(frozen=True)
+class TorchTrainerConfig:
+    """Optimizer, schedule and batching of the torch trainer engine.
+
+    lr schedule: linear warmup over `warmup_steps` (factor (s+1)/warmup), then "constant" or
+    "cosine" decay to `min_lr_ratio * lr` at `total_steps`.
+    accumulation: how micro-batch losses combine into the batch loss. "token": each micro loss is
+    weighted by its share of the batch's action tokens (exact for token-mean losses); "sequence":
+    by its share of sequences (exact for per-sequence-mean losses).
+    """
+
+    lr: float = 1e-6
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+    total_steps: int = 0
+    lr_schedule: str = "constant"
+    min_lr_ratio: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch_size: int = 8
+    temperature: float = 1.0
+    use_ref_model: bool = False
+    accumulation: str = "token"
+    logprob_chunk_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_size < 1:
+            raise ConfigError(f"trainer.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        if self.temperature <= 0:
+            raise ConfigError(f"trainer.temperature must be > 0, got {self.temperature}")
+        if self.accumulation not in ("token", "sequence"):
+            raise ConfigError(
+                f"trainer.accumulation must be 'token' or 'sequence', got {self.accumulation!r}"
+            )
+        LR_SCHEDULES.get(self.lr_schedule)
+
+
+LrSchedule = Callable[[int, TorchTrainerConfig], float]
+LR_SCHEDULES: Registry[LrSchedule] = Registry("trainer.lr_schedule")
+
+
+def _warmup(step: int, config: TorchTrainerConfig) -> float | None:
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    return None
+
+
+@LR_SCHEDULES.register("constant")
+def constant_schedule(step: int, config: TorchTrainerConfig) -> float:
+    """factor = 1 after warmup."""
+    warm = _warmup(step, config)
+    return 1.0 if warm is None else warm
+
+
+@LR_SCHEDULES.register("cosine")
+def cosine_schedule(step: int, config: TorchTrainerConfig) -> float:
+    """factor = m + (1 - m) * (1 + cos(pi * p)) / 2, p = progress after warmup in [0, 1]."""
+    warm = _warmup(step, config)
+    if warm is not None:
+        return warm
+    span = max(1, config.total_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    m = config.min_lr_ratio
+    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class TrainBatch:
+    """One optimizer step's sequences, as python lists / numpy arrays (one entry per sequence).
+
+    advantages: a float per sequence or an array per token (one per response token).
+    extras: more per-sequence floats or per-token arrays the loss wants (padded like the others).
+    """
+
+    prompt_ids: list[Sequence[int]]
+    response_ids: list[Sequence[int]]
+    old_logprobs: list[Sequence[float]]
+    action_mask: list[Sequence[int]]
+    advantages: list[Any]
+    token_rewards: list[Sequence[float]] | None = None
+    extras: dict[str, list[Any]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids)
+
+    def validate(self) -> None:
+        n = len(self.prompt_ids)
+        columns: dict[str, list[Any]] = {
+            "response_ids": self.response_ids,
+            "old_logprobs": self.old_logprobs,
+            "action_mask": self.action_mask,
+            "advantages": self.advantages,
+            **({"token_rewards": self.token_rewards} if self.token_rewards is not None else {}),
+            **self.extras,
+        }
+        for name, column in columns.items():
+            if len(column) != n:
+                raise EngineError(f"TrainBatch.{name} has {len(column)} rows, prompt_ids has {n}")
+        for i in range(n):
+            r = len(self.response_ids[i])
+            if r == 0 or len(self.prompt_ids[i]) == 0:
+                raise EngineError(f"TrainBatch row {i}: empty prompt or response")
+            for name in ("old_logprobs", "action_mask"):
+                if len(columns[name][i]) != r:
+                    raise EngineError(
+                        f"TrainBatch row {i}: {name} has {len(columns[name][i])} entries, "
+                        f"response has {r} tokens"
+                    )
+
+
+class TorchTrainerEngine:
+    """AdamW on a transformers causal LM with gradient accumulation over micro-batches.
+
+    The forward runs in eval mode (no dropout) so the trainer's logprobs use the same function as
+    the rollout engine's; gradients flow as usual.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        config: TorchTrainerConfig,
+        *,
+        tokenizer: Any = None,
+        ref_model: Any = None,
+    ) -> None:
+        self.model = model
+        self.config = config
+        self.tokenizer = tokenizer
+        self.step = 0
+        self.model.eval()
+        if ref_model is None and config.use_ref_model:
+            ref_model = copy.deepcopy(model)
+        if ref_model is not None:
+            ref_model.eval()
+            ref_model.requires_grad_(False)
+        self.ref_model = ref_model
+        self._params = [p for p in model.parameters() if p.requires_grad]
+        if not self._params:
+            raise EngineError("the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            self._params,
+            lr=config.lr,
+            betas=config.betas,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        )
+        schedule = LR_SCHEDULES.get(config.lr_schedule)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: schedule(s, config)
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return self._params[0].device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._params[0].dtype
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over `batch`; returns loss, grad_norm, lr and the loss's metrics.
+
+        Metrics of loss_fn are averaged over micro-batches with the same weights as the loss.
+        A non-finite gradient norm skips the update (metric skipped=1) instead of corrupting the
+        weights.
+        """
+        batch.validate()
+        if len(batch) == 0:
+            raise EngineError("train_step needs at least one sequence")
+        weights = self._micro_weights(batch)
+        lr = float(self.scheduler.get_last_lr()[0])
+        self.optimizer.zero_grad(set_to_none=True)
+        total_loss = 0.0
+        sums: dict[str, float] = {}
+        mb = self.config.micro_batch_size
+        for k, lo in enumerate(range(0, len(batch), mb)):
+            idx = list(range(lo, min(lo + mb, len(batch))))
+            tensors = self._collate(batch, idx)
+            input_ids = tensors.pop("input_ids")
+            attention_mask = tensors.pop("attention_mask")
+            start = int(tensors.pop("response_start").item())
+            if self.ref_model is not None:
+                with torch.no_grad():
+                    tensors["ref_logprobs"], _ = token_logprobs(
+                        self.ref_model,
+                        input_ids,
+                        attention_mask,
+                        self.config.temperature,
+                        start=start,
+                        chunk_tokens=self.config.logprob_chunk_tokens,
+                    )
+            logprob, entropy = token_logprobs(
+                self.model,
+                input_ids,
+                attention_mask,
+                self.config.temperature,
+                start=start,
+                chunk_tokens=self.config.logprob_chunk_tokens,
+            )
+            loss, metrics = loss_fn(logprob, entropy, tensors)
+            if loss.dim() != 0:
+                raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
+            (loss * weights[k]).backward()
+            total_loss += float(loss.detach()) * weights[k]
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + float(value) * weights[k]
+        clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, clip))
+        skipped = not math.isfinite(grad_norm)
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return {
+            **sums,
+            "loss": total_loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "skipped": float(skipped),
+            "sequences": float(len(batch)),
+            "action_tokens": float(sum(int(np.sum(m)) for m in batch.action_mask)),
+        }
+
+    def _micro_weights(self, batch: TrainBatch) -> list[float]:
+        mb = self.config.micro_batch_size
+        groups = [list(range(lo, min(lo + mb, len(batch)))) for lo in range(0, len(batch), mb)]
+        tokens = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
+        if self.config.accumulation == "token" and sum(tokens) > 0:
+            return [t / sum(tokens) for t in tokens]
+        return [len(g) / len(batch) for g in groups]
+
+    def _collate(self, batch: TrainBatch, idx: list[int]) -> dict[str, torch.Tensor]:
+        """Prompts left padded to P, responses right padded to R: response j is column P + j."""
+        p_len = max(len(batch.prompt_ids[i]) for i in idx)
+        r_len = max(len(batch.response_ids[i]) for i in idx)
+        b = len(idx)
+        pad = 0
+        if self.tokenizer is not None and self.tokenizer.pad_token_id is not None:
+            pad = int(self.tokenizer.pad_token_id)
+        input_ids = torch.full((b, p_len + r_len), pad, dtype=torch.long)
+        attention = torch.zeros((b, p_len + r_len), dtype=torch.long)
+        fdtype = self.dtype if self.dtype.is_floating_point else torch.float32
+        fdtype = torch.float64 if fdtype == torch.float64 else torch.float32
+
+        def per_token(values: list[Any]) -> torch.Tensor:
+            out = torch.zeros((b, r_len), dtype=fdtype)
+            for row, i in enumerate(idx):
+                v = np.asarray(values[i], dtype=np.float64)
+                r = len(batch.response_ids[i])
+                out[row, :r] = torch.from_numpy(v) if v.ndim else float(v)
+            return out
+
+        for row, i in enumerate(idx):
+            prompt, response = batch.prompt_ids[i], batch.response_ids[i]
+            input_ids[row, p_len - len(prompt) : p_len] = torch.as_tensor(list(prompt))
+            input_ids[row, p_len : p_len + len(response)] = torch.as_tensor(list(response))
+            attention[row, p_len - len(prompt) : p_len + len(response)] = 1
+        response_mask = attention[:, p_len:].to(fdtype)
+        tensors = {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "response_start": torch.tensor(p_len - 1),
+            "old_logprobs": per_token(batch.old_logprobs),
+            "action_mask": per_token(batch.action_mask) * response_mask,
+            "response_mask": response_mask,
+            "advantages": per_token(batch.advantages),
+        }
+        if batch.token_rewards is not None:
+            tensors["token_rewards"] = per_token(batch.token_rewards)
+        for name, column in batch.extras.items():
+            tensors[name] = per_token(column)
+        return {k: v.to(self.device) for k, v in tensors.items()}
+
+    def state_dict_for_export(self) -> dict[str, torch.Tensor]:
+        """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
+        return export_state_dict(self.model)
+
+    def save_hf(self, directory: str | Path) -> Path:
+        """Write an HF directory (config.json, model.safetensors, tokenizer files)."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.model.save_pretrained(str(path))
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(str(path))
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise EngineError(f"{path}: cannot save model: {exc}") from exc
+        return path
+
+    def load_hf_weights(self, directory: str | Path) -> None:
+        """Copy the weights of an HF directory into the model (for resume); optimizer untouched."""
+        load_weights_into(self.model, read_safetensors_dir(directory))
+
+    def save_optimizer(self, path: str | Path) -> None:
+        """Optimizer + scheduler + step counter, for an exact resume."""
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "step": self.step,
+            },
+            str(path),
+        )
+
+    def load_optimizer(self, path: str | Path) -> None:
+        try:
+            state = torch.load(str(path), map_location=self.device, weights_only=True)
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.step = int(state["step"])
+        except (OSError, KeyError, RuntimeError, ValueError) as exc:
+            raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
+
+
+TrainerEngineFactory = Callable[[Any, Any, TorchTrainerConfig], TorchTrainerEngine]
+TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
+
+
+@TRAINER_ENGINES.register("torch")
+def torch_trainer_engine(
+    model: Any, tokenizer: Any, config: TorchTrainerConfig
+) -> TorchTrainerEngine:
+    """AdamW on one device (CPU or GPU) with the model as loaded by `load_model`."""
+    return TorchTrainerEngine(model, config, tokenizer=tokenizer)
