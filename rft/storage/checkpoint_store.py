@@ -62,11 +62,15 @@ class CheckpointStore:
 
     def __init__(self, store: ObjectStore, project: str, name: str) -> None:
         for label, value in (("project", project), ("name", name)):
-            if not isinstance(value, str) or not value or "/" in value:
+            if not isinstance(value, str) or value in ("", ".", "..") or "/" in value:
                 raise CheckpointError(
-                    f"checkpoint store {label} must be a non-empty string without '/': {value!r}"
+                    f"checkpoint store {label} must be a non-empty string without '/' "
+                    f"(and not '.' or '..'): {value!r}"
                 )
-            validate_key(value)
+            try:
+                validate_key(value)
+            except StorageError as exc:
+                raise CheckpointError(f"checkpoint store {label} {value!r}: {exc}") from exc
         self.store = store
         self.project = project
         self.name = name

@@ -7,6 +7,7 @@ as the `file://` backend.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import secrets
@@ -28,7 +29,11 @@ _TEMP_PREFIX = ".tmp-"
 
 
 class LocalObjectStore(ObjectStore):
-    """Keys map to `root/<key>`; the directory tree is created on demand."""
+    """Keys map to `root/<key>`; the directory tree is created on demand.
+
+    Unlike S3, a filesystem cannot hold both 'a' and 'a/b': writing the second raises
+    StorageError naming the key. Checkpoint layouts never need both.
+    """
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).expanduser().absolute()
@@ -73,7 +78,8 @@ class LocalObjectStore(ObjectStore):
         except OSError as exc:
             raise StorageError(f"cannot write {self.uri(key)} at {path}: {exc}") from exc
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
         return self.stat(key)
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:

@@ -7,6 +7,7 @@ relative, '/'-separated paths; each store may sit under a prefix of its bucket o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from abc import ABC, abstractmethod
@@ -142,7 +143,8 @@ class ObjectStore(ABC):
         except OSError as exc:
             raise StorageError(f"cannot write {self.uri(key)} to {path}: {exc}") from exc
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
         return ObjectInfo(key=key, size=size, etag="")
 
     @abstractmethod
