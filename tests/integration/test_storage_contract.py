@@ -1,0 +1,315 @@
+"""One contract, two backends: every ObjectStore and CheckpointStore behaviour is checked on the
+local filesystem and on the real MinIO of the `stack` fixture (a unique prefix per test, in a
+shared test bucket; bucket creation gets a bucket of its own)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rft.errors import CheckpointError, StorageError
+from rft.storage import (
+    CheckpointStore,
+    LocalObjectStore,
+    ObjectNotFoundError,
+    ObjectStore,
+    S3ObjectStore,
+)
+from rft.storage.object_store_base import CHUNK_SIZE
+
+BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.integration)]
+CONTRACT_BUCKET = "rft-contract-tests"
+
+
+def _bucket_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]", "-", f"rft-t-{text}".lower())[:63].rstrip("-")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
+    if backend == "local":
+        with LocalObjectStore(tmp_path / "store") as local:
+            local.ensure_bucket()
+            yield local
+        return
+    stack = request.getfixturevalue("stack")
+    unique = request.getfixturevalue("unique")
+    settings = dataclasses.replace(stack.object_store, bucket=CONTRACT_BUCKET)
+    with S3ObjectStore(settings, prefix=f"contract/{unique}") as s3:
+        s3.ensure_bucket()
+        yield s3
+        for info in s3.list():
+            s3.delete(info.key)
+
+
+@pytest.fixture
+def fresh_store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """A store whose bucket (or root directory) does not exist yet."""
+    if backend == "local":
+        return LocalObjectStore(tmp_path / "not-yet")
+    stack = request.getfixturevalue("stack")
+    unique = request.getfixturevalue("unique")
+    return S3ObjectStore(
+        dataclasses.replace(stack.object_store, bucket=_bucket_name(unique)), prefix="p"
+    )
+
+
+# -- object store ---------------------------------------------------------------------------
+
+
+def test_put_get_stat_exists(store: ObjectStore) -> None:
+    info = store.put_bytes("dir/a.bin", b"alpha")
+    assert (info.key, info.size) == ("dir/a.bin", 5)
+    assert store.get_bytes("dir/a.bin") == b"alpha"
+    stat = store.stat("dir/a.bin")
+    assert stat.size == 5 and stat.etag
+    assert store.exists("dir/a.bin")
+    assert not store.exists("dir/b.bin")
+    assert not store.exists("dir")  # a "directory" is not an object
+
+
+def test_empty_object(store: ObjectStore) -> None:
+    store.put_bytes("empty", b"")
+    assert store.get_bytes("empty") == b""
+    assert store.stat("empty").size == 0
+
+
+def test_overwrite_changes_content_and_etag(store: ObjectStore) -> None:
+    first = store.put_bytes("k", b"one")
+    second = store.put_bytes("k", b"two-two")
+    assert store.get_bytes("k") == b"two-two"
+    assert store.stat("k").size == 7
+    assert store.stat("k").etag != first.etag or first.etag == ""
+    assert second.size == 7
+
+
+def test_list_is_recursive_sorted_and_prefix_filtered(store: ObjectStore) -> None:
+    for key in ["b/2", "a/1", "a/sub/3", "ab", "c"]:
+        store.put_bytes(key, key.encode())
+    assert [i.key for i in store.list()] == ["a/1", "a/sub/3", "ab", "b/2", "c"]
+    assert [i.key for i in store.list("a/")] == ["a/1", "a/sub/3"]
+    assert [i.key for i in store.list("a")] == ["a/1", "a/sub/3", "ab"]
+    assert {i.key: i.size for i in store.list("b")} == {"b/2": 3}
+    assert store.list("nothing/") == []
+
+
+def test_delete_is_idempotent(store: ObjectStore) -> None:
+    store.put_bytes("x/y", b"1")
+    store.delete("x/y")
+    store.delete("x/y")
+    assert not store.exists("x/y")
+    assert store.list("x/") == []
+
+
+def test_missing_key_errors_name_the_key(store: ObjectStore, tmp_path: Path) -> None:
+    for action in (
+        lambda: store.get_bytes("no/such/key"),
+        lambda: store.stat("no/such/key"),
+        lambda: store.get_file("no/such/key", tmp_path / "dl" / "f"),
+    ):
+        with pytest.raises(ObjectNotFoundError, match="no/such/key"):
+            action()
+    assert not (tmp_path / "dl" / "f").exists()
+
+
+def test_bad_keys_never_reach_the_backend(store: ObjectStore) -> None:
+    for bad in ("../escape", "/abs", "a//b"):
+        with pytest.raises(StorageError, match="object key"):
+            store.put_bytes(bad, b"x")
+    assert store.list() == []
+
+
+def test_missing_bucket_lists_empty_and_ensure_bucket_creates_it(fresh_store: ObjectStore) -> None:
+    with fresh_store:
+        assert fresh_store.list() == []
+        assert not fresh_store.exists("k")
+        fresh_store.ensure_bucket()
+        fresh_store.ensure_bucket()  # idempotent
+        fresh_store.put_bytes("k", b"v")
+        assert fresh_store.get_bytes("k") == b"v"
+        fresh_store.delete("k")
+
+
+def test_large_file_streams_both_ways(store: ObjectStore, tmp_path: Path) -> None:
+    size = 20 * 1024 * 1024 + 17  # > the 5 MiB S3 part size: a multipart upload
+    src = tmp_path / "big.bin"
+    digest = hashlib.sha256()
+    with src.open("wb") as out:
+        for _ in range(size // CHUNK_SIZE + 1):
+            block = os.urandom(min(CHUNK_SIZE, size - out.tell()))
+            digest.update(block)
+            out.write(block)
+    info = store.put_file("big/blob.bin", src)
+    assert info.size == size
+    assert store.stat("big/blob.bin").size == size
+    chunk_sizes = [len(c) for c in store.iter_chunks("big/blob.bin")]
+    assert sum(chunk_sizes) == size and max(chunk_sizes) <= CHUNK_SIZE
+    dest = tmp_path / "out" / "blob.bin"
+    assert store.get_file("big/blob.bin", dest).size == size
+    check = hashlib.sha256()
+    with dest.open("rb") as fh:
+        while block := fh.read(CHUNK_SIZE):
+            check.update(block)
+    assert check.hexdigest() == digest.hexdigest()
+
+
+def test_uri_names_the_backend(store: ObjectStore, backend: str) -> None:
+    uri = store.uri("v000001/manifest.json")
+    assert uri.startswith("file:///" if backend == "local" else "s3://")
+    assert uri.endswith("/v000001/manifest.json")
+
+
+# -- checkpoint store -----------------------------------------------------------------------
+
+
+def _model_dir(root: Path, seed: int = 0, big: int = 3 * 1024 * 1024) -> Path:
+    src = root / f"model-{seed}"
+    (src / "tokenizer").mkdir(parents=True)
+    (src / "model.safetensors").write_bytes(os.urandom(big))
+    (src / "config.json").write_text(f'{{"seed": {seed}}}')
+    (src / "tokenizer" / "tokenizer.json").write_text('{"vocab": {}}')
+    return src
+
+
+def _same_tree(a: Path, b: Path) -> bool:
+    def files(root: Path) -> dict[str, bytes]:
+        return {
+            p.relative_to(root).as_posix(): p.read_bytes()
+            for p in root.rglob("*")
+            if p.is_file() and p.name != "manifest.json"
+        }
+
+    return files(a) == files(b)
+
+
+@pytest.fixture
+def ckpts(store: ObjectStore) -> CheckpointStore:
+    return CheckpointStore(store, "proj", "run")
+
+
+def test_checkpoint_write_then_download_verified(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    src = _model_dir(tmp_path)
+    manifest = ckpts.write(
+        1,
+        train_step=8,
+        local_dir=src,
+        consumed_offsets=[("proj.run.experiences", 0, 120), ("proj.run.experiences", 1, 96)],
+        parent_version=0,
+        extra={"algorithm": "grpo"},
+    )
+    assert ckpts.list_versions() == [1]
+    assert ckpts.latest_version() == 1
+    assert ckpts.read_manifest(1) == manifest
+    assert {f.name: f.size for f in manifest.files} == {
+        "config.json": len((src / "config.json").read_bytes()),
+        "model.safetensors": 3 * 1024 * 1024,
+        "tokenizer/tokenizer.json": 13,
+    }
+    sha = hashlib.sha256((src / "model.safetensors").read_bytes()).hexdigest()
+    assert manifest.file("model.safetensors").sha256 == sha
+    dest = ckpts.download(1, tmp_path / "dl" / "v1")
+    assert _same_tree(src, dest)
+    assert (dest / "manifest.json").exists()
+    assert [p.name for p in (tmp_path / "dl").iterdir()] == ["v1"]  # no temp dir left
+
+
+def test_versions_list_in_order(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    for version in (2, 1, 10):
+        ckpts.write(version, version, _model_dir(tmp_path, version, big=10))
+    assert ckpts.list_versions() == [1, 2, 10]
+    assert ckpts.latest_version() == 10
+
+
+def test_version_without_manifest_is_invisible(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    src = _model_dir(tmp_path, 2, big=10)
+    # a write that crashed before its manifest: files present, manifest absent
+    for path in sorted(src.rglob("*")):
+        if path.is_file():
+            ckpts.store.put_file(ckpts.version_prefix(2) + path.relative_to(src).as_posix(), path)
+    assert ckpts.list_versions() == [1]
+    assert ckpts.latest_version() == 1
+    with pytest.raises(CheckpointError, match="v2 has no manifest"):
+        ckpts.download(2, tmp_path / "dl2")
+    assert not (tmp_path / "dl2").exists()
+    # the trainer restarting writes the same version again, over the leftovers
+    ckpts.write(2, 2, src)
+    assert ckpts.latest_version() == 2
+    assert _same_tree(src, ckpts.download(2, tmp_path / "dl2"))
+
+
+def test_manifest_deleted_makes_version_invisible(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    ckpts.store.delete(ckpts.version_prefix(1) + "manifest.json")
+    assert ckpts.latest_version() == 0
+    with pytest.raises(CheckpointError, match="no manifest"):
+        ckpts.download(1, tmp_path / "dl")
+
+
+@pytest.mark.parametrize(
+    ("mutation", "words"),
+    [
+        ("flip", "corrupt: expected sha256"),
+        ("truncate", "wrong size: expected 3145728 bytes, got 3145727"),
+        ("grow", "wrong size: expected 3145728 bytes, got more than 3145728"),
+        ("delete", "listed in the manifest is missing"),
+    ],
+)
+def test_corrupted_object_fails_download_naming_the_file(
+    ckpts: CheckpointStore, tmp_path: Path, mutation: str, words: str
+) -> None:
+    src = _model_dir(tmp_path)
+    ckpts.write(1, 1, src)
+    key = ckpts.version_prefix(1) + "model.safetensors"
+    data = bytearray((src / "model.safetensors").read_bytes())
+    if mutation == "flip":
+        data[len(data) // 2] ^= 0x01
+        ckpts.store.put_bytes(key, bytes(data))
+    elif mutation == "truncate":
+        ckpts.store.put_bytes(key, bytes(data[:-1]))
+    elif mutation == "grow":
+        ckpts.store.put_bytes(key, bytes(data) + b"extra")
+    else:
+        ckpts.store.delete(key)
+    with pytest.raises(CheckpointError) as err:
+        ckpts.download(1, tmp_path / "dl")
+    assert "'model.safetensors'" in str(err.value) and "v1" in str(err.value)
+    assert re.search(words, str(err.value))
+    assert not (tmp_path / "dl").exists()
+    assert list(tmp_path.glob(".dl.partial-*")) == []
+
+
+def test_corrupted_manifest_is_an_error_naming_its_uri(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    key = ckpts.version_prefix(1) + "manifest.json"
+    ckpts.store.put_bytes(key, b'{"format": 1, "version": 1')
+    with pytest.raises(CheckpointError, match=re.escape(ckpts.store.uri(key))):
+        ckpts.download(1, tmp_path / "dl")
+
+
+def test_written_versions_are_immutable(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    with pytest.raises(CheckpointError, match="already exists"):
+        ckpts.write(1, 1, _model_dir(tmp_path, 2, big=10))
+
+
+def test_prune_keeps_the_newest(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    for version in (1, 2, 3):
+        ckpts.write(version, version, _model_dir(tmp_path, version, big=10))
+    assert ckpts.prune(keep_last=1) == [1, 2]
+    assert ckpts.list_versions() == [3]
+    assert [i.key.split("/")[2] for i in ckpts.store.list("proj/run/")] == ["v000003"] * 4
+    assert _same_tree(tmp_path / "model-3", ckpts.download(3, tmp_path / "dl"))
