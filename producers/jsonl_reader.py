@@ -1,0 +1,49 @@
+"""Reads a JSONL taskset: one JSON object per line, each tagged `path:line` (1-based).
+
+Blank lines are skipped (they hold no row). Lines that are not UTF-8, not JSON, not an object, or
+that use NaN/Infinity become BadRows; reading never stops at the first bad line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from producers.taskset_rows import BadRow, TasksetRow
+from rft.errors import TasksetError
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def read_jsonl(path: Path) -> Iterator[TasksetRow | BadRow]:
+    """Every non-blank line of `path` as a TasksetRow or BadRow, in file order."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise TasksetError(f"{path}: cannot open taskset file: {exc.strerror or exc}") from exc
+    index = 0
+    with handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            origin = f"{path}:{line_number}"
+            yield _parse_line(raw, index, origin)
+            index += 1
+
+
+def _parse_line(raw: bytes, index: int, origin: str) -> TasksetRow | BadRow:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return BadRow(index, origin, f"not UTF-8 (byte {exc.start})")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as exc:
+        return BadRow(index, origin, f"bad JSON: {exc}")
+    if not isinstance(value, dict):
+        return BadRow(index, origin, f"expected a JSON object, got {type(value).__name__}")
+    return TasksetRow(index, value, origin)

@@ -1,0 +1,16 @@
+"""The workflow registry, `WORKFLOWS`: how a task becomes chat messages and how a reply is scored.
+
+Entries are `Workflow` subclasses, added with `@WORKFLOWS.register("name")`. They are stateless so
+one instance serves a whole batch; generation itself happens once per batch in `run_workflows`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rft.algorithms.registry import Registry
+
+if TYPE_CHECKING:
+    from rft.workflows.workflow import Workflow
+
+WORKFLOWS: Registry[type[Workflow]] = Registry("workflow")

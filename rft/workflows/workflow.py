@@ -1,0 +1,126 @@
+"""The `Workflow` base class: build a task's messages from its payload and format keys, and score
+a reply with the task's reward function.
+
+Format keys follow Trinity-RFT: `prompt_key`, `response_key` (the answer), `system_prompt`,
+`system_prompt_key`, `reply_prefix`, and `prompt_type: messages` with `messages_key` for rows that
+already hold a chat. `reward_fn_args` / `workflow_args` ride in the format map as JSON object text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from rft.errors import TasksetError
+from rft.events.models import Task
+from rft.rewards import REWARD_FUNCTIONS, RewardInfo
+
+Message = dict[str, str]
+
+
+class Workflow:
+    """Default behaviour: system prompt (format or class default) + the user prompt column."""
+
+    default_reward_fn: ClassVar[str] = "math_reward"
+    default_system_prompt: ClassVar[str | None] = None
+    needs_answer: ClassVar[bool] = False
+
+    def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
+        """Why `payload` cannot become a task under `fmt`, or None when it can."""
+        if fmt.get("prompt_type") == "messages":
+            key = fmt.get("messages_key", "messages")
+            if not _is_chat(payload.get(key)):
+                return f"{key!r} must be a list of {{role, content}} string objects"
+        else:
+            problem = self._prompt_problem(payload, fmt)
+            if problem:
+                return problem
+        system_key = fmt.get("system_prompt_key")
+        if system_key and not isinstance(payload.get(system_key), str):
+            return f"system_prompt_key {system_key!r} missing or not a string"
+        answer_key = fmt.get("response_key", "response")
+        if self.needs_answer and payload.get(answer_key) is None:
+            return f"response_key {answer_key!r} (the answer) missing"
+        return None
+
+    def _prompt_problem(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
+        key = fmt.get("prompt_key", "prompt")
+        value = payload.get(key)
+        if not isinstance(value, str) or not value.strip():
+            return f"prompt_key {key!r} missing or not a non-empty string"
+        return None
+
+    def messages(self, task: Task) -> list[Message]:
+        """The chat sent to the model: optional system message, then the user prompt."""
+        self._require_valid(task)
+        fmt = task.format
+        if fmt.get("prompt_type") == "messages":
+            chat = [dict(m) for m in task.payload[fmt.get("messages_key", "messages")]]
+            if chat and chat[0]["role"] == "system":
+                return chat
+            system = self.system_prompt(task)
+            return ([{"role": "system", "content": system}] if system else []) + chat
+        system = self.system_prompt(task)
+        head = [{"role": "system", "content": system}] if system else []
+        return head + [{"role": "user", "content": self.user_prompt(task)}]
+
+    def system_prompt(self, task: Task) -> str | None:
+        key = task.format.get("system_prompt_key")
+        if key:
+            return str(task.payload[key])
+        return task.format.get("system_prompt") or self.default_system_prompt
+
+    def user_prompt(self, task: Task) -> str:
+        return str(task.payload[task.format.get("prompt_key", "prompt")])
+
+    def reply_prefix(self, task: Task) -> str:
+        """Text the reply is forced to start with (format `reply_prefix`); scored with the reply."""
+        return task.format.get("reply_prefix") or ""
+
+    def reward_fn_name(self, task: Task) -> str:
+        return task.reward_fn or self.default_reward_fn
+
+    def reward_args(self, task: Task) -> dict[str, Any]:
+        """`answer_key` from the format, then the taskset's `reward_fn_args`."""
+        args: dict[str, Any] = {"answer_key": task.format.get("response_key", "response")}
+        args.update(format_object(task.format, "reward_fn_args"))
+        return args
+
+    def score(self, task: Task, response_text: str) -> tuple[float, RewardInfo]:
+        """Reward of one full reply (reply_prefix included) from the task's reward function."""
+        reward_fn = REWARD_FUNCTIONS.get(self.reward_fn_name(task))
+        reward, info = reward_fn(response_text, task.payload, **self.reward_args(task))
+        return float(reward), info
+
+    def _require_valid(self, task: Task) -> None:
+        problem = self.check_payload(task.payload, task.format)
+        if problem:
+            raise TasksetError(f"task {task.task_id}: {problem}")
+
+
+def format_object(fmt: Mapping[str, str], key: str) -> dict[str, Any]:
+    """A JSON-object entry of a format map (e.g. reward_fn_args); {} when absent."""
+    text = fmt.get(key)
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise TasksetError(f"format[{key!r}] is not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise TasksetError(f"format[{key!r}] must be a JSON object, got {text[:60]!r}")
+    return value
+
+
+def _is_chat(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in value
+        )
+    )
