@@ -7,6 +7,7 @@ so an invalid event cannot exist. Models are pure: no Kafka, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -403,37 +404,58 @@ class Experience:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Experience:
-        token_rewards = record.get("token_rewards")
-        return cls(
-            experience_id=record["experience_id"],
-            task_id=record["task_id"],
-            group_id=record["group_id"],
-            group_size=record["group_size"],
-            explorer_id=record["explorer_id"],
-            model_version=record["model_version"],
-            prompt_ids=np.frombuffer(record["prompt_ids"], dtype=ID_DTYPE),
-            response_ids=np.frombuffer(record["response_ids"], dtype=ID_DTYPE),
-            logprobs=np.frombuffer(record["logprobs"], dtype=FLOAT_DTYPE),
-            action_mask=_unpack_mask(record["action_mask"]),
-            reward=record["reward"],
-            token_rewards=(
-                None if token_rewards is None else np.frombuffer(token_rewards, dtype=FLOAT_DTYPE)
-            ),
-            prompt_text=record["prompt_text"],
-            response_text=record["response_text"],
-            info=record["info"],
-            truncated=record.get("truncated", False),
-            metrics=record.get("metrics", {}),
-            created_at=record["created_at"],
-        )
+        """Build from a decoded Avro record.
+
+        The record's scalar types are already guaranteed by the schema, so this skips the
+        per-field type checks of `__init__` (the decode hot path) and checks only what Avro
+        cannot: packed-array sizes, mask bytes, int32 range and matching lengths.
+        """
+        response_ids = np.frombuffer(record["response_ids"], dtype=ID_DTYPE)
+        n = response_ids.shape[0]
+        logprobs = np.frombuffer(record["logprobs"], dtype=FLOAT_DTYPE)
+        mask = _unpack_mask(record["action_mask"])
+        raw_rewards = record.get("token_rewards")
+        token_rewards = None
+        if raw_rewards is not None:
+            token_rewards = np.frombuffer(raw_rewards, dtype=FLOAT_DTYPE)
+            if token_rewards.shape[0] != n:
+                raise _fail("Experience", "token_rewards", f"has {token_rewards.shape[0]} for {n}")
+        if logprobs.shape[0] != n or mask.shape[0] != n:
+            raise _fail(
+                "Experience",
+                "logprobs",
+                f"{logprobs.shape[0]} logprobs and {mask.shape[0]} mask values for {n} tokens",
+            )
+        group_size = record["group_size"]
+        if not _INT32[0] <= group_size <= _INT32[1]:
+            raise _fail("Experience", "group_size", f"{group_size} does not fit int32")
+        obj = object.__new__(cls)
+        put = object.__setattr__
+        put(obj, "experience_id", record["experience_id"])
+        put(obj, "task_id", record["task_id"])
+        put(obj, "group_id", record["group_id"])
+        put(obj, "group_size", group_size)
+        put(obj, "explorer_id", record["explorer_id"])
+        put(obj, "model_version", record["model_version"])
+        put(obj, "prompt_ids", np.frombuffer(record["prompt_ids"], dtype=ID_DTYPE))
+        put(obj, "response_ids", response_ids)
+        put(obj, "logprobs", logprobs)
+        put(obj, "action_mask", mask)
+        put(obj, "reward", record["reward"])
+        put(obj, "token_rewards", token_rewards)
+        put(obj, "prompt_text", record["prompt_text"])
+        put(obj, "response_text", record["response_text"])
+        put(obj, "info", record["info"])
+        put(obj, "truncated", record.get("truncated", False))
+        put(obj, "metrics", record.get("metrics", {}))
+        put(obj, "created_at", record["created_at"])
+        return obj
 
 
 _EXPERIENCE_ARRAYS = ("prompt_ids", "response_ids", "logprobs", "action_mask", "token_rewards")
 _EXPERIENCE_SCALARS = tuple(
-    name
-    for name in Experience.__dataclass_fields__
-    if name not in _EXPERIENCE_ARRAYS and name != "reward"
-) + ("reward",)
+    f.name for f in dataclasses.fields(Experience) if f.name not in _EXPERIENCE_ARRAYS
+)
 
 
 @dataclass(frozen=True, slots=True)
