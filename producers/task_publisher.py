@@ -1,0 +1,131 @@
+"""`TaskPublisher`: turns loaded tasksets into Task events on the tasks (or eval-tasks) topic.
+
+Training tasksets are written `epochs` times, each epoch in its own seeded shuffle
+(`random.Random(seed + epoch)`); eval tasksets once, in file order. Task ids are
+`<taskset>:<epoch>:<index>` (index = position before shuffling), and each task's key is its id.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tqdm import tqdm
+
+from producers.taskset_reader import LoadedTaskset
+from producers.taskset_rows import BadRow
+from rft.events.models import Task, now_ms
+
+
+class TaskSink(Protocol):
+    """What the publisher needs from `rft.events.writer.EventWriter`."""
+
+    def send(self, topic: str, event: Task, key: str | None = None) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass
+class PublishSummary:
+    """What was published: tasks per taskset and epoch, target topics, and every bad row."""
+
+    counts: dict[str, dict[int, int]] = field(default_factory=dict)
+    topics: dict[str, str] = field(default_factory=dict)
+    bad_rows: dict[str, list[BadRow]] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(sum(per_epoch.values()) for per_epoch in self.counts.values())
+
+    @property
+    def bad_row_count(self) -> int:
+        return sum(len(rows) for rows in self.bad_rows.values())
+
+    def lines(self) -> list[str]:
+        """A human-readable report, one line per taskset and per bad row."""
+        out = []
+        for name, per_epoch in self.counts.items():
+            epochs = ", ".join(f"epoch {e}: {n}" for e, n in sorted(per_epoch.items()))
+            out.append(f"{name} -> {self.topics[name]}: {sum(per_epoch.values())} tasks ({epochs})")
+        for name, rows in self.bad_rows.items():
+            out.extend(f"{name}: skipped bad row {bad}" for bad in rows)
+        return out
+
+
+def task_id(taskset: str, epoch: int, index: int) -> str:
+    return f"{taskset}:{epoch}:{index}"
+
+
+def epoch_order(num_rows: int, seed: int, epoch: int) -> list[int]:
+    """Positions of the rows in the order epoch `epoch` publishes them."""
+    order = list(range(num_rows))
+    random.Random(seed + epoch).shuffle(order)
+    return order
+
+
+class TaskPublisher:
+    """Writes Task events through an EventWriter-like sink and flushes once per taskset."""
+
+    def __init__(
+        self,
+        sink: TaskSink,
+        *,
+        clock: Callable[[], int] = now_ms,
+        progress: bool | None = None,
+    ) -> None:
+        self.sink = sink
+        self.clock = clock
+        self.progress = sys.stderr.isatty() if progress is None else progress
+
+    def publish(
+        self,
+        taskset: LoadedTaskset,
+        topic: str,
+        *,
+        epochs: int = 1,
+        seed: int = 42,
+        summary: PublishSummary | None = None,
+    ) -> PublishSummary:
+        """Publish `taskset` (eval tasksets: one epoch, file order) and return the summary."""
+        summary = summary if summary is not None else PublishSummary()
+        epochs = 1 if taskset.is_eval else epochs
+        summary.topics[taskset.name] = topic
+        summary.bad_rows[taskset.name] = list(taskset.bad_rows)
+        per_epoch = summary.counts.setdefault(taskset.name, {})
+        rows = taskset.rows
+        with tqdm(
+            total=len(rows) * epochs, desc=f"publish {taskset.name}", disable=not self.progress
+        ) as bar:
+            for epoch in range(epochs):
+                order = (
+                    range(len(rows)) if taskset.is_eval else epoch_order(len(rows), seed, epoch)
+                )
+                for position in order:
+                    task = self.make_task(taskset, epoch, position)
+                    self.sink.send(topic, task, key=task.task_id)
+                    per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
+                    bar.update(1)
+        self.sink.flush()
+        if not summary.bad_rows[taskset.name]:
+            del summary.bad_rows[taskset.name]
+        return summary
+
+    def make_task(self, taskset: LoadedTaskset, epoch: int, position: int) -> Task:
+        row = taskset.rows[position]
+        return Task(
+            task_id=task_id(taskset.name, epoch, row.index),
+            taskset=taskset.name,
+            epoch=epoch,
+            index=row.index,
+            payload=row.payload,
+            format=dict(taskset.format),
+            workflow=taskset.workflow,
+            reward_fn=taskset.reward_fn,
+            rollout_args=dict(taskset.rollout_args),
+            repeat_times=taskset.repeat_times,
+            is_eval=taskset.is_eval,
+            created_at=self.clock(),
+        )
