@@ -1,0 +1,581 @@
+"""The confluent-kafka (librdkafka) backend of the event plane: the only module importing it.
+
+Wraps AdminClient, Producer and Consumer behind `rft.events.transport`'s interfaces. Clients are
+created on first use; every client error leaves this module as TransportError with the broker,
+topic and partition it concerns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+
+from rft.config.connections import KafkaSettings
+from rft.errors import TransportError
+from rft.events.transport import (
+    DEFAULT_UNREACHABLE_TIMEOUT_S,
+    KAFKA_BACKENDS,
+    Headers,
+    KafkaBackend,
+    PartitionInfo,
+    Record,
+    RecordConsumer,
+    RecordProducer,
+    TopicAdmin,
+    TopicInfo,
+    TopicPartitionOffset,
+    TopicSpec,
+    TransactionError,
+)
+
+log = logging.getLogger(__name__)
+
+# Producer defaults chosen from bench/event_plane.py runs on a 2-core machine: a short linger
+# lets batches fill at high rates without adding noticeable latency at low ones.
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "compression.type": "none",
+    "queue.buffering.max.kbytes": 512 * 1024,
+    "queue.buffering.max.messages": 500_000,
+    # Only failed deliveries call back into Python: per-record callbacks would cost more than
+    # the encoding itself at tens of thousands of records per second.
+    "delivery.report.only.error": True,
+}
+
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "isolation.level": "read_committed",
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "queued.max.messages.kbytes": 256 * 1024,
+    "fetch.wait.max.ms": 100,
+}
+
+_SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        err: KafkaError = exc.args[0]
+        return f"{err.name()}: {err.str()}"
+    return str(exc)
+
+
+def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mapping[str, Any] | None):
+    merged: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, **defaults}
+    merged.update(settings.extra)
+    merged.update(config or {})
+    return merged
+
+
+class ConfluentTopicAdmin(TopicAdmin):
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._client: AdminClient | None = None
+
+    @property
+    def _admin(self) -> AdminClient:
+        if self._client is None:
+            try:
+                self._client = AdminClient(_merged(self._settings, {}, None))
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot create Kafka admin client for {self._settings.bootstrap_servers}: "
+                    f"{_error_text(exc)}"
+                ) from exc
+        return self._client
+
+    def _metadata(self, timeout_s: float, topic: str | None = None) -> Any:
+        try:
+            return self._admin.list_topics(topic=topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise TransportError(
+                f"Kafka at {self._settings.bootstrap_servers} unreachable (metadata request "
+                f"failed after {timeout_s:g}s): {_error_text(exc)}"
+            ) from exc
+
+    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+        if not specs:
+            return []
+        existing = set(self._metadata(timeout_s).topics)
+        wanted = [s for s in specs if s.name not in existing]
+        created: list[str] = []
+        if wanted:
+            futures = self._admin.create_topics(
+                [
+                    NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.configs))
+                    for s in wanted
+                ],
+                operation_timeout=timeout_s,
+                request_timeout=timeout_s,
+            )
+            for name, future in futures.items():
+                try:
+                    future.result(timeout=timeout_s)
+                    created.append(name)
+                except KafkaException as exc:
+                    if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue  # another process created it between our check and request
+                    raise TransportError(
+                        f"cannot create topic {name!r} on {self._settings.bootstrap_servers}: "
+                        f"{_error_text(exc)}"
+                    ) from exc
+        self._wait_for_leaders([s.name for s in specs], timeout_s)
+        return sorted(created)
+
+    def _wait_for_leaders(self, names: Sequence[str], timeout_s: float) -> None:
+        # A created topic is usable only once every partition has a leader in the metadata.
+        deadline = time.monotonic() + timeout_s
+        pending = list(names)
+        while pending:
+            topics = self._metadata(timeout_s).topics
+            pending = [
+                n
+                for n in pending
+                if n not in topics
+                or topics[n].error is not None
+                or not topics[n].partitions
+                or any(p.leader < 0 for p in topics[n].partitions.values())
+            ]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"topics {pending} have no leader after {timeout_s:g}s on "
+                    f"{self._settings.bootstrap_servers}"
+                )
+            time.sleep(0.1)
+
+    def list_topics(self, timeout_s: float = 10.0) -> list[str]:
+        return sorted(t for t in self._metadata(timeout_s).topics if not t.startswith("__"))
+
+    def describe_topics(self, names: Sequence[str], timeout_s: float = 10.0) -> list[TopicInfo]:
+        topics = self._metadata(timeout_s).topics
+        missing = [n for n in names if n not in topics or topics[n].error is not None]
+        if missing:
+            raise TransportError(
+                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
+            )
+        futures = self._admin.describe_configs(
+            [ConfigResource(ResourceType.TOPIC, n) for n in names], request_timeout=timeout_s
+        )
+        configs: dict[str, dict[str, str]] = {}
+        for resource, future in futures.items():
+            try:
+                entries = future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot describe configs of topic {resource.name!r}: {_error_text(exc)}"
+                ) from exc
+            configs[resource.name] = {
+                k: str(e.value)
+                for k, e in entries.items()
+                if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and e.value is not None
+            }
+        out = []
+        for n in names:
+            parts = sorted(topics[n].partitions.values(), key=lambda p: p.id)
+            out.append(
+                TopicInfo(
+                    name=n,
+                    partitions=[
+                        PartitionInfo(p.id, p.leader, list(p.replicas), list(p.isrs)) for p in parts
+                    ],
+                    configs=configs.get(n, {}),
+                )
+            )
+        return out
+
+    def delete_topics(self, names: Sequence[str], timeout_s: float = 30.0) -> None:
+        if not names:
+            return
+        futures = self._admin.delete_topics(list(names), operation_timeout=timeout_s)
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout_s)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue
+                raise TransportError(f"cannot delete topic {name!r}: {_error_text(exc)}") from exc
+
+    def close(self) -> None:
+        self._client = None  # AdminClient has no close(); dropping it frees its threads
+
+
+class ConfluentRecordProducer(RecordProducer):
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        transactional_id: str | None,
+        config: Mapping[str, Any] | None,
+    ) -> None:
+        self._settings = settings
+        self._transactional_id = transactional_id
+        self._config = _merged(settings, PRODUCER_DEFAULTS, config)
+        if transactional_id is not None:
+            self._config["transactional.id"] = transactional_id
+        self._client: Producer | None = None
+        self._initialised = False
+        self._failures: list[str] = []
+        self._fatal: KafkaError | None = None
+
+    @property
+    def _producer(self) -> Producer:
+        if self._client is None:
+            try:
+                self._client = Producer(
+                    {**self._config, "error_cb": self._on_error, "on_delivery": self._on_delivery}
+                )
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot create Kafka producer for {self._settings.bootstrap_servers}: "
+                    f"{_error_text(exc)}"
+                ) from exc
+        return self._client
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal = err
+        else:
+            log.debug("kafka producer: %s", err.str())
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self._failures.append(
+                f"delivery to {msg.topic()}[{msg.partition()}] failed: {err.name()}: {err.str()}"
+            )
+
+    def _raise_failures(self) -> None:
+        if self._fatal is not None:
+            raise TransportError(
+                f"Kafka producer for {self._settings.bootstrap_servers} failed fatally: "
+                f"{self._fatal.name()}: {self._fatal.str()}"
+            )
+        if self._failures:
+            first, count = self._failures[0], len(self._failures)
+            self._failures = []
+            raise TransportError(f"{first} ({count} record(s) failed)")
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
+        producer = self._producer
+        if self._failures or self._fatal is not None:
+            self._raise_failures()
+        kwargs: dict[str, Any] = {"key": key, "headers": headers}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.05)  # local queue full: let deliveries drain it
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot produce to {topic}[{partition if partition is not None else 'any'}]: "
+                    f"{_error_text(exc)}"
+                ) from exc
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        if self._client is None:
+            return
+        remaining = self._client.flush(timeout_s)
+        self._raise_failures()
+        if remaining:
+            raise TransportError(
+                f"{remaining} record(s) not acknowledged by {self._settings.bootstrap_servers} "
+                f"within {timeout_s:g}s"
+            )
+
+    def _transactional(self, step: str, timeout_s: float, *args: Any) -> None:
+        if self._transactional_id is None:
+            raise TransportError(f"{step} needs a producer opened with a transactional_id")
+        producer = self._producer
+        try:
+            if not self._initialised:
+                producer.init_transactions(timeout_s)
+                self._initialised = True
+            if step == "begin":
+                producer.begin_transaction()
+            elif step == "send_offsets":
+                producer.send_offsets_to_transaction(*args, timeout_s)
+            elif step == "commit":
+                producer.commit_transaction(timeout_s)
+            else:
+                producer.abort_transaction(timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            raise TransactionError(
+                f"transaction {step} failed for transactional.id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers}: {_error_text(exc)}",
+                requires_abort=bool(err and err.txn_requires_abort()),
+            ) from exc
+        self._raise_failures()
+
+    def begin_transaction(self) -> None:
+        self._transactional("begin", 30.0)
+
+    def send_offsets_to_transaction(
+        self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
+    ) -> None:
+        tps = [TopicPartition(o.topic, o.partition, o.offset) for o in offsets]
+        self._transactional("send_offsets", timeout_s, tps, group_metadata)
+
+    def commit_transaction(self, timeout_s: float = 30.0) -> None:
+        self._transactional("commit", timeout_s)
+
+    def abort_transaction(self, timeout_s: float = 30.0) -> None:
+        self._failures = []  # records of an aborted transaction are discarded on purpose
+        self._transactional("abort", timeout_s)
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self.flush()
+            finally:
+                self._client = None
+
+
+class ConfluentRecordConsumer(RecordConsumer):
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool,
+        config: Mapping[str, Any] | None,
+        unreachable_timeout_s: float,
+    ) -> None:
+        self._settings = settings
+        self._topics = list(topics)
+        self._config = _merged(
+            settings,
+            {
+                **CONSUMER_DEFAULTS,
+                "group.id": group_id,
+                "auto.offset.reset": "earliest" if from_beginning else "latest",
+            },
+            config,
+        )
+        self._unreachable_timeout_s = unreachable_timeout_s
+        self._client: Consumer | None = None
+        self._down_since: float | None = None
+        self._last_error = ""
+        self._fatal: KafkaError | None = None
+        self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
+        self._pending_all: _SeekSpec | None = None
+
+    @property
+    def _consumer(self) -> Consumer:
+        if self._client is None:
+            try:
+                client = Consumer({**self._config, "error_cb": self._on_error})
+                client.subscribe(self._topics, on_assign=self._on_assign)
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot subscribe to {self._topics} on {self._settings.bootstrap_servers}: "
+                    f"{_error_text(exc)}"
+                ) from exc
+            self._client = client
+        return self._client
+
+    def _on_error(self, err: KafkaError) -> None:
+        self._last_error = f"{err.name()}: {err.str()}"
+        if err.fatal():
+            self._fatal = err
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
+            self._down_since = time.monotonic()
+
+    def _resolve(self, consumer: Consumer, topic: str, partition: int, spec: _SeekSpec) -> int:
+        kind, value = spec
+        if kind == "offset":
+            return value
+        if kind == "beginning":
+            return OFFSET_BEGINNING
+        try:
+            (found,) = consumer.offsets_for_times([TopicPartition(topic, partition, value)], 10.0)
+        except KafkaException as exc:
+            raise TransportError(
+                f"cannot look up offset for timestamp {value} in {topic}[{partition}]: "
+                f"{_error_text(exc)}"
+            ) from exc
+        return found.offset if found.offset >= 0 else OFFSET_END
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        spec_all, self._pending_all = self._pending_all, None
+        for tp in partitions:
+            spec = self._pending_seeks.pop((tp.topic, tp.partition), None) or spec_all
+            if spec is not None:
+                tp.offset = self._resolve(consumer, tp.topic, tp.partition, spec)
+        consumer.assign(partitions)
+
+    def _check_reachable(self) -> None:
+        if self._fatal is not None:
+            raise TransportError(
+                f"Kafka consumer for {self._settings.bootstrap_servers} failed fatally: "
+                f"{self._fatal.name()}: {self._fatal.str()}"
+            )
+        if self._down_since is None:
+            return
+        down_for = time.monotonic() - self._down_since
+        if down_for < self._unreachable_timeout_s:
+            return
+        try:
+            self._consumer.list_topics(timeout=min(5.0, self._unreachable_timeout_s))
+        except KafkaException as exc:
+            raise TransportError(
+                f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "
+                f"(last error: {self._last_error or _error_text(exc)})"
+            ) from exc
+        self._down_since = None  # a broker answered: it was a blip
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        consumer = self._consumer
+        try:
+            messages = consumer.consume(max_records, timeout_s)
+        except KafkaException as exc:
+            raise TransportError(
+                f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: "
+                f"{_error_text(exc)}"
+            ) from exc
+        if not messages:
+            self._check_reachable()
+            return []
+        self._down_since = None
+        records: list[Record] = []
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise TransportError(
+                    f"consuming {m.topic()}[{m.partition()}] failed: {err.name()}: {err.str()}"
+                )
+            records.append(
+                Record(
+                    topic=m.topic(),
+                    partition=m.partition(),
+                    offset=m.offset(),
+                    key=m.key(),
+                    value=m.value(),
+                    headers=m.headers() or [],
+                    timestamp_ms=m.timestamp()[1],
+                )
+            )
+        return records
+
+    def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
+        if not offsets:
+            return
+        tps = [TopicPartition(o.topic, o.partition, o.offset) for o in offsets]
+        where = ", ".join(f"{o.topic}[{o.partition}]@{o.offset}" for o in offsets)
+        try:
+            result = self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            raise TransportError(f"commit of {where} failed: {_error_text(exc)}") from exc
+        failed = [tp for tp in result or [] if tp.error is not None]
+        if failed:
+            tp = failed[0]
+            raise TransportError(f"commit of {tp.topic}[{tp.partition}] failed: {tp.error.str()}")
+
+    def group_metadata(self) -> Any:
+        return self._consumer.consumer_group_metadata()
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+
+    def _seek_assigned(self, spec_for: dict[tuple[str, int], _SeekSpec]) -> None:
+        consumer = self._consumer
+        for (topic, partition), spec in spec_for.items():
+            offset = self._resolve(consumer, topic, partition, spec)
+            try:
+                consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                raise TransportError(
+                    f"seek of {topic}[{partition}] to {offset} failed: {_error_text(exc)}"
+                ) from exc
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if (topic, partition) in self.assignment():
+            self._seek_assigned({(topic, partition): ("offset", offset)})
+        else:
+            self._pending_seeks[(topic, partition)] = ("offset", offset)
+
+    def _seek_all(self, spec: _SeekSpec) -> None:
+        assigned = self.assignment()
+        if assigned:
+            self._seek_assigned({tp: spec for tp in assigned})
+        else:
+            self._pending_all = spec
+
+    def seek_to_beginning(self) -> None:
+        self._seek_all(("beginning", 0))
+
+    def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        self._seek_all(("timestamp", timestamp_ms))
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                client.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.warning("closing Kafka consumer of %s: %s", self._topics, exc)
+
+
+class ConfluentBackend(KafkaBackend):
+    """confluent-kafka clients for one cluster."""
+
+    def admin(self) -> TopicAdmin:
+        return ConfluentTopicAdmin(self.settings)
+
+    def producer(
+        self, transactional_id: str | None = None, config: Mapping[str, Any] | None = None
+    ) -> RecordProducer:
+        return ConfluentRecordProducer(self.settings, transactional_id, config)
+
+    def consumer(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool = True,
+        config: Mapping[str, Any] | None = None,
+        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ) -> RecordConsumer:
+        return ConfluentRecordConsumer(
+            self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
+        )
+
+
+@KAFKA_BACKENDS.register("confluent")
+def confluent_backend(settings: KafkaSettings) -> KafkaBackend:
+    return ConfluentBackend(settings)

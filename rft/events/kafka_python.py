@@ -1,0 +1,534 @@
+"""The kafka-python backend of the event plane: the only module importing `kafka`.
+
+Wraps KafkaAdminClient, KafkaProducer and KafkaConsumer behind `rft.events.transport`'s
+interfaces. Config keys arrive Java-style (`linger.ms`) and are mapped to kafka-python's names
+(`linger_ms`); a key no kafka-python client knows is a ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+from rft.config.connections import KafkaSettings
+from rft.errors import ConfigError, TransportError
+from rft.events.transport import (
+    DEFAULT_UNREACHABLE_TIMEOUT_S,
+    KAFKA_BACKENDS,
+    Headers,
+    KafkaBackend,
+    PartitionInfo,
+    Record,
+    RecordConsumer,
+    RecordProducer,
+    TopicAdmin,
+    TopicInfo,
+    TopicPartitionOffset,
+    TopicSpec,
+    TransactionError,
+)
+
+log = logging.getLogger(__name__)
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "max.request.size": 16 * 1024 * 1024,
+}
+
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "isolation.level": "read_committed",
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+}
+
+_KNOWN_KEYS = (
+    set(KafkaProducer.DEFAULT_CONFIG)
+    | set(KafkaConsumer.DEFAULT_CONFIG)
+    | set(KafkaAdminClient.DEFAULT_CONFIG)
+)
+
+
+def _client_config(
+    known: Mapping[str, Any],
+    settings: KafkaSettings,
+    defaults: Mapping[str, Any],
+    config: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """Java-style keys -> kafka-python kwargs for one client class (`known` = its DEFAULT_CONFIG).
+
+    A key meant for another client class is skipped, as librdkafka does; a key no class knows is
+    an error rather than a silent no-op.
+    """
+    merged: dict[str, Any] = {**defaults, **settings.extra, **(config or {})}
+    out: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers.split(",")}
+    for key, value in merged.items():
+        name = key.replace(".", "_")
+        if name not in _KNOWN_KEYS:
+            raise ConfigError(
+                f"stack.kafka.extra: {key!r} is not a kafka-python setting (client kafka-python)"
+            )
+        if name in known:
+            out[name] = value
+    return out
+
+
+class KafkaPythonTopicAdmin(TopicAdmin):
+    def __init__(self, settings: KafkaSettings) -> None:
+        self._settings = settings
+        self._client: KafkaAdminClient | None = None
+
+    @property
+    def _admin(self) -> KafkaAdminClient:
+        if self._client is None:
+            try:
+                self._client = KafkaAdminClient(
+                    **_client_config(KafkaAdminClient.DEFAULT_CONFIG, self._settings, {}, None)
+                )
+            except KafkaError as exc:
+                raise TransportError(
+                    f"Kafka at {self._settings.bootstrap_servers} unreachable: {exc!r}"
+                ) from exc
+        return self._client
+
+    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+        if not specs:
+            return []
+        existing = set(self.list_topics(timeout_s))
+        wanted = [s for s in specs if s.name not in existing]
+        created: list[str] = []
+        for spec in wanted:
+            try:
+                self._admin.create_topics(
+                    {
+                        spec.name: {
+                            "num_partitions": spec.partitions,
+                            "replication_factor": spec.replication_factor,
+                            "configs": dict(spec.configs),
+                        }
+                    },
+                    timeout_ms=int(timeout_s * 1000),
+                )
+                created.append(spec.name)
+            except TopicAlreadyExistsError:
+                continue  # another process created it between our check and request
+            except KafkaError as exc:
+                raise TransportError(
+                    f"cannot create topic {spec.name!r} on {self._settings.bootstrap_servers}: "
+                    f"{exc!r}"
+                ) from exc
+        try:
+            self._admin.wait_for_topics([s.name for s in specs], timeout_ms=int(timeout_s * 1000))
+        except KafkaError as exc:
+            raise TransportError(
+                f"topics {[s.name for s in specs]} not ready after {timeout_s:g}s: {exc!r}"
+            ) from exc
+        return sorted(created)
+
+    def list_topics(self, timeout_s: float = 10.0) -> list[str]:
+        try:
+            return sorted(t for t in self._admin.list_topics() if not t.startswith("__"))
+        except KafkaError as exc:
+            raise TransportError(
+                f"Kafka at {self._settings.bootstrap_servers} unreachable: {exc!r}"
+            ) from exc
+
+    def describe_topics(self, names: Sequence[str], timeout_s: float = 10.0) -> list[TopicInfo]:
+        try:
+            described = {t["name"]: t for t in self._admin.describe_topics(list(names))}
+            configs = self._admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, n) for n in names],
+            )
+        except KafkaError as exc:
+            raise TransportError(f"cannot describe topics {list(names)}: {exc!r}") from exc
+        missing = [n for n in names if n not in described or described[n].get("error_code")]
+        if missing:
+            raise TransportError(
+                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
+            )
+        topic_configs = _topic_configs(configs)
+        out = []
+        for n in names:
+            parts = sorted(described[n]["partitions"], key=lambda p: p["partition_index"])
+            out.append(
+                TopicInfo(
+                    name=n,
+                    partitions=[
+                        PartitionInfo(
+                            p["partition_index"],
+                            p["leader_id"],
+                            list(p["replica_nodes"]),
+                            list(p["isr_nodes"]),
+                        )
+                        for p in parts
+                    ],
+                    configs=topic_configs.get(n, {}),
+                )
+            )
+        return out
+
+    def delete_topics(self, names: Sequence[str], timeout_s: float = 30.0) -> None:
+        if not names:
+            return
+        try:
+            self._admin.delete_topics(list(names), timeout_ms=int(timeout_s * 1000))
+        except UnknownTopicOrPartitionError:
+            return
+        except KafkaError as exc:
+            raise TransportError(f"cannot delete topics {list(names)}: {exc!r}") from exc
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            client.close()
+
+
+def _topic_configs(described: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Topic name -> configs set on the topic itself, from a describe_configs answer."""
+    return {
+        name: {
+            key: str(entry["value"])
+            for key, entry in entries.items()
+            if entry.get("config_source") == "DYNAMIC_TOPIC_CONFIG" and entry["value"] is not None
+        }
+        for name, entries in described.get("topic", {}).items()
+    }
+
+
+class KafkaPythonRecordProducer(RecordProducer):
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        transactional_id: str | None,
+        config: Mapping[str, Any] | None,
+    ) -> None:
+        self._settings = settings
+        self._transactional_id = transactional_id
+        self._config = _client_config(
+            KafkaProducer.DEFAULT_CONFIG, settings, PRODUCER_DEFAULTS, config
+        )
+        if transactional_id is not None:
+            self._config["transactional_id"] = transactional_id
+        self._client: KafkaProducer | None = None
+        self._initialised = False
+        self._failures: list[str] = []
+
+    @property
+    def _producer(self) -> KafkaProducer:
+        if self._client is None:
+            try:
+                self._client = KafkaProducer(**self._config)
+            except KafkaError as exc:
+                raise TransportError(
+                    f"cannot create Kafka producer for {self._settings.bootstrap_servers}: {exc!r}"
+                ) from exc
+        return self._client
+
+    def _raise_failures(self) -> None:
+        if self._failures:
+            first, count = self._failures[0], len(self._failures)
+            self._failures = []
+            raise TransportError(f"{first} ({count} record(s) failed)")
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
+        producer = self._producer
+        self._raise_failures()
+        try:
+            future = producer.send(
+                topic, value=value, key=key, headers=headers or None, partition=partition
+            )
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot produce to {topic}[{partition if partition is not None else 'any'}]: "
+                f"{exc!r}"
+            ) from exc
+
+        def failed(exc: BaseException) -> None:
+            where = f"{topic}[{partition if partition is not None else 'any'}]"
+            self._failures.append(f"delivery to {where} failed: {exc!r}")
+
+        future.add_errback(failed)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        if self._client is None:
+            return
+        try:
+            self._client.flush(timeout=timeout_s)
+        except KafkaError as exc:
+            raise TransportError(
+                f"records not acknowledged by {self._settings.bootstrap_servers} within "
+                f"{timeout_s:g}s: {exc!r}"
+            ) from exc
+        self._raise_failures()
+
+    def _transactional(self, step: str, *args: Any) -> None:
+        if self._transactional_id is None:
+            raise TransportError(f"{step} needs a producer opened with a transactional_id")
+        producer = self._producer
+        try:
+            if not self._initialised:
+                producer.init_transactions()
+                self._initialised = True
+            if step == "begin":
+                producer.begin_transaction()
+            elif step == "send_offsets":
+                producer.send_offsets_to_transaction(*args)
+            elif step == "commit":
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+        except KafkaError as exc:
+            raise TransactionError(
+                f"transaction {step} failed for transactional_id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers}: {exc!r}",
+                requires_abort=not getattr(exc, "fatal", False),
+            ) from exc
+        self._raise_failures()
+
+    def begin_transaction(self) -> None:
+        self._transactional("begin")
+
+    def send_offsets_to_transaction(
+        self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
+    ) -> None:
+        mapping = {
+            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, "", -1)
+            for o in offsets
+        }
+        self._transactional("send_offsets", mapping, group_metadata)
+
+    def commit_transaction(self, timeout_s: float = 30.0) -> None:
+        self._transactional("commit")
+
+    def abort_transaction(self, timeout_s: float = 30.0) -> None:
+        self._failures = []  # records of an aborted transaction are discarded on purpose
+        self._transactional("abort")
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self.flush()
+            finally:
+                client, self._client = self._client, None
+                client.close(timeout=5)
+
+
+class _SeekOnAssign(ConsumerRebalanceListener):
+    def __init__(self, owner: KafkaPythonRecordConsumer) -> None:
+        self._owner = owner
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        pass
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self._owner._apply_pending(list(assigned))
+
+
+_SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
+
+
+class KafkaPythonRecordConsumer(RecordConsumer):
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool,
+        config: Mapping[str, Any] | None,
+        unreachable_timeout_s: float,
+    ) -> None:
+        self._settings = settings
+        self._topics = list(topics)
+        self._config = _client_config(
+            KafkaConsumer.DEFAULT_CONFIG,
+            settings,
+            {
+                **CONSUMER_DEFAULTS,
+                "group.id": group_id,
+                "auto.offset.reset": "earliest" if from_beginning else "latest",
+            },
+            config,
+        )
+        self._unreachable_timeout_s = unreachable_timeout_s
+        self._client: KafkaConsumer | None = None
+        self._reachable_at = time.monotonic()
+        self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
+        self._pending_all: _SeekSpec | None = None
+
+    @property
+    def _consumer(self) -> KafkaConsumer:
+        if self._client is None:
+            try:
+                client = KafkaConsumer(**self._config)
+                client.subscribe(self._topics, listener=_SeekOnAssign(self))
+            except KafkaError as exc:
+                raise TransportError(
+                    f"cannot subscribe to {self._topics} on {self._settings.bootstrap_servers}: "
+                    f"{exc!r}"
+                ) from exc
+            self._client = client
+            self._reachable_at = time.monotonic()
+        return self._client
+
+    def _apply_pending(self, assigned: list[TopicPartition]) -> None:
+        spec_all, self._pending_all = self._pending_all, None
+        specs = {}
+        for tp in assigned:
+            spec = self._pending_seeks.pop((tp.topic, tp.partition), None) or spec_all
+            if spec is not None:
+                specs[tp] = spec
+        self._seek_partitions(specs)
+
+    def _seek_partitions(self, specs: Mapping[TopicPartition, _SeekSpec]) -> None:
+        consumer = self._consumer
+        try:
+            by_time = {tp: v for tp, (kind, v) in specs.items() if kind == "timestamp"}
+            found = consumer.offsets_for_times(by_time, timeout_ms=10_000) if by_time else {}
+            for tp, (kind, value) in specs.items():
+                if kind == "offset":
+                    consumer.seek(tp, value)
+                elif kind == "beginning":
+                    consumer.seek_to_beginning(tp)
+                elif found.get(tp) is not None:
+                    consumer.seek(tp, found[tp].offset)
+                else:
+                    consumer.seek_to_end(tp)
+        except KafkaError as exc:
+            where = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in specs)
+            raise TransportError(f"seek of {where} failed: {exc!r}") from exc
+
+    def _reachable(self) -> bool:
+        client = self._consumer._client  # noqa: SLF001 (connection state has no public API)
+        if client.bootstrap_connected():
+            return True
+        return any(client.connected(b.nodeId) for b in client.cluster.brokers())
+
+    def _check_reachable(self) -> None:
+        now = time.monotonic()
+        if self._reachable():
+            self._reachable_at = now
+            return
+        down_for = now - self._reachable_at
+        if down_for >= self._unreachable_timeout_s:
+            raise TransportError(
+                f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "
+                "(no broker connection)"
+            )
+
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        consumer = self._consumer
+        try:
+            batches = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except KafkaError as exc:
+            raise TransportError(
+                f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: {exc!r}"
+            ) from exc
+        if not batches:
+            self._check_reachable()
+            return []
+        self._reachable_at = time.monotonic()
+        return [
+            Record(
+                topic=r.topic,
+                partition=r.partition,
+                offset=r.offset,
+                key=r.key,
+                value=r.value,
+                headers=list(r.headers or []),
+                timestamp_ms=r.timestamp,
+            )
+            for records in batches.values()
+            for r in records
+        ]
+
+    def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
+        if not offsets:
+            return
+        mapping = {
+            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, "", -1)
+            for o in offsets
+        }
+        try:
+            self._consumer.commit(offsets=mapping)
+        except KafkaError as exc:
+            where = ", ".join(f"{o.topic}[{o.partition}]@{o.offset}" for o in offsets)
+            raise TransportError(f"commit of {where} failed: {exc!r}") from exc
+
+    def group_metadata(self) -> Any:
+        return self._consumer.group_metadata()
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        if (topic, partition) in self.assignment():
+            self._seek_partitions({TopicPartition(topic, partition): ("offset", offset)})
+        else:
+            self._pending_seeks[(topic, partition)] = ("offset", offset)
+
+    def _seek_all(self, spec: _SeekSpec) -> None:
+        assigned = self._consumer.assignment()
+        if assigned:
+            self._seek_partitions({tp: spec for tp in assigned})
+        else:
+            self._pending_all = spec
+
+    def seek_to_beginning(self) -> None:
+        self._seek_all(("beginning", 0))
+
+    def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        self._seek_all(("timestamp", timestamp_ms))
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            try:
+                client.close(autocommit=False, timeout_ms=5000)
+            except KafkaError as exc:
+                log.warning("closing Kafka consumer of %s: %r", self._topics, exc)
+
+
+class KafkaPythonBackend(KafkaBackend):
+    """kafka-python clients for one cluster."""
+
+    def admin(self) -> TopicAdmin:
+        return KafkaPythonTopicAdmin(self.settings)
+
+    def producer(
+        self, transactional_id: str | None = None, config: Mapping[str, Any] | None = None
+    ) -> RecordProducer:
+        return KafkaPythonRecordProducer(self.settings, transactional_id, config)
+
+    def consumer(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool = True,
+        config: Mapping[str, Any] | None = None,
+        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ) -> RecordConsumer:
+        return KafkaPythonRecordConsumer(
+            self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
+        )
+
+
+@KAFKA_BACKENDS.register("kafka-python")
+def kafka_python_backend(settings: KafkaSettings) -> KafkaBackend:
+    return KafkaPythonBackend(settings)

@@ -1,0 +1,270 @@
+"""EventReader: typed reading of rft events from Kafka as a consumer-group member.
+
+Polls batches, decodes them with `EventCodec` and hands out `Envelope`s that carry where each event
+came from and the producer's trace context. An undecodable record is parked in the dead-letter
+topic and skipped; its offset is committed with the next commit that reaches it. Commits are
+manual; reads see committed transactions only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from opentelemetry.context import Context
+
+from rft.config.connections import KafkaSettings
+from rft.errors import DecodeError
+from rft.events.codec import EventCodec
+from rft.events.dead_letter import DeadLetterParker
+from rft.events.models import Event
+from rft.events.transport import (
+    DEFAULT_UNREACHABLE_TIMEOUT_S,
+    Headers,
+    RecordConsumer,
+    TopicPartitionOffset,
+    kafka_backend,
+)
+from rft.tracing.propagation import extract_trace_context
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded event and where it was read."""
+
+    event: Event
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+    @property
+    def trace_context(self) -> Context:
+        """The producer's trace context: pass it as `context=` when starting the consumer span."""
+        return extract_trace_context(self.headers)
+
+    def header(self, name: str) -> bytes | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+
+_Partition = tuple[str, int]
+
+
+class _ParkedOffsets:
+    """Which parked records a commit may step over.
+
+    A commit at offset T of a partition also covers the parked records that directly follow the
+    last record at or below T-1, in polling order. Offsets are not contiguous (transaction
+    markers take offsets), so "directly follow" means: the record polled just before the parked
+    one is already covered.
+    """
+
+    def __init__(self) -> None:
+        self._last_polled: dict[_Partition, int] = {}
+        # per partition: (offset polled just before, parked offset), in polling order
+        self._parked: dict[_Partition, list[tuple[int | None, int]]] = {}
+        self._committed: dict[_Partition, int] = {}
+
+    def polled(self, tp: _Partition, offset: int) -> None:
+        self._last_polled[tp] = offset
+
+    def parked(self, tp: _Partition, offset: int) -> None:
+        self._parked.setdefault(tp, []).append((self._last_polled.get(tp), offset))
+        self._last_polled[tp] = offset
+
+    def last_polled(self) -> dict[_Partition, int]:
+        return dict(self._last_polled)
+
+    def forget(self, tp: _Partition | None = None) -> None:
+        """Drop what is known of `tp` (default: every partition) after a seek moved it."""
+        for known in (self._parked, self._last_polled, self._committed):
+            if tp is None:
+                known.clear()
+            else:
+                known.pop(tp, None)
+
+    def extend(self, targets: dict[_Partition, int]) -> dict[_Partition, int]:
+        out = dict(targets)
+        for tp, entries in self._parked.items():
+            start = target = out.get(tp, self._committed.get(tp))
+            for before, offset in entries:
+                if target is not None and offset < target:
+                    continue
+                if (target is None and before is None) or (
+                    target is not None and before is not None and before < target
+                ):
+                    target = offset + 1
+                else:
+                    break
+            if target is not None and target != start or tp in out:
+                out[tp] = target
+        return out
+
+    def committed(self, offsets: Sequence[TopicPartitionOffset]) -> None:
+        for o in offsets:
+            tp = (o.topic, o.partition)
+            self._committed[tp] = max(o.offset, self._committed.get(tp, o.offset))
+            kept = [(b, q) for b, q in self._parked.get(tp, []) if q >= o.offset]
+            if kept:
+                self._parked[tp] = kept
+            else:
+                self._parked.pop(tp, None)
+
+
+class EventReader:
+    """Reads events of `topics` as a member of consumer group `group_id`."""
+
+    def __init__(
+        self,
+        consumer: RecordConsumer,
+        codec: EventCodec,
+        parker: DeadLetterParker | None,
+    ) -> None:
+        self._consumer = consumer
+        self._codec = codec
+        self._parker = parker
+        self._parked = _ParkedOffsets()
+
+    @classmethod
+    def open(
+        cls,
+        kafka_settings: KafkaSettings,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool = True,
+        dead_letter_topic: str | None = None,
+        *,
+        codec: EventCodec | None = None,
+        config: Mapping[str, Any] | None = None,
+        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ) -> EventReader:
+        """A reader for `kafka_settings`; it joins the group on the first poll.
+
+        `from_beginning` applies where the group has no committed offset yet. Without a
+        `dead_letter_topic`, an undecodable record makes poll() raise DecodeError naming it.
+        """
+        backend = kafka_backend(kafka_settings)
+        codec = codec or EventCodec.default()
+        consumer = backend.consumer(
+            group_id, topics, from_beginning, config, unreachable_timeout_s=unreachable_timeout_s
+        )
+        parker = None
+        if dead_letter_topic is not None:
+            parker = DeadLetterParker(backend.producer(), dead_letter_topic, group_id, codec)
+        return cls(consumer, codec, parker)
+
+    @property
+    def parked_count(self) -> int:
+        """Records parked in the dead-letter topic by this reader."""
+        return self._parker.parked if self._parker is not None else 0
+
+    def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]:
+        """Up to `max_events` decoded events, waiting at most `timeout_s` for the first record.
+
+        Raises TransportError when no broker has been reachable for the unreachable timeout.
+        """
+        records = self._consumer.poll(max_events, timeout_s)
+        envelopes: list[Envelope] = []
+        decode = self._codec.decode
+        for i, r in enumerate(records):
+            tp = (r.topic, r.partition)
+            try:
+                if r.value is None:
+                    raise DecodeError("record has no value (a tombstone is not an rft event)")
+                event = decode(r.value)
+            except DecodeError as exc:
+                if self._parker is None:
+                    self._rewind(records[i:])
+                    raise type(exc)(f"{r.topic}[{r.partition}]@{r.offset}: {exc}") from exc
+                self._parker.park(r, exc)
+                self._parked.parked(tp, r.offset)
+                continue
+            self._parked.polled(tp, r.offset)
+            envelopes.append(
+                Envelope(event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms)
+            )
+        return envelopes
+
+    def _rewind(self, unread: Sequence[Any]) -> None:
+        # Without a dead-letter topic, nothing after the bad record may be skipped: put every
+        # partition back to its first record not handed out, so the next poll meets it again.
+        first: dict[_Partition, int] = {}
+        for r in unread:
+            first.setdefault((r.topic, r.partition), r.offset)
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(topic, partition, offset)
+
+    def offsets_after(
+        self, envelopes: Sequence[Envelope] | None = None
+    ) -> list[TopicPartitionOffset]:
+        """Next-to-read offsets covering `envelopes` and the parked records right after them.
+
+        With `envelopes=None`, everything polled so far. Parked records are made durable first.
+        """
+        targets: dict[_Partition, int] = {}
+        for e in envelopes or ():
+            tp = (e.topic, e.partition)
+            if targets.get(tp, -1) < e.offset + 1:
+                targets[tp] = e.offset + 1
+        if envelopes is None:
+            for tp, offset in self._parked.last_polled().items():
+                targets[tp] = offset + 1
+        targets = self._parked.extend(targets)
+        if self._parker is not None:
+            self._parker.flush()
+        return [TopicPartitionOffset(t, p, o) for (t, p), o in sorted(targets.items())]
+
+    def mark_committed(self, offsets: Sequence[TopicPartitionOffset]) -> None:
+        """Record that `offsets` were committed elsewhere (by a transaction)."""
+        self._parked.committed(offsets)
+
+    def commit(self, envelopes: Sequence[Envelope] | None = None) -> list[TopicPartitionOffset]:
+        """Commit the offsets after `envelopes` (default: after everything polled); return them."""
+        offsets = self.offsets_after(envelopes)
+        self._consumer.commit(offsets)
+        self.mark_committed(offsets)
+        return offsets
+
+    def group_metadata(self) -> Any:
+        return self._consumer.group_metadata()
+
+    def assignment(self) -> list[tuple[str, int]]:
+        return self._consumer.assignment()
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read `topic`[`partition`] from `offset` on (now, or once the partition is assigned)."""
+        self._parked.forget((topic, partition))
+        self._consumer.seek(topic, partition, offset)
+
+    def seek_to_beginning(self) -> None:
+        """Re-read every assigned partition (or the first assignment) from its start."""
+        self._parked.forget()
+        self._consumer.seek_to_beginning()
+
+    def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        """Read from the first record at or after `timestamp_ms` (ms since the epoch)."""
+        self._parked.forget()
+        self._consumer.seek_to_timestamp(timestamp_ms)
+
+    def close(self) -> None:
+        try:
+            if self._parker is not None:
+                self._parker.flush()
+                self._parker.close()
+        finally:
+            self._consumer.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

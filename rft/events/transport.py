@@ -1,0 +1,241 @@
+"""The event plane's client-neutral interfaces and the registry of Kafka client backends.
+
+A backend (confluent-kafka, kafka-python, or a user's own) implements `TopicAdmin`,
+`RecordProducer` and `RecordConsumer` over raw bytes; the typed layer (`EventWriter`,
+`EventReader`) is written once against these. `kafka_backend(settings)` picks the backend named by
+`KafkaSettings.client` through `KAFKA_BACKENDS`; built-in backends are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from rft.algorithms.registry import Registry
+from rft.config.connections import KafkaSettings
+from rft.errors import TransportError
+
+Headers = list[tuple[str, bytes]]
+
+# Seconds a consumer may go without reaching any broker before poll() raises TransportError.
+DEFAULT_UNREACHABLE_TIMEOUT_S = 30.0
+
+
+class TransactionError(TransportError):
+    """A transaction step failed; `requires_abort` says the caller must abort() before retrying."""
+
+    def __init__(self, message: str, *, requires_abort: bool) -> None:
+        super().__init__(message)
+        self.requires_abort = requires_abort
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka record as bytes, with where it came from."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class TopicPartitionOffset:
+    """A position in a partition; for commits, `offset` is the next record to read."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What a topic should look like when created."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic as the broker describes it."""
+
+    name: str
+    partitions: list[PartitionInfo]
+    configs: dict[str, str]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+class _Closing(ABC):
+    """Context-manager plumbing shared by every client wrapper."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class TopicAdmin(_Closing):
+    """Creates, lists and describes topics."""
+
+    @abstractmethod
+    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+        """Create the topics that do not exist yet; return the names actually created."""
+
+    @abstractmethod
+    def list_topics(self, timeout_s: float = 10.0) -> list[str]:
+        """Names of all topics, internal ones (`__...`) left out, sorted."""
+
+    @abstractmethod
+    def describe_topics(self, names: Sequence[str], timeout_s: float = 10.0) -> list[TopicInfo]:
+        """Partitions, replicas and non-default configs of each named topic."""
+
+    @abstractmethod
+    def delete_topics(self, names: Sequence[str], timeout_s: float = 30.0) -> None: ...
+
+
+class RecordProducer(_Closing):
+    """An idempotent, acks=all producer of raw records; optionally transactional."""
+
+    @abstractmethod
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Queue one record; delivery failures surface as TransportError from flush()."""
+
+    @abstractmethod
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Block until every queued record is acknowledged; raise TransportError naming the first
+        failed topic/partition, or when records are still in flight after `timeout_s`."""
+
+    @abstractmethod
+    def begin_transaction(self) -> None: ...
+
+    @abstractmethod
+    def send_offsets_to_transaction(
+        self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
+    ) -> None: ...
+
+    @abstractmethod
+    def commit_transaction(self, timeout_s: float = 30.0) -> None: ...
+
+    @abstractmethod
+    def abort_transaction(self, timeout_s: float = 30.0) -> None: ...
+
+
+class RecordConsumer(_Closing):
+    """A consumer-group member with manual commits, read_committed isolation and seeking.
+
+    Seeks apply to partitions assigned now, and to each other partition once, when it is first
+    assigned (subscriptions assign partitions lazily, during poll).
+    """
+
+    @abstractmethod
+    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
+        """Up to `max_records` records, waiting at most `timeout_s` for the first one; raise
+        TransportError when no broker has been reachable for the unreachable timeout."""
+
+    @abstractmethod
+    def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
+        """Synchronously commit the given next-to-read offsets for this group."""
+
+    @abstractmethod
+    def group_metadata(self) -> Any:
+        """The opaque consumer-group metadata a transactional producer needs."""
+
+    @abstractmethod
+    def assignment(self) -> list[tuple[str, int]]: ...
+
+    @abstractmethod
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+    @abstractmethod
+    def seek_to_beginning(self) -> None: ...
+
+    @abstractmethod
+    def seek_to_timestamp(self, timestamp_ms: int) -> None:
+        """Move each partition to its first record at or after `timestamp_ms` (or its end)."""
+
+
+class KafkaBackend(ABC):
+    """Makes the three client wrappers for one Kafka client library and one cluster."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def admin(self) -> TopicAdmin: ...
+
+    @abstractmethod
+    def producer(
+        self, transactional_id: str | None = None, config: Mapping[str, Any] | None = None
+    ) -> RecordProducer:
+        """`config` takes Java-style keys (`linger.ms`) over the defaults and settings.extra."""
+
+    @abstractmethod
+    def consumer(
+        self,
+        group_id: str,
+        topics: Sequence[str],
+        from_beginning: bool = True,
+        config: Mapping[str, Any] | None = None,
+        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+    ) -> RecordConsumer: ...
+
+
+BackendFactory = Callable[[KafkaSettings], KafkaBackend]
+
+KAFKA_BACKENDS: Registry[BackendFactory] = Registry("stack.kafka.client")
+
+# Built-in backends live in modules that import their client library; they load on first use so
+# that choosing one never requires the other to be installed.
+_BUILTIN_BACKEND_MODULES = {
+    "confluent": "rft.events.kafka_confluent",
+    "kafka-python": "rft.events.kafka_python",
+}
+
+
+def kafka_backend(settings: KafkaSettings) -> KafkaBackend:
+    """The backend named by `settings.client`, bound to `settings`."""
+    module = _BUILTIN_BACKEND_MODULES.get(settings.client)
+    if module is not None and settings.client not in KAFKA_BACKENDS:
+        importlib.import_module(module)
+    return KAFKA_BACKENDS.get(settings.client)(settings)
+
+
+def backend_names() -> list[str]:
+    return sorted(set(KAFKA_BACKENDS.names()) | set(_BUILTIN_BACKEND_MODULES))
