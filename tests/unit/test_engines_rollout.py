@@ -1,0 +1,181 @@
+"""The hf rollout engine on a tiny model: logprob convention, determinism, n, stops, weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rft.engines.logprobs import token_logprobs
+from rft.engines.models import ModelSpec, load_model
+from rft.engines.rollout import (
+    ROLLOUT_ENGINES,
+    HFRolloutEngine,
+    RolloutEngineConfig,
+    SamplingParams,
+    create_rollout_engine,
+)
+from rft.errors import ConfigError, EngineError
+
+
+@pytest.fixture(scope="module")
+def engine() -> HFRolloutEngine:
+    model, tok = load_model(ModelSpec("tiny", seed=5))
+    return HFRolloutEngine(model, tok)
+
+
+@pytest.fixture(scope="module")
+def prompts(engine) -> list[list[int]]:
+    return [
+        engine.chat_prompt_ids([{"role": "user", "content": "What is 3 + 4?"}]),
+        engine.chat_prompt_ids([{"role": "user", "content": "Hi"}]),  # shorter: left padded
+    ]
+
+
+def _recomputed(engine, rollout, temperature: float) -> np.ndarray:
+    ids = np.concatenate([rollout.prompt_ids, rollout.response_ids]).astype(np.int64)
+    with torch.inference_mode():
+        lp, _ = token_logprobs(engine.model, torch.from_numpy(ids)[None], temperature=temperature)
+    return lp[0, len(rollout.prompt_ids) - 1 :].numpy()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_tokens=10, n=3, seed=1),
+        SamplingParams(temperature=1.0, max_tokens=10, n=2, seed=2),
+        SamplingParams(temperature=0.0, max_tokens=10),
+    ],
+    ids=["filtered", "plain", "greedy"],
+)
+def test_logprobs_match_recomputation(engine, prompts, params) -> None:
+    out = engine.generate(prompts, params)
+    assert [len(g) for g in out] == [params.n, params.n]
+    for prompt, group in zip(prompts, out, strict=True):
+        for r in group:
+            assert r.prompt_ids.dtype == np.int32 and r.response_ids.dtype == np.int32
+            assert r.logprobs.dtype == np.float32
+            assert r.prompt_ids.tolist() == prompt
+            assert len(r.logprobs) == len(r.response_ids) >= 1
+            np.testing.assert_allclose(
+                r.logprobs, _recomputed(engine, r, params.logprob_temperature), atol=1e-4
+            )
+
+
+def test_greedy_is_deterministic_and_matches_argmax(engine, prompts) -> None:
+    params = SamplingParams(temperature=0.0, max_tokens=8, n=2)
+    a = engine.generate(prompts, params)
+    b = engine.generate(prompts, params)
+    assert [r.response_ids.tolist() for g in a for r in g] == [
+        r.response_ids.tolist() for g in b for r in g
+    ]
+    assert a[0][0].response_ids.tolist() == a[0][1].response_ids.tolist()
+    ids = torch.tensor([prompts[0]])
+    with torch.inference_mode():
+        first = int(engine.model(input_ids=ids).logits[0, -1].argmax())
+    assert a[0][0].response_ids[0] == first
+
+
+def test_seeded_sampling_is_reproducible(engine, prompts) -> None:
+    params = SamplingParams(temperature=1.0, max_tokens=12, n=4, seed=42)
+    a = engine.generate(prompts, params)
+    b = engine.generate(prompts, params)
+    c = engine.generate(prompts, SamplingParams(temperature=1.0, max_tokens=12, n=4, seed=43))
+    flat = [[r.response_ids.tolist() for r in g] for g in a]
+    assert flat == [[r.response_ids.tolist() for r in g] for g in b]
+    assert flat != [[r.response_ids.tolist() for r in g] for g in c]
+    # n samples of one prompt differ from each other
+    assert len({tuple(x) for x in flat[0]}) > 1
+
+
+def test_seed_does_not_disturb_global_rng(engine, prompts) -> None:
+    torch.manual_seed(9)
+    expected = torch.rand(2)
+    torch.manual_seed(9)
+    engine.generate(prompts, SamplingParams(max_tokens=3, seed=1))
+    assert torch.equal(torch.rand(2), expected)
+
+
+def test_eos_ends_response_and_is_kept(engine, prompts) -> None:
+    # Treat the greedy first token as a stop token: every response is that one token, "stop".
+    first = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=5))[0][0]
+    stop_id = int(first.response_ids[0])
+    out = engine.generate(
+        prompts[:1], SamplingParams(temperature=0.0, max_tokens=5, stop_token_ids=(stop_id,))
+    )[0][0]
+    assert out.response_ids.tolist() == [stop_id]
+    assert out.finish_reason == "stop"
+    assert first.finish_reason == "length" and len(first.response_ids) == 5
+
+
+def test_stop_strings_cut_after_the_completing_token(engine, prompts) -> None:
+    free = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))[0][0]
+    stop = free.text[2:4]
+    assert stop
+    cut = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8, stop=(stop,)))[
+        0
+    ][0]
+    assert cut.finish_reason == "stop"
+    assert stop in cut.text and cut.text.endswith(stop)
+    assert len(cut.response_ids) == len(cut.logprobs) < len(free.response_ids)
+
+
+def test_max_batch_size_splits_without_changing_greedy_output(prompts) -> None:
+    model, tok = load_model(ModelSpec("tiny", seed=5))
+    whole = HFRolloutEngine(model, tok).generate(prompts, SamplingParams(0.0, max_tokens=6, n=2))
+    split = HFRolloutEngine(model, tok, max_batch_size=1).generate(
+        prompts, SamplingParams(0.0, max_tokens=6, n=2)
+    )
+    assert [r.response_ids.tolist() for g in whole for r in g] == [
+        r.response_ids.tolist() for g in split for r in g
+    ]
+
+
+def test_load_state_dict_changes_outputs_and_version(prompts) -> None:
+    model, tok = load_model(ModelSpec("tiny", seed=5))
+    engine = HFRolloutEngine(model, tok)
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    before = engine.generate(prompts, params)
+    other, _ = load_model(ModelSpec("tiny", seed=6))
+    new_weights = HFRolloutEngine(other, tok).state_dict()
+    assert "lm_head.weight" not in new_weights  # tied: exported once, as the embedding
+    engine.load_state_dict(new_weights, version=3)
+    assert engine.model_version == 3
+    after = engine.generate(prompts, params)
+    assert torch.equal(engine.model.lm_head.weight, other.lm_head.weight)
+    assert [r.logprobs.tolist() for g in before for r in g] != [
+        r.logprobs.tolist() for g in after for r in g
+    ]
+
+
+def test_load_state_dict_rejects_bad_weights(engine) -> None:
+    good = engine.state_dict()
+    with pytest.raises(EngineError, match="doesn't have"):
+        engine.load_state_dict({**good, "bogus.weight": torch.zeros(1)}, version=1)
+    partial = dict(good)
+    partial.pop("model.norm.weight")
+    with pytest.raises(EngineError, match="miss"):
+        engine.load_state_dict(partial, version=1)
+    bad = {**good, "model.norm.weight": torch.zeros(3)}
+    with pytest.raises(EngineError, match="shape"):
+        engine.load_state_dict(bad, version=1)
+    assert engine.model_version == 0
+
+
+def test_sampling_params_validation() -> None:
+    for kwargs in ({"n": 0}, {"max_tokens": 0}, {"top_p": 0.0}, {"top_k": -1}):
+        with pytest.raises(ConfigError):
+            SamplingParams(**kwargs)
+
+
+def test_registry_builds_hf_engine_and_names_unknown() -> None:
+    assert "hf" in ROLLOUT_ENGINES
+    engine = create_rollout_engine("hf", RolloutEngineConfig(model=ModelSpec("tiny")))
+    assert isinstance(engine, HFRolloutEngine)
+    with pytest.raises(ConfigError, match="did you mean 'hf'"):
+        create_rollout_engine("hff", RolloutEngineConfig())
+
+
+def test_empty_prompt_is_rejected(engine) -> None:
+    with pytest.raises(EngineError, match="prompt 1 is empty"):
+        engine.generate([[1, 2], []], SamplingParams(max_tokens=2))
