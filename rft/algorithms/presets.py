@@ -117,38 +117,30 @@ class AlgorithmSpec:
 
 ALGORITHM_TYPES: Registry[AlgorithmSpec] = Registry("algorithm.algorithm_type")
 
-# Group-relative algorithms need >= 2 rollouts per task; a lone rollout gets advantage 0.
-_KL_K2 = {"kl_loss_fn": "k2", "kl_loss_fn_args": {"kl_coef": 0.001}}
-_ENTROPY = {"entropy_loss_fn": "default", "entropy_loss_fn_args": {"entropy_coef": 0.0}}
 
+def _policy_gradient_preset(
+    name: str, advantage_fn: str, policy_loss_fn: str = "ppo", min_repeat_times: int = 1
+) -> AlgorithmSpec:
+    """A preset with a k2 KL loss (kl_coef 0.001) and an entropy term that is off (coef 0)."""
+    return AlgorithmSpec(
+        name,
+        policy_loss_fn=policy_loss_fn,
+        advantage_fn=advantage_fn,
+        kl_loss_fn="k2",
+        kl_loss_fn_args={"kl_coef": 0.001},
+        entropy_loss_fn="default",
+        entropy_loss_fn_args={"entropy_coef": 0.0},
+        min_repeat_times=min_repeat_times,
+    )
+
+
+# Group-relative algorithms need >= 2 rollouts per task; a lone rollout gets advantage 0.
+ALGORITHM_TYPES.add("grpo", _policy_gradient_preset("grpo", "grpo", min_repeat_times=2))
+ALGORITHM_TYPES.add("rloo", _policy_gradient_preset("rloo", "rloo", min_repeat_times=2))
 ALGORITHM_TYPES.add(
-    "grpo",
-    AlgorithmSpec(
-        "grpo", policy_loss_fn="ppo", advantage_fn="grpo", min_repeat_times=2, **_KL_K2, **_ENTROPY
-    ),
+    "reinforce_plus_plus", _policy_gradient_preset("reinforce_plus_plus", "reinforce_plus_plus")
 )
-ALGORITHM_TYPES.add(
-    "rloo",
-    AlgorithmSpec(
-        "rloo", policy_loss_fn="ppo", advantage_fn="rloo", min_repeat_times=2, **_KL_K2, **_ENTROPY
-    ),
-)
-ALGORITHM_TYPES.add(
-    "reinforce_plus_plus",
-    AlgorithmSpec(
-        "reinforce_plus_plus",
-        policy_loss_fn="ppo",
-        advantage_fn="reinforce_plus_plus",
-        **_KL_K2,
-        **_ENTROPY,
-    ),
-)
-ALGORITHM_TYPES.add(
-    "opmd",
-    AlgorithmSpec(
-        "opmd", policy_loss_fn="opmd", advantage_fn="opmd", min_repeat_times=2, **_KL_K2, **_ENTROPY
-    ),
-)
+ALGORITHM_TYPES.add("opmd", _policy_gradient_preset("opmd", "opmd", "opmd", min_repeat_times=2))
 ALGORITHM_TYPES.add("sft", AlgorithmSpec("sft", policy_loss_fn="sft"))
 
 
