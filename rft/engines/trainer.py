@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,7 +244,8 @@ class TorchTrainerEngine:
             (loss * weights[k]).backward()
             total_loss += float(loss.detach()) * weights[k]
             for name, value in metrics.items():
-                sums[name] = sums.get(name, 0.0) + float(value) * weights[k]
+                scalar = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+                sums[name] = sums.get(name, 0.0) + scalar * weights[k]
         clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, clip))
         skipped = not math.isfinite(grad_norm)
@@ -251,7 +253,11 @@ class TorchTrainerEngine:
             self.optimizer.zero_grad(set_to_none=True)
         else:
             self.optimizer.step()
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # a skipped first update makes torch warn about the call order; the schedule still
+            # follows train steps, which is what we want
+            warnings.simplefilter("ignore", UserWarning)
+            self.scheduler.step()
         self.step += 1
         return {
             **sums,

@@ -1,0 +1,140 @@
+"""Rollout benchmark on the real model: load time, generation throughput, addition accuracy.
+
+Prints tables. Throughput: prompts x max_tokens sampled at T=1.0 in one generate call.
+Accuracy: "What is a + b?" (single- and two-digit) under several prompt styles, greedy and
+sampled, scored by the last number in the reply.
+Run: python bench/rollout.py [--model smollm2] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import resource
+import time
+
+import torch
+
+from rft.engines.models import ModelSpec, load_model
+from rft.engines.rollout import HFRolloutEngine, SamplingParams
+
+STYLES: dict[str, tuple[str | None, str]] = {
+    "sys-final-number": ("Answer with only the final number.", "What is {a} + {b}?"),
+    "plain": (None, "What is {a} + {b}?"),
+    "user-only-number": (None, "What is {a} + {b}? Answer with only the number."),
+}
+
+_NUMBER = re.compile(r"-?\d+")
+
+
+def last_number(text: str) -> int | None:
+    found = _NUMBER.findall(text.replace(",", ""))
+    return int(found[-1]) if found else None
+
+
+def problems(count: int, seed: int) -> list[tuple[int, int]]:
+    rng = random.Random(seed)
+    half = count // 2
+    single = [(rng.randint(0, 9), rng.randint(0, 9)) for _ in range(half)]
+    double = [(rng.randint(10, 99), rng.randint(10, 99)) for _ in range(count - half)]
+    return single + double
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def messages(style: str, a: int, b: int) -> list[dict[str, str]]:
+    system, user = STYLES[style]
+    out = [{"role": "system", "content": system}] if system else []
+    return [*out, {"role": "user", "content": user.format(a=a, b=b)}]
+
+
+def bench_throughput(engine: HFRolloutEngine, sizes: list[int], max_tokens: int) -> None:
+    print(f"\n## generation throughput (T=1.0, max_tokens={max_tokens}, one generate call)")
+    print("| prompts | seconds | generated tokens | tokens/s | peak RSS MiB |")
+    print("|---|---|---|---|---|")
+    pool = problems(max(sizes), seed=1)
+    for size in sizes:
+        prompts = [engine.chat_prompt_ids(messages("plain", a, b)) for a, b in pool[:size]]
+        params = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0)
+        start = time.perf_counter()
+        out = engine.generate(prompts, params)
+        took = time.perf_counter() - start
+        tokens = sum(len(r.response_ids) for g in out for r in g)
+        print(f"| {size} | {took:.1f} | {tokens} | {tokens / took:.0f} | {peak_rss_mib():.0f} |")
+
+
+def bench_accuracy(
+    engine: HFRolloutEngine, count: int, samples: int, max_tokens: int, batch: int
+) -> None:
+    print(f"\n## addition accuracy ({count} problems: half single-digit, half two-digit)")
+    print("| style | decoding | single-digit | two-digit | all | no number | seconds |")
+    print("|---|---|---|---|---|---|---|")
+    pool = problems(count, seed=0)
+    decodings = [
+        ("greedy", SamplingParams(temperature=0.0, max_tokens=max_tokens)),
+        (
+            f"T=1.0 x{samples}",
+            SamplingParams(temperature=1.0, max_tokens=max_tokens, n=samples, seed=0),
+        ),
+    ]
+    for style in STYLES:
+        prompts = [engine.chat_prompt_ids(messages(style, a, b)) for a, b in pool]
+        for label, params in decodings:
+            start = time.perf_counter()
+            groups = []
+            for lo in range(0, len(prompts), batch):
+                groups.extend(engine.generate(prompts[lo : lo + batch], params))
+            took = time.perf_counter() - start
+            right = {"single": 0, "double": 0}
+            seen = {"single": 0, "double": 0}
+            missing = 0
+            for (a, b), group in zip(pool, groups, strict=True):
+                kind = "single" if a < 10 and b < 10 else "double"
+                for r in group:
+                    got = last_number(r.text)
+                    missing += got is None
+                    right[kind] += got == a + b
+                    seen[kind] += 1
+            total = sum(seen.values())
+            print(
+                f"| {style} | {label} | {right['single'] / seen['single']:.0%} "
+                f"| {right['double'] / seen['double']:.0%} "
+                f"| {sum(right.values()) / total:.0%} | {missing / total:.0%} | {took:.0f} |"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sizes", default="32,64")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--problems", type=int, default=100)
+    parser.add_argument("--samples", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-accuracy", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    start = time.perf_counter()
+    model, tok = load_model(ModelSpec(args.model))
+    load_s = time.perf_counter() - start
+    print(f"# rollout bench: model={args.model} threads={args.threads}")
+    print("\n| step | value |\n|---|---|")
+    print(f"| model load (s) | {load_s:.1f} |")
+    print(f"| peak RSS after load (MiB) | {peak_rss_mib():.0f} |")
+    engine = HFRolloutEngine(model, tok)
+    if not args.skip_throughput:
+        sizes = [int(s) for s in args.sizes.split(",")]
+        bench_throughput(engine, sizes, args.max_tokens)
+    if not args.skip_accuracy:
+        bench_accuracy(engine, args.problems, args.samples, args.max_tokens, args.batch)
+    print(f"\npeak RSS (MiB): {peak_rss_mib():.0f}")
+
+
+if __name__ == "__main__":
+    main()
