@@ -41,8 +41,10 @@ def _parse_line(raw: bytes, index: int, origin: str) -> TasksetRow | BadRow:
     except UnicodeDecodeError as exc:
         return BadRow(index, origin, f"not UTF-8 (byte {exc.start})")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as exc:
+        value = json.loads(text.rstrip("\r\n"), parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        return BadRow(index, origin, f"bad JSON at column {exc.colno}: {exc.msg}")
+    except ValueError as exc:  # NaN / Infinity, refused by _reject_constant
         return BadRow(index, origin, f"bad JSON: {exc}")
     if not isinstance(value, dict):
         return BadRow(index, origin, f"expected a JSON object, got {type(value).__name__}")

@@ -15,9 +15,11 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from producers.taskset_reader import LoadedTaskset
+from producers.taskset_reader import LoadedTaskset, load_taskset
 from producers.taskset_rows import BadRow
+from rft.config.schema import RftConfig
 from rft.events.models import Task, now_ms
+from rft.events.topics import TopicNames
 
 
 class TaskSink(Protocol):
@@ -100,9 +102,7 @@ class TaskPublisher:
             total=len(rows) * epochs, desc=f"publish {taskset.name}", disable=not self.progress
         ) as bar:
             for epoch in range(epochs):
-                order = (
-                    range(len(rows)) if taskset.is_eval else epoch_order(len(rows), seed, epoch)
-                )
+                order = range(len(rows)) if taskset.is_eval else epoch_order(len(rows), seed, epoch)
                 for position in order:
                     task = self.make_task(taskset, epoch, position)
                     self.sink.send(topic, task, key=task.task_id)
@@ -129,3 +129,33 @@ class TaskPublisher:
             is_eval=taskset.is_eval,
             created_at=self.clock(),
         )
+
+
+def load_run_tasksets(config: RftConfig, *, on_bad_rows: str = "fail") -> list[LoadedTaskset]:
+    """Every taskset of a run config (`buffer.explorer_input.taskset` then `eval_tasksets`),
+    all read and checked before anything is published."""
+    inputs = config.buffer.explorer_input
+    loaded = []
+    if inputs.taskset is not None:
+        loaded.append(load_taskset(inputs.taskset, on_bad_rows=on_bad_rows))
+    loaded.extend(
+        load_taskset(taskset, is_eval=True, on_bad_rows=on_bad_rows)
+        for taskset in inputs.eval_tasksets
+    )
+    return loaded
+
+
+def publish_tasksets(
+    publisher: TaskPublisher,
+    tasksets: list[LoadedTaskset],
+    topics: TopicNames,
+    *,
+    epochs: int,
+    seed: int,
+) -> PublishSummary:
+    """Training tasksets to `topics.tasks` (`epochs` epochs), eval ones to `topics.eval_tasks`."""
+    summary = PublishSummary()
+    for taskset in tasksets:
+        topic = topics.eval_tasks if taskset.is_eval else topics.tasks
+        publisher.publish(taskset, topic, epochs=epochs, seed=seed, summary=summary)
+    return summary

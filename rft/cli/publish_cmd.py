@@ -1,0 +1,151 @@
+"""`rft publish`: put a taskset's rows on the tasks topic as Task events.
+
+Two forms: `rft publish PATH` for one JSONL/Parquet file or Hugging Face dataset directory, and
+`rft publish --config RUN.yaml` for every taskset of a run (train taskset for `total_epochs`,
+eval tasksets once). Everything is read and checked before anything is sent.
+Exit status: 0 all published; 1 error (with "fail", any bad row: nothing published);
+3 published, but some rows were skipped as bad (listed on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Any
+
+from rft.errors import ConfigError
+
+EXIT_SKIPPED_ROWS = 3
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "publish",
+        help="publish taskset rows as Task events",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("path", nargs="?", help="JSONL / Parquet file or HF dataset directory")
+    parser.add_argument("--config", help="run config YAML: publish its tasksets")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="config override"
+    )
+    target = parser.add_argument_group("where (PATH form)")
+    target.add_argument("--project", help="run project (topics <project>.<name>.tasks)")
+    target.add_argument("--name", help="run name")
+    target.add_argument("--topic", help="an explicit topic instead of --project/--name")
+    target.add_argument("--bootstrap-servers", help="Kafka bootstrap (default: the local stack)")
+    rows = parser.add_argument_group("taskset (PATH form)")
+    rows.add_argument("--taskset-name", help="taskset name in task ids (default: file stem)")
+    rows.add_argument("--split", default="train")
+    rows.add_argument("--subset-name")
+    rows.add_argument("--prompt-key", default="prompt")
+    rows.add_argument("--response-key", default="response")
+    rows.add_argument("--system-prompt")
+    rows.add_argument("--system-prompt-key")
+    rows.add_argument("--workflow", help="workflow name (default: math_workflow)")
+    rows.add_argument("--reward-fn", help="reward function name (default: the workflow's)")
+    rows.add_argument("--repeat-times", type=int, default=1)
+    rows.add_argument("--eval", action="store_true", help="an eval taskset: eval-tasks topic")
+    rows.add_argument("--epochs", type=int, help="epochs (default 1, or buffer.total_epochs)")
+    parser.add_argument("--seed", type=int, default=42, help="shuffle seed (epoch e: seed + e)")
+    parser.add_argument(
+        "--on-bad-rows",
+        choices=("fail", "skip-and-report"),
+        default="fail",
+        help="fail: publish nothing if any row is bad; skip-and-report: publish the rest",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="read and check only")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # heavy imports stay out of `rft --help`
+    from producers.task_publisher import (
+        TaskPublisher,
+        load_run_tasksets,
+        publish_tasksets,
+    )
+    from producers.taskset_reader import load_taskset
+    from rft.config.connections import KafkaSettings
+    from rft.events.topics import TopicNames, ensure_topics
+    from rft.events.writer import EventWriter
+
+    if bool(args.path) == bool(args.config):
+        raise ConfigError("give either PATH or --config (not both)")
+    if args.config:
+        from rft.config import load_config
+
+        config = load_config(args.config, args.override)
+        kafka = config.stack.kafka
+        topics = TopicNames.for_run(config.project, config.name)
+        epochs = args.epochs or config.buffer.total_epochs
+        tasksets = load_run_tasksets(config, on_bad_rows=args.on_bad_rows)
+        topic_names = [topics.tasks, topics.eval_tasks]
+    else:
+        kafka = KafkaSettings()
+        loaded = load_taskset(
+            _taskset_config(args), is_eval=args.eval, on_bad_rows=args.on_bad_rows
+        )
+        tasksets = [loaded]
+        epochs = args.epochs or 1
+        topics, topic_names = _path_topics(args, TopicNames)
+    if args.bootstrap_servers:
+        kafka.bootstrap_servers = args.bootstrap_servers
+    if epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {epochs}")
+
+    for taskset in tasksets:
+        for bad in taskset.bad_rows:
+            print(f"rft publish: skipped bad row {bad}", file=sys.stderr)
+    if args.dry_run:
+        for taskset in tasksets:
+            print(f"{taskset.name}: {len(taskset.rows)} valid rows, {len(taskset.bad_rows)} bad")
+        return EXIT_SKIPPED_ROWS if any(t.bad_rows for t in tasksets) else 0
+
+    ensure_topics(kafka, topic_names)
+    with EventWriter.open(kafka) as writer:
+        summary = publish_tasksets(
+            TaskPublisher(writer), tasksets, topics, epochs=epochs, seed=args.seed
+        )
+    for line in summary.lines():
+        if "skipped bad row" not in line:
+            print(line)
+    return EXIT_SKIPPED_ROWS if summary.bad_row_count else 0
+
+
+def _taskset_config(args: argparse.Namespace) -> Any:
+    from pathlib import Path
+
+    from rft.config.schema import FormatConfig, TasksetConfig
+
+    path = Path(args.path)
+    return TasksetConfig(
+        name=args.taskset_name or path.stem or path.name,
+        path=str(path),
+        split=args.split,
+        subset_name=args.subset_name,
+        format=FormatConfig(
+            prompt_key=args.prompt_key,
+            response_key=args.response_key,
+            system_prompt=args.system_prompt,
+            system_prompt_key=args.system_prompt_key,
+        ),
+        repeat_times=args.repeat_times,
+        default_workflow_type=args.workflow,
+        default_reward_fn_type=args.reward_fn,
+    )
+
+
+def _path_topics(args: argparse.Namespace, topic_names: Any) -> tuple[Any, list[str]]:
+    """TopicNames for --project/--name, or one whose tasks and eval-tasks are --topic."""
+    if args.topic:
+        if args.project or args.name:
+            raise ConfigError("give --topic or --project/--name, not both")
+        same = {f.name: args.topic for f in dataclasses.fields(topic_names)}
+        return topic_names(**same), [args.topic]
+    if not (args.project and args.name):
+        raise ConfigError("give --project and --name (topic <project>.<name>.tasks) or --topic")
+    topics = topic_names.for_run(args.project, args.name)
+    return topics, [topics.eval_tasks if args.eval else topics.tasks]
