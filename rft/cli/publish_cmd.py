@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.events.writer import EventWriter
 
     if bool(args.path) == bool(args.config):
-        raise ConfigError("give either PATH or --config (not both)")
+        raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
     if args.config:
         from rft.config import load_config
 
@@ -85,12 +85,12 @@ def run(args: argparse.Namespace) -> int:
         topic_names = [topics.tasks, topics.eval_tasks]
     else:
         kafka = KafkaSettings()
+        topics, topic_names = _path_topics(args, TopicNames)
         loaded = load_taskset(
             _taskset_config(args), is_eval=args.eval, on_bad_rows=args.on_bad_rows
         )
         tasksets = [loaded]
         epochs = args.epochs or 1
-        topics, topic_names = _path_topics(args, TopicNames)
     if args.bootstrap_servers:
         kafka.bootstrap_servers = args.bootstrap_servers
     if epochs < 1:
