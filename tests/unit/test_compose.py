@@ -1,0 +1,112 @@
+"""docker-compose.yml's structure, since Docker itself cannot run here: services, ports, wiring of
+endpoints and credentials, the collector config it mounts, and Kafka settings that agree with the
+local stack's."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rft.config.connections import DEV_ACCESS_KEY, DEV_SECRET_KEY, LocalStackSettings
+from rft.stack.kafka_config import SMALL_NODE_SETTINGS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def _host_ports(service: dict[str, Any]) -> set[int]:
+    return {int(str(p).split(":")[-2]) for p in service.get("ports", [])}
+
+
+def test_all_services_present(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) >= {
+        "kafka",
+        "minio",
+        "otel-collector",
+        "jaeger",
+        "publisher",
+        "explorer",
+        "trainer",
+    }
+
+
+def test_host_ports_match_the_local_stack(compose: dict[str, Any]) -> None:
+    local = LocalStackSettings()
+    services = compose["services"]
+    assert local.kafka_port in _host_ports(services["kafka"])
+    assert {local.minio_port, local.minio_console_port} <= _host_ports(services["minio"])
+    for service in services.values():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{port} is exposed beyond localhost"
+
+
+def test_kafka_is_kraft_with_the_local_small_node_settings(compose: dict[str, Any]) -> None:
+    env = compose["services"]["kafka"]["environment"]
+    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert compose["services"]["kafka"]["image"].endswith(":4.4.0")
+    for key, value in SMALL_NODE_SETTINGS.items():
+        env_key = "KAFKA_" + key.upper().replace(".", "_")
+        assert str(env.get(env_key)) == value, env_key
+
+
+def test_default_cluster_id_is_a_kafka_uuid(compose: dict[str, Any]) -> None:
+    raw = compose["services"]["kafka"]["environment"]["CLUSTER_ID"]
+    default = raw.split(":-", 1)[1].rstrip("}")
+    assert len(base64.urlsafe_b64decode(default + "==")) == 16
+
+
+def test_minio_credentials_come_from_the_rft_variables(compose: dict[str, Any]) -> None:
+    env = compose["services"]["minio"]["environment"]
+    assert env["MINIO_ROOT_USER"] == f"${{RFT_S3_ACCESS_KEY:-{DEV_ACCESS_KEY}}}"
+    assert env["MINIO_ROOT_PASSWORD"] == f"${{RFT_S3_SECRET_KEY:-{DEV_SECRET_KEY}}}"
+
+
+@pytest.mark.parametrize(
+    ("service", "verb"), [("publisher", "publish"), ("explorer", "explore"), ("trainer", "train")]
+)
+def test_app_services_run_their_verb_against_the_compose_stack(
+    compose: dict[str, Any], service: str, verb: str
+) -> None:
+    spec = compose["services"][service]
+    assert spec["image"].startswith("python:3.1")
+    assert f"rft {verb} --config" in " ".join(spec["command"])
+    env = spec["environment"]
+    assert env["RFT_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert env["RFT_S3_ENDPOINT"] == "minio:9000"
+    assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
+    assert env["OTEL_SERVICE_NAME"] == f"rft-{service}"
+    default_config = env["RFT_CONFIG"].split(":-", 1)[1].rstrip("}")
+    assert (ROOT / default_config).is_file(), default_config
+    assert spec["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert spec["depends_on"]["minio"]["condition"] == "service_healthy"
+
+
+def test_collector_config_is_mounted_and_wires_traces_to_jaeger(compose: dict[str, Any]) -> None:
+    mounts = compose["services"]["otel-collector"]["volumes"]
+    source = next(m.split(":")[0] for m in mounts if "otel-collector.yaml" in m)
+    config = yaml.safe_load((ROOT / source).read_text())
+    traces = config["service"]["pipelines"]["traces"]
+    assert "otlp" in traces["receivers"]
+    for exporter in traces["exporters"]:
+        assert exporter in config["exporters"]
+    assert config["exporters"]["otlp/jaeger"]["endpoint"].startswith("jaeger:")
+    for pipeline in config["service"]["pipelines"].values():
+        for name in pipeline.get("processors", []):
+            assert name in config["processors"]
+
+
+def test_named_volumes_are_declared(compose: dict[str, Any]) -> None:
+    declared = set(compose["volumes"])
+    for service in compose["services"].values():
+        for mount in service.get("volumes", []):
+            source = mount.split(":")[0]
+            if not source.startswith((".", "/")):
+                assert source in declared, source
