@@ -116,7 +116,8 @@ def _build(base: DictConfig, source: _Source, overrides: Sequence[str]) -> RftCo
         raw = OmegaConf.to_container(merged, resolve=True, throw_on_missing=True)
     except OmegaConfBaseException as exc:
         key = str(getattr(exc, "full_key", "") or "")
-        reason = getattr(exc, "msg", None) or str(exc).splitlines()[0]
+        reason = (str(getattr(exc, "msg", None) or exc).splitlines() or ["?"])[0]
+        reason = reason.replace("KeyError raised while resolving interpolation: ", "")
         if "MissingMandatoryValue" in type(exc).__name__:
             reason = "is required (the value is '???')"
         elif key:

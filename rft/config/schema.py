@@ -7,6 +7,7 @@ listed in each section's IGNORED_KEYS: a carried-over YAML loads, with a warning
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -422,10 +423,15 @@ class RftConfig:
 
         Secrets are left out unless asked for; loading then takes them from the environment again.
         """
-        return yaml.safe_dump(
-            self.to_dict(include_secrets=include_secrets), sort_keys=False, allow_unicode=True
+        return yaml.dump(
+            self.to_dict(include_secrets=include_secrets),
+            Dumper=_ConfigDumper,
+            sort_keys=False,
+            allow_unicode=True,
         )
 
+
+_INTERPOLATION_START = re.compile(r"(\\*)\$\{")
 
 _TOP_LEVEL_ORDER = (
     "project",
@@ -445,9 +451,30 @@ _TOP_LEVEL_ORDER = (
 )
 
 
+_YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~", ""}
+
+
+class _ConfigDumper(yaml.SafeDumper):
+    """Quotes every string that a YAML loader might read as a number, bool or null.
+
+    OmegaConf's loader reads more forms as floats than PyYAML's dumper expects (`0E0`, `1e5`), so
+    plain output of such strings would come back as numbers.
+    """
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    ambiguous = value.strip().lower() in _YAML_WORDS or value[:1] in set("-+.0123456789")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'" if ambiguous else None)
+
+
+_ConfigDumper.add_representer(str, _represent_str)
+
+
 def _plain(value: Any) -> Any:
     if isinstance(value, str) and "${" in value:
-        return value.replace("${", "\\${")  # written text, not an interpolation, when read back
+        # Written text, not an interpolation, when read back: `\${` is a literal `${`, and
+        # backslashes right before it are doubled so they stay backslashes.
+        return _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", value)
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):

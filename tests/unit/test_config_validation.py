@@ -1,0 +1,248 @@
+"""Invalid configs: each error names the key path, the place (file:line or override) and the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rft.config import ConfigValidationError, ConfigWarning, config_from_dict, load_config
+from rft.errors import ConfigError
+
+MINIMAL = """\
+project: p
+name: n
+algorithm:
+  repeat_times: 2
+model:
+  model_path: tiny
+buffer:
+  batch_size: 4
+  explorer_input:
+    default_workflow_type: math_workflow
+    taskset:
+      name: train
+      storage_type: generator
+      path: arithmetic
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_for(tmp_path: Path, text: str, overrides: tuple[str, ...] = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text), overrides)
+    return info.value
+
+
+def test_wrong_type_names_key_file_line_given_and_expected(tmp_path: Path) -> None:
+    text = MINIMAL.replace("batch_size: 4", "batch_size: four")
+    err = error_for(tmp_path, text)
+    assert isinstance(err, ConfigValidationError)
+    message = str(err)
+    assert "`buffer.batch_size`" in message
+    assert f"{tmp_path / 'run.yaml'}:8" in message  # batch_size is on line 8
+    assert "'four'" in message
+    assert "an integer" in message
+    assert [p.path for p in err.problems] == ["buffer.batch_size"]
+
+
+def test_out_of_range(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "trainer:\n  optim:\n    lr: -0.1\n")
+    message = str(err)
+    assert "`trainer.optim.lr`" in message
+    assert "> 0" in message
+    assert "-0.1" in message
+    assert "run.yaml:17" in message
+
+
+def test_out_of_range_in_a_list_names_the_index(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "trainer:\n  optim:\n    betas: [0.9, 1.5]\n")
+    assert "`trainer.optim.betas[1]`" in str(err)
+    assert "< 1" in str(err)
+
+
+def test_unknown_enum_value_lists_allowed_values_and_suggests(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "mode: explor\n")
+    message = str(err)
+    assert "`mode`" in message
+    assert "'both', 'explore', 'train', 'bench'" in message
+    assert "did you mean 'explore'?" in message
+    assert "run.yaml:15" in message
+
+
+def test_unknown_key_warns_with_suggestion_and_is_ignored(tmp_path: Path) -> None:
+    text = MINIMAL + "explorer:\n  eval_intervall: 8\n"
+    with pytest.warns(ConfigWarning) as record:
+        cfg = load_config(write(tmp_path, text))
+    (warning,) = [w for w in record if "eval_intervall" in str(w.message)]
+    message = str(warning.message)
+    assert "`explorer.eval_intervall`" in message
+    assert "did you mean `eval_interval`?" in message
+    assert "run.yaml:16" in message
+    assert cfg.explorer.eval_interval == 100
+
+
+def test_unknown_top_level_section_warns(tmp_path: Path) -> None:
+    with pytest.warns(ConfigWarning, match="did you mean `trainer`"):
+        load_config(write(tmp_path, MINIMAL + "trainr:\n  save_interval: 3\n"))
+
+
+def test_missing_required_keys(tmp_path: Path) -> None:
+    text = MINIMAL.replace("  model_path: tiny\n", "  max_prompt_tokens: 12\n")
+    text = text.replace("project: p\n", "")
+    err = error_for(tmp_path, text)
+    assert isinstance(err, ConfigValidationError)
+    paths = {p.path for p in err.problems}
+    assert paths == {"project", "model.model_path"}
+    assert "is required" in str(err)
+
+
+def test_missing_section_with_required_key(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "project: p\nname: n\nmodel:\n  model_path: tiny\n")
+    assert isinstance(err, ConfigValidationError)
+    assert [p.path for p in err.problems] == ["buffer.batch_size"]
+
+
+def test_missing_taskset_in_explore_mode(tmp_path: Path) -> None:
+    text = (
+        "project: p\nname: n\nmode: explore\nmodel:\n  model_path: tiny\nbuffer:\n  batch_size: 2\n"
+    )
+    err = error_for(tmp_path, text)
+    assert "`buffer.explorer_input.taskset`" in str(err)
+    assert "'explore'" in str(err)
+
+
+def test_taskset_without_workflow(tmp_path: Path) -> None:
+    text = MINIMAL.replace("    default_workflow_type: math_workflow\n", "")
+    err = error_for(tmp_path, text)
+    assert "`buffer.explorer_input.taskset.default_workflow_type`" in str(err)
+
+
+def test_required_marker_value(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL.replace("model_path: tiny", "model_path: ???"))
+    assert "`model.model_path`" in str(err)
+    assert "is required" in str(err)
+    assert "run.yaml:6" in str(err)
+
+
+def test_env_var_missing_without_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RFT_TEST_UNSET_VAR", raising=False)
+    text = MINIMAL.replace("model_path: tiny", "model_path: ${oc.env:RFT_TEST_UNSET_VAR}")
+    err = error_for(tmp_path, text)
+    assert "`model.model_path`" in str(err)
+    assert "RFT_TEST_UNSET_VAR" in str(err)
+    assert "run.yaml:6" in str(err)
+
+
+def test_bad_override_value_names_the_override(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL, ("algorithm.repeat_times=many",))
+    message = str(err)
+    assert "`algorithm.repeat_times`" in message
+    assert "override 'algorithm.repeat_times=many'" in message
+
+
+def test_override_without_equals_sign(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL, ("algorithm.repeat_times",))
+    assert "key.path=value" in str(err)
+
+
+def test_several_problems_are_reported_together(tmp_path: Path) -> None:
+    err = error_for(
+        tmp_path,
+        MINIMAL,
+        ("buffer.batch_size=0", "synchronizer.sync_interval=0", "monitor.monitor_type=grafana"),
+    )
+    assert isinstance(err, ConfigValidationError)
+    assert {p.path for p in err.problems} == {
+        "buffer.batch_size",
+        "synchronizer.sync_interval",
+        "monitor.monitor_type",
+    }
+    assert str(err).startswith("3 problems in the config")
+
+
+def test_grpo_needs_more_than_one_rollout(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL, ("algorithm.repeat_times=1",))
+    assert "`algorithm.repeat_times`" in str(err)
+    assert "grpo" in str(err)
+    assert ">= 2" in str(err)
+
+
+def test_memory_sync_needs_mode_both(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL, ("mode=explore", "synchronizer.sync_method=memory"))
+    assert "`synchronizer.sync_method`" in str(err)
+
+
+def test_token_limits_must_fit_the_model_length(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL, ("model.max_model_len=100", "model.max_prompt_tokens=200"))
+    assert "`model.max_prompt_tokens`" in str(err)
+    assert "max_model_len (100)" in str(err)
+
+
+def test_duplicate_taskset_names(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "    eval_tasksets:\n"
+        "      - name: train\n"
+        "        storage_type: generator\n"
+        "        path: arithmetic\n"
+    )
+    err = error_for(tmp_path, text)
+    assert "`buffer.explorer_input.eval_tasksets[0].name`" in str(err)
+    assert "run.yaml:16" in str(err)
+
+
+def test_bad_eval_taskset_entry_names_its_index(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "    eval_tasksets:\n      - name: ev\n        storage_type: sql\n        path: x\n"
+    )
+    err = error_for(tmp_path, text)
+    assert "`buffer.explorer_input.eval_tasksets[0].storage_type`" in str(err)
+    assert "'file', 'generator'" in str(err)
+    assert "run.yaml:17" in str(err)
+
+
+def test_section_given_as_scalar(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "trainer: fast\n")
+    assert "`trainer`" in str(err)
+    assert "a mapping" in str(err)
+
+
+def test_bool_must_be_boolean_like(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "continue_from_checkpoint: maybe\n")
+    assert "`continue_from_checkpoint`" in str(err)
+    assert "true or false" in str(err)
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
+    err = error_for(tmp_path, MINIMAL + "trainer:\n  save_interval: [1, 2\n")
+    assert "run.yaml:" in str(err)
+    assert "not valid YAML" in str(err)
+
+
+def test_top_level_list_is_rejected(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "- a\n- b\n")
+    assert "mapping" in str(err)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(tmp_path / "absent.yaml")
+
+
+def test_openai_engine_needs_base_url() -> None:
+    data = {
+        "project": "p",
+        "name": "n",
+        "mode": "train",
+        "model": {"model_path": "tiny"},
+        "buffer": {"batch_size": 2},
+        "algorithm": {"repeat_times": 2},
+        "explorer": {"rollout_model": {"engine_type": "openai"}},
+    }
+    with pytest.raises(ConfigValidationError, match=r"`explorer\.rollout_model\.base_url`"):
+        config_from_dict(data, source="inline")
