@@ -1,13 +1,13 @@
 """Derived defaults and cross-key checks of a bound RftConfig, done in this one place.
 
 `fill_derived` fills every value that defaults to another key (train_batch_size, max_model_len,
-taskset repeat_times and workflow types, algorithm parts...). `check_consistency` returns the
-issues that involve more than one key; single values were already checked while binding.
+taskset repeat_times and workflow types...). Algorithm parts left unset stay None: the preset of
+`algorithm_type` (rft.algorithms, `resolve_algorithm`) supplies them and checks repeat_times.
+`check_consistency` returns the issues that involve more than one key.
 """
 
 from __future__ import annotations
 
-from rft.config.algorithm_defaults import ALGORITHM_DEFAULTS
 from rft.config.binding import Issue
 from rft.config.schema import RftConfig, TasksetConfig
 
@@ -15,21 +15,6 @@ from rft.config.schema import RftConfig, TasksetConfig
 def fill_derived(cfg: RftConfig) -> None:
     """Fill values that default to other keys, in place."""
     algo = cfg.algorithm
-    defaults = ALGORITHM_DEFAULTS.get(algo.algorithm_type)
-    if defaults is not None:
-        if defaults.fixed_repeat_times is not None and algo.repeat_times == 1:
-            algo.repeat_times = defaults.fixed_repeat_times
-        for part in (
-            "advantage_fn",
-            "policy_loss_fn",
-            "kl_penalty_fn",
-            "kl_loss_fn",
-            "entropy_loss_fn",
-            "sample_strategy",
-        ):
-            if getattr(algo, part) is None:
-                setattr(algo, part, getattr(defaults, part))
-
     model = cfg.model
     if model.max_model_len is None:
         model.max_model_len = model.max_prompt_tokens + model.max_response_tokens
@@ -87,25 +72,6 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
     """Issues that involve several keys of a config whose derived values are filled."""
     issues: list[Issue] = []
     algo = cfg.algorithm
-    defaults = ALGORITHM_DEFAULTS.get(algo.algorithm_type)
-    if defaults is not None:
-        if algo.repeat_times < defaults.min_repeat_times:
-            issues.append(
-                Issue(
-                    "algorithm.repeat_times",
-                    f"algorithm_type {algo.algorithm_type!r} needs repeat_times >= "
-                    f"{defaults.min_repeat_times} (rollouts per task), got {algo.repeat_times}",
-                )
-            )
-        fixed = defaults.fixed_repeat_times
-        if fixed is not None and algo.repeat_times != fixed:
-            issues.append(
-                Issue(
-                    "algorithm.repeat_times",
-                    f"algorithm_type {algo.algorithm_type!r} needs repeat_times = {fixed}, "
-                    f"got {algo.repeat_times}",
-                )
-            )
     if not algo.algorithm_type:
         issues.append(Issue("algorithm.algorithm_type", "must not be empty"))
 

@@ -40,7 +40,8 @@ _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
 class AlgorithmConfig:
     """`algorithm`: the RL algorithm and its pluggable parts (names looked up in registries).
 
-    Parts left unset (None) are filled from the defaults of `algorithm_type`.
+    Parts left unset (None) come from the preset of `algorithm_type` when the algorithm is resolved
+    (rft.algorithms.presets.resolve_algorithm), which also checks names and repeat_times.
     """
 
     algorithm_type: str = "grpo"
@@ -318,6 +319,7 @@ class TrainerConfig:
     grad_clip: float = bounded(1.0, gt=0)
     total_steps: int | None = bounded(None, ge=1)  # default: buffer.total_steps
     micro_batch_size: int = bounded(4, ge=1)  # experiences per forward pass on one device
+    max_checkpoints_to_keep: int | None = bounded(None, ge=1)  # older ones pruned; None keeps all
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {

@@ -166,13 +166,6 @@ def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     assert str(err).startswith("3 problems in the config")
 
 
-def test_grpo_needs_more_than_one_rollout(tmp_path: Path) -> None:
-    err = error_for(tmp_path, MINIMAL, ("algorithm.repeat_times=1",))
-    assert "`algorithm.repeat_times`" in str(err)
-    assert "grpo" in str(err)
-    assert ">= 2" in str(err)
-
-
 def test_memory_sync_needs_mode_both(tmp_path: Path) -> None:
     err = error_for(tmp_path, MINIMAL, ("mode=explore", "synchronizer.sync_method=memory"))
     assert "`synchronizer.sync_method`" in str(err)
