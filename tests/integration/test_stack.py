@@ -1,0 +1,90 @@
+"""The real local stack on its own root and free ports (the session `stack` is left alone):
+`up` is idempotent, `status` is healthy, `down` stops what `up` started, and data survives a
+restart. The jars and the MinIO binary come from the shared cache, so only the first run builds."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rft.config.connections import LocalStackSettings
+from rft.errors import StackError
+from rft.stack import LocalStack
+from rft.stack.health import tcp_open
+from rft.stack.layout import default_cache_dir
+
+pytestmark = pytest.mark.integration
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[LocalStack]:
+    kafka, controller, minio, console = _free_ports(4)
+    settings = LocalStackSettings(
+        root=tmp_path / "stack",
+        kafka_port=kafka,
+        kafka_controller_port=controller,
+        minio_port=minio,
+        minio_console_port=console,
+    )
+    local = LocalStack(settings, cache_dir=default_cache_dir())
+    yield local
+    local.down()
+
+
+def _snapshot(local: LocalStack) -> dict[str, str]:
+    kafka_data = local.layout.data("kafka")
+    minio_data = local.layout.data("minio")
+    return {
+        "meta.properties": (kafka_data / "meta.properties").read_text(),
+        "cluster.id": (local.layout.root / "kafka-cluster.id").read_text(),
+        "minio format": (minio_data / ".minio.sys" / "format.json").read_text(),
+    }
+
+
+def test_up_is_idempotent_down_stops_and_data_survives(own_stack: LocalStack) -> None:
+    first = own_stack.up()
+    assert first.started == ("kafka", "minio")
+    assert first.status.healthy, first.status
+    pids = {s.name: s.pid for s in first.status.services}
+    assert (own_stack.layout.data("kafka") / "__cluster_metadata-0").is_dir()
+    before = _snapshot(own_stack)
+
+    again = own_stack.up()
+    assert again.started == ()
+    assert {s.name: s.pid for s in again.status.services} == pids
+
+    assert own_stack.down() == ("minio", "kafka")
+    status = own_stack.status()
+    assert status.running == () and not status.healthy
+    for port in (*own_stack.kafka.ports, *own_stack.minio.ports):
+        assert not tcp_open("127.0.0.1", port)
+    assert not any(own_stack.layout.run.glob("*.pid"))
+    assert own_stack.down() == ()
+
+    restarted = own_stack.up()
+    assert restarted.started == ("kafka", "minio")
+    assert restarted.status.healthy
+    assert _snapshot(own_stack) == before  # same cluster, same MinIO deployment: not re-formatted
+
+
+def test_a_broker_that_dies_on_start_is_reported_with_its_log(own_stack: LocalStack) -> None:
+    own_stack.up()
+    own_stack.down()
+    meta = own_stack.layout.data("kafka") / "meta.properties"
+    meta.write_text(meta.read_text().replace("node.id=1", "node.id=7"))
+    with pytest.raises(StackError, match=r"kafka exited during start-up; logs: .*server\.log"):
+        own_stack.up(timeout_s=90)
+    assert own_stack.status().service("kafka").running is False
