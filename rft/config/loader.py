@@ -141,7 +141,7 @@ def _build(base: DictConfig, source: _Source, overrides: Sequence[str]) -> RftCo
 
 
 def _apply_overrides(base: DictConfig, overrides: Sequence[str]) -> DictConfig:
-    merged = base
+    merged: Any = base
     for override in overrides:
         if "=" not in override or not override.split("=", 1)[0].strip():
             raise ConfigError(
@@ -156,7 +156,7 @@ def _apply_overrides(base: DictConfig, overrides: Sequence[str]) -> DictConfig:
     return merged
 
 
-def _move_sections(raw: dict[str, Any]) -> None:
+def _move_sections(raw: dict[Any, Any]) -> None:
     for old, new in MOVED_SECTIONS.items():
         old_parent, old_key = _parent(raw, old, create=False)
         if old_parent is None or old_key not in old_parent:
@@ -171,7 +171,7 @@ def _move_sections(raw: dict[str, Any]) -> None:
             new_parent[new_key] = moved
 
 
-def _parent(raw: dict[str, Any], dotted: str, create: bool) -> tuple[dict[str, Any] | None, str]:
+def _parent(raw: dict[Any, Any], dotted: str, create: bool) -> tuple[dict[Any, Any] | None, str]:
     *parents, last = dotted.split(".")
     node: Any = raw
     for part in parents:
