@@ -7,7 +7,8 @@ add one with `@REWARD_FUNCTIONS.register("name")`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from rft.algorithms.registry import Registry
 from rft.errors import TasksetError
@@ -15,10 +16,8 @@ from rft.errors import TasksetError
 RewardInfo = dict[str, float | str]
 
 
-class RewardFn(Protocol):
-    def __call__(
-        self, response_text: str, task_payload: dict[str, Any], **args: Any
-    ) -> tuple[float, RewardInfo]: ...
+# fn(response_text, task_payload, **args) -> (reward, info); args are each function's keywords
+RewardFn = Callable[..., tuple[float, RewardInfo]]
 
 
 class RewardInputError(TasksetError):
