@@ -27,7 +27,8 @@ class ProvisionContext:
 
 
 class ProvisionRoute(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def existing(self, ctx: ProvisionContext) -> Path | None:
         """The artefact if this route already has it, without side effects."""
