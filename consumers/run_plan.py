@@ -1,0 +1,78 @@
+"""RunPlan: what every process of one run derives from its config in the same way.
+
+Topic names, consumer-group ids, the number of steps, the model spec and the checkpoint store all
+follow from the config, so the explorer, the trainer and the supervisor (separate processes, maybe
+separate machines) agree on them without talking to each other.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from producers.taskset_reader import load_taskset
+from rft.config import RftConfig
+from rft.engines.models import ModelSpec
+from rft.events.topics import TopicNames
+from rft.storage.checkpoint_store import CheckpointStore
+from rft.storage.object_store import open_object_store
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    cfg: RftConfig
+
+    @cached_property
+    def topics(self) -> TopicNames:
+        return TopicNames.for_run(self.cfg.project, self.cfg.name)
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.cfg.project}.{self.cfg.name}"
+
+    @property
+    def explorer_group(self) -> str:
+        """One consumer group per explorer name: processes of one name share the tasks."""
+        return f"{self.run_id}.explorer.{self.cfg.explorer.name}"
+
+    @property
+    def trainer_group(self) -> str:
+        return f"{self.run_id}.trainer.{self.cfg.trainer.name}"
+
+    @property
+    def experience_topic(self) -> str:
+        return self.cfg.buffer.trainer_input.experience_buffer.path or self.topics.experiences
+
+    @property
+    def repeat_times(self) -> int:
+        return self.cfg.algorithm.repeat_times
+
+    @property
+    def train_batch_size(self) -> int:
+        return self.cfg.buffer.train_batch_size or self.cfg.buffer.batch_size * self.repeat_times
+
+    @cached_property
+    def total_steps(self) -> int:
+        """Explorer steps = trainer steps: buffer.total_steps, else the epochs of the taskset."""
+        if self.cfg.trainer.total_steps is not None:
+            return self.cfg.trainer.total_steps
+        if self.cfg.buffer.total_steps is not None:
+            return self.cfg.buffer.total_steps
+        taskset = self.cfg.buffer.explorer_input.taskset
+        if taskset is None:
+            raise ValueError("buffer.total_steps or buffer.explorer_input.taskset is required")
+        rows = len(load_taskset(taskset, on_bad_rows="skip-and-report").rows)
+        return math.ceil(rows * self.cfg.buffer.total_epochs / self.cfg.buffer.batch_size)
+
+    def model_spec(self, *, dtype: str | None = None, device: str = "cpu") -> ModelSpec:
+        return ModelSpec(
+            name_or_path=self.cfg.model.model_path,
+            dtype=dtype or self.cfg.model.dtype,
+            device=device,
+            seed=self.cfg.explorer.rollout_model.seed,
+        )
+
+    def checkpoint_store(self) -> CheckpointStore:
+        store = open_object_store(self.cfg.stack.object_store)
+        return CheckpointStore(store, self.cfg.project, self.cfg.name)

@@ -1,0 +1,385 @@
+"""Trainer: a consumer of Experience events that batches, trains and publishes weight versions.
+
+Experiences stream in from the experience topic; the staleness policy drops (and counts) those
+too old to train on, the group batcher keeps every rollout group whole, and each batch of
+`train_batch_size` becomes one optimizer step of the configured algorithm. Weight versions are
+written to the checkpoint store (manifest last, carrying the consumed offsets) and then announced
+on the `weights` topic. A restarted trainer resumes from its newest checkpoint's offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+import torch
+from opentelemetry import trace
+
+from consumers.run_plan import RunPlan
+from producers.metric_emitter import MetricEmitter
+from rft.algorithms.objective import AlgorithmLoss, LossBatch, build_loss, compute_advantages
+from rft.algorithms.presets import resolve_algorithm
+from rft.buffer.group_batcher import GroupBatcher
+from rft.buffer.offset_ledger import OffsetLedger
+from rft.buffer.staleness import StalenessPolicy
+from rft.config import RftConfig
+from rft.engines.models import load_model
+from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.weights import load_weights_into, read_safetensors_dir
+from rft.errors import ConfigError
+from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
+from rft.events.reader import Envelope, EventReader
+from rft.events.topics import ensure_topics
+from rft.events.writer import EventWriter
+from rft.storage.checkpoint_store import CheckpointStore
+from rft.synchronizer import build_sync_style
+
+log = logging.getLogger(__name__)
+tracer = trace.get_tracer("rft.trainer")
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An experience waiting for its batch, with where it came from (for the offset ledger)."""
+
+    exp: Experience
+    tp: tuple[str, int]
+    offset: int
+
+    @property
+    def group_id(self) -> str:
+        return self.exp.group_id
+
+    @property
+    def group_size(self) -> int:
+        return self.exp.group_size
+
+
+@dataclass
+class TrainerSummary:
+    steps: int = 0
+    experiences: int = 0
+    dropped_stale: int = 0
+    published_versions: list[int] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
+
+
+def trainer_engine_config(cfg: RftConfig, total_steps: int, use_ref: bool) -> TorchTrainerConfig:
+    optim = cfg.trainer.optim
+    warmup = optim.lr_warmup_steps or int(optim.lr_warmup_steps_ratio * total_steps)
+    return TorchTrainerConfig(
+        lr=optim.lr,
+        betas=(float(optim.betas[0]), float(optim.betas[1])),
+        weight_decay=optim.weight_decay,
+        warmup_steps=warmup,
+        total_steps=total_steps,
+        lr_schedule=optim.warmup_style,
+        min_lr_ratio=optim.min_lr_ratio,
+        grad_clip=cfg.trainer.grad_clip,
+        micro_batch_size=cfg.trainer.micro_batch_size,
+        temperature=1.0,
+        use_ref_model=use_ref,
+    )
+
+
+class EngineLoss:
+    """Adapts the algorithm's objective to the trainer engine's loss_fn signature."""
+
+    def __init__(self, loss: AlgorithmLoss) -> None:
+        self.loss = loss
+
+    def __call__(
+        self, logprob: torch.Tensor, entropy: torch.Tensor, t: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        batch = LossBatch(
+            action_mask=t["action_mask"],
+            old_logprob=t["old_logprobs"],
+            advantages=t["advantages"],
+            ref_logprob=t.get("ref_logprobs"),
+        )
+        return self.loss(logprob, entropy, batch)
+
+
+class Trainer:
+    def __init__(self, cfg: RftConfig, *, idle_timeout_s: float | None = None) -> None:
+        self.cfg = cfg
+        self.plan = RunPlan(cfg)
+        self.spec = resolve_algorithm(cfg.algorithm)
+        if self.spec.uses_kl_penalty:
+            raise ConfigError(
+                "algorithm.kl_penalty_fn: a reward KL penalty is not supported by the torch "
+                "trainer yet; use kl_loss_fn (a KL loss term) instead"
+            )
+        self.loss = build_loss(self.spec)
+        self.style = build_sync_style(
+            cfg.synchronizer.sync_style,
+            cfg.synchronizer.sync_interval,
+            cfg.synchronizer.sync_offset,
+        )
+        self.staleness = StalenessPolicy(cfg.buffer.trainer_input.max_staleness)
+        self.idle_timeout_s = (
+            idle_timeout_s
+            if idle_timeout_s is not None
+            else cfg.buffer.trainer_input.experience_buffer.max_read_timeout
+        )
+        self.summary = TrainerSummary()
+
+    def run(self, stop: threading.Event | None = None) -> TrainerSummary:
+        stop = stop or threading.Event()
+        kafka = self.cfg.stack.kafka
+        topics = self.plan.topics
+        ensure_topics(kafka, topics)
+        total_steps = self.plan.total_steps
+        model, tokenizer = load_model(self.plan.model_spec())
+        checkpoints = self.plan.checkpoint_store()
+        step, resume_offsets = self._resume(model, checkpoints)
+        engine = TorchTrainerEngine(
+            model,
+            trainer_engine_config(self.cfg, total_steps, self.loss.needs_reference),
+            tokenizer=tokenizer,
+        )
+        engine.step = step
+        for _ in range(step):  # the schedule continues where the checkpoint left it
+            engine.scheduler.step()
+        ledger = OffsetLedger()
+        batcher: GroupBatcher[Admitted] = GroupBatcher(self.plan.train_batch_size)
+        last_published = step
+        pending_request = False
+        control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
+        with (
+            EventReader.open(
+                kafka,
+                self.plan.trainer_group,
+                [self.plan.experience_topic],
+                from_beginning=True,
+                dead_letter_topic=topics.dead_letter,
+            ) as reader,
+            EventReader.open(
+                kafka, control_group, [topics.control], from_beginning=False
+            ) as control,
+            EventWriter.open(kafka) as writer,
+        ):
+            for tp, offset in resume_offsets.items():
+                reader.seek(tp[0], tp[1], offset)
+                ledger.start(tp, offset)
+            metrics = MetricEmitter(writer, topics.metrics, "trainer", self.plan.run_id)
+            idle_since = time.monotonic()
+            wait_started = time.monotonic()
+            while step < total_steps and not stop.is_set():
+                if self.style.publishes_on_request:
+                    pending_request |= self._sync_requested(control)
+                    if pending_request and step > last_published:
+                        self._publish(step, last_published, engine, checkpoints, ledger, writer)
+                        last_published, pending_request = step, False
+                got = reader.poll(500, timeout_s=1.0)
+                for env in got:
+                    self._admit(env, step, ledger, batcher)
+                if got:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > self.idle_timeout_s:
+                    log.warning(
+                        "no experiences for %.0fs at step %d/%d: stopping",
+                        self.idle_timeout_s,
+                        step,
+                        total_steps,
+                    )
+                    break
+                batch = batcher.take_batch()
+                if batch is None:
+                    continue
+                wait_s = time.monotonic() - wait_started
+                step += 1
+                self._train_step(step, [a.exp for a in batch], engine, metrics, wait_s)
+                for item in batch:
+                    ledger.settled(item.tp, item.offset)
+                reader.commit()  # group offsets for monitoring only; resumes use manifests
+                if self.style.should_publish(step) or step == total_steps:
+                    self._publish(step, last_published, engine, checkpoints, ledger, writer)
+                    last_published = step
+                wait_started = time.monotonic()
+            if step > last_published:
+                self._publish(step, last_published, engine, checkpoints, ledger, writer)
+            incomplete = batcher.flush_incomplete()
+            if incomplete or batcher.ready_count:
+                log.info(
+                    "stopping with %d experiences in incomplete groups and %d ready but "
+                    "untrained; they stay in the topic after the recorded offsets",
+                    sum(len(g) for g in incomplete),
+                    batcher.ready_count,
+                )
+            writer.flush()
+        self.summary.steps = step
+        return self.summary
+
+    # -- pieces -------------------------------------------------------------------------------
+
+    def _resume(
+        self, model: torch.nn.Module, checkpoints: CheckpointStore
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        if not self.cfg.continue_from_checkpoint:
+            return 0, {}
+        version = checkpoints.latest_version()
+        if version == 0:
+            return 0, {}
+        with tempfile.TemporaryDirectory(prefix="rft-resume-") as tmp:
+            path = checkpoints.download(version, Path(tmp) / "ckpt")
+            load_weights_into(model, read_safetensors_dir(path))
+        manifest = checkpoints.read_manifest(version)
+        offsets = {(o.topic, o.partition): o.offset for o in manifest.consumed_offsets}
+        log.info(
+            "resumed from checkpoint v%d (train step %d), reading experiences from %s",
+            version,
+            manifest.train_step,
+            offsets,
+        )
+        return manifest.train_step, offsets
+
+    def _sync_requested(self, control: EventReader) -> bool:
+        requested = False
+        for env in control.poll(100, timeout_s=0.0):
+            if isinstance(env.event, SyncRequest):
+                log.info(
+                    "sync requested by %s at its step %d",
+                    env.event.explorer_id,
+                    env.event.step,
+                )
+                requested = True
+        return requested
+
+    def _admit(
+        self,
+        env: Envelope,
+        step: int,
+        ledger: OffsetLedger,
+        batcher: GroupBatcher[Admitted],
+    ) -> None:
+        tp = (env.topic, env.partition)
+        ledger.polled(tp, env.offset)
+        exp = env.event
+        if not isinstance(exp, Experience):
+            log.warning(
+                "%s[%d]@%d: %s on the experience topic, skipped",
+                env.topic,
+                env.partition,
+                env.offset,
+                type(exp).__name__,
+            )
+            ledger.settled(tp, env.offset)
+            return
+        if not self.staleness.accepts(step, exp.model_version):
+            self.summary.dropped_stale += 1
+            log.info(
+                "%s[%d]@%d: experience of version %d is %d versions stale (max %s): dropped",
+                env.topic,
+                env.partition,
+                env.offset,
+                exp.model_version,
+                self.staleness.staleness(step, exp.model_version),
+                self.staleness.max_staleness,
+            )
+            ledger.settled(tp, env.offset)
+            return
+        batcher.add(Admitted(exp, tp, env.offset))
+
+    def _train_step(
+        self,
+        step: int,
+        batch: list[Experience],
+        engine: TorchTrainerEngine,
+        metrics: MetricEmitter,
+        wait_s: float,
+    ) -> None:
+        started = time.monotonic()
+        with tracer.start_as_current_span("trainer.step") as span:
+            span.set_attribute("rft.step", step)
+            span.set_attribute("rft.batch_size", len(batch))
+            groups: dict[str, int] = {}
+            group_index = torch.tensor(
+                [groups.setdefault(e.group_id, len(groups)) for e in batch], dtype=torch.long
+            )
+            rewards = torch.tensor([e.reward for e in batch], dtype=torch.float32)
+            seq_mask = torch.ones((len(batch), 1), dtype=torch.float32)
+            adv, adv_metrics = compute_advantages(self.spec, rewards, group_index, seq_mask)
+            # numpy arrays serve as the engine's integer and float sequences
+            train_batch = TrainBatch(
+                prompt_ids=cast(list[Sequence[int]], [e.prompt_ids for e in batch]),
+                response_ids=cast(list[Sequence[int]], [e.response_ids for e in batch]),
+                old_logprobs=cast(list[Sequence[float]], [e.logprobs for e in batch]),
+                action_mask=cast(
+                    list[Sequence[int]],
+                    [
+                        e.action_mask.astype(np.int8)
+                        if e.action_mask is not None
+                        else np.ones(e.response_length, dtype=np.int8)
+                        for e in batch
+                    ],
+                ),
+                advantages=[float(a) for a in adv[:, 0]],
+            )
+            values = engine.train_step(train_batch, EngineLoss(self.loss))
+        elapsed = time.monotonic() - started
+        staleness = np.array([step - 1 - e.model_version for e in batch], dtype=np.float64)
+        rewards_np = rewards.numpy().astype(np.float64)
+        values |= {f"adv/{k}": v for k, v in adv_metrics.items()}
+        values |= {
+            "reward_mean": float(rewards_np.mean()),
+            "staleness_min": float(staleness.min()),
+            "staleness_mean": float(staleness.mean()),
+            "staleness_max": float(staleness.max()),
+            "step_time_s": elapsed,
+            "wait_time_s": wait_s,
+            "dropped_stale_total": float(self.summary.dropped_stale),
+        }
+        self.summary.experiences += len(batch)
+        self.summary.step_seconds.append(elapsed)
+        metrics.emit(step, values)
+
+    def _publish(
+        self,
+        step: int,
+        parent: int,
+        engine: TorchTrainerEngine,
+        checkpoints: CheckpointStore,
+        ledger: OffsetLedger,
+        writer: EventWriter,
+    ) -> None:
+        """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
+        started = time.monotonic()
+        with tracer.start_as_current_span("trainer.publish") as span:
+            span.set_attribute("rft.version", step)
+            tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
+            try:
+                engine.save_hf(tmp)
+                offsets = [(t, p, o) for (t, p), o in sorted(ledger.safe_offsets().items())]
+                manifest = checkpoints.write(
+                    step, step, tmp, consumed_offsets=offsets, parent_version=parent
+                )
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            event = WeightVersion(
+                version=step,
+                train_step=step,
+                uri=checkpoints.uri(step),
+                manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
+                consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
+                parent_version=parent,
+            )
+            writer.send(self.plan.topics.weights, event, key=b"weights")
+            writer.flush()
+        keep = (
+            self.cfg.trainer.max_checkpoints_to_keep
+            if hasattr(self.cfg.trainer, "max_checkpoints_to_keep")
+            else None
+        )
+        if keep:
+            checkpoints.prune(keep_last=keep)
+        self.summary.published_versions.append(step)
+        log.info("published weight version %d in %.1fs", step, time.monotonic() - started)

@@ -1,0 +1,109 @@
+"""WeightFollower: an explorer's view of the `weights` topic, and the loading of announced versions.
+
+Every explorer reads every WeightVersion (its own consumer group, never committed, read from the
+start) and keeps the newest announcement. Loading downloads the version from the checkpoint store,
+which verifies every file's size and sha256 against the manifest; a version that is incomplete or
+corrupt is refused with the reason logged, and the engine keeps the weights it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rft.config.connections import KafkaSettings
+from rft.engines.rollout import RolloutEngine
+from rft.engines.weights import read_safetensors_dir
+from rft.errors import CheckpointError
+from rft.events.models import WeightVersion
+from rft.events.reader import EventReader
+from rft.storage.checkpoint_store import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class WeightFollower:
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        weights_topic: str,
+        group_id: str,
+        checkpoints: CheckpointStore,
+        workdir: Path | None = None,
+    ) -> None:
+        self.checkpoints = checkpoints
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
+        self.latest: WeightVersion | None = None
+        self.refused: dict[int, str] = {}  # version -> why it was not loaded
+        self._reader = EventReader.open(kafka, group_id, [weights_topic], from_beginning=True)
+
+    def poll(self, timeout_s: float = 0.0) -> WeightVersion | None:
+        """Read announcements that arrived; return the newest known one."""
+        for env in self._reader.poll(100, timeout_s):
+            event = env.event
+            if not isinstance(event, WeightVersion):
+                log.warning(
+                    "%s[%d]@%d: not a WeightVersion (%s), ignored",
+                    env.topic,
+                    env.partition,
+                    env.offset,
+                    type(event).__name__,
+                )
+                continue
+            if self.latest is None or event.version > self.latest.version:
+                self.latest = event
+        return self.latest
+
+    def wait_for(self, min_version: int, timeout_s: float) -> WeightVersion | None:
+        """Poll until a version >= `min_version` is announced, or `timeout_s` passes."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            latest = self.poll(timeout_s=0.5)
+            if latest is not None and latest.version >= min_version:
+                return latest
+            if time.monotonic() >= deadline:
+                return latest
+
+    def load_newest(self, engine: RolloutEngine) -> bool:
+        """Load the newest announced version into `engine` if it is newer; True if loaded."""
+        latest = self.latest
+        if latest is None or latest.version <= engine.model_version:
+            return False
+        if latest.version in self.refused:
+            return False
+        return self.load(engine, latest.version)
+
+    def load(self, engine: RolloutEngine, version: int) -> bool:
+        target = self.workdir / f"v{version}"
+        shutil.rmtree(target, ignore_errors=True)
+        started = time.monotonic()
+        try:
+            path = self.checkpoints.download(version, target)
+            tensors = read_safetensors_dir(path)
+            engine.load_state_dict(tensors, version)
+        except CheckpointError as exc:
+            self.refused[version] = str(exc)
+            log.error(
+                "weight version %d refused, keeping version %d: %s",
+                version,
+                engine.model_version,
+                exc,
+            )
+            return False
+        finally:
+            shutil.rmtree(target, ignore_errors=True)
+        log.info("loaded weight version %d in %.1fs", version, time.monotonic() - started)
+        return True
+
+    def close(self) -> None:
+        self._reader.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> WeightFollower:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
