@@ -181,7 +181,7 @@ def _convert_gguf(gguf: Path) -> ModelAndTokenizer:
     # copy try to re-quantise on load.
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.config.name_or_path = "SmolLM2-135M-Instruct"
     return model, tokenizer
 

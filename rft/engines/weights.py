@@ -34,7 +34,11 @@ def export_state_dict_names(state: dict[str, torch.Tensor]) -> list[str]:
     names: list[str] = []
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, tensor in state.items():
-        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        key = (
+            tensor.untyped_storage().data_ptr(),
+            int(tensor.storage_offset()),
+            tuple(int(d) for d in tensor.shape),
+        )
         if key not in seen:
             seen.add(key)
             names.append(name)

@@ -1,0 +1,86 @@
+"""Train-step benchmark: time and memory of one optimizer step of the torch trainer engine.
+
+Default: SmolLM2-135M, 64 sequences of ~80 tokens (30 prompt + 50 response), micro-batch 16,
+a clipped policy-gradient loss. Prints a table per step.
+Run: python bench/train_step.py [--model smollm2] [--sequences 64] [--micro-batch 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+import numpy as np
+import torch
+
+from rft.engines.models import ModelSpec, load_model
+from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+
+
+def clipped_pg_loss(logprob, entropy, tensors):
+    """Token-mean PPO clip loss, eps 0.2."""
+    mask = tensors["action_mask"]
+    ratio = torch.exp(logprob - tensors["old_logprobs"])
+    adv = tensors["advantages"]
+    per_token = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+    loss = (per_token * mask).sum() / mask.sum()
+    return loss, {"entropy": (entropy.detach() * mask).sum() / mask.sum()}
+
+
+def synthetic_batch(rows: int, prompt_len: int, response_len: int, vocab: int) -> TrainBatch:
+    rng = np.random.default_rng(0)
+    responses = [rng.integers(3, vocab, response_len).tolist() for _ in range(rows)]
+    return TrainBatch(
+        prompt_ids=[rng.integers(3, vocab, prompt_len).tolist() for _ in range(rows)],
+        response_ids=responses,
+        old_logprobs=[(-rng.random(response_len) * 5).tolist() for _ in range(rows)],
+        action_mask=[[1] * response_len for _ in range(rows)],
+        advantages=rng.normal(size=rows).tolist(),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sequences", type=int, default=64)
+    parser.add_argument("--prompt-len", type=int, default=30)
+    parser.add_argument("--response-len", type=int, default=50)
+    parser.add_argument("--micro-batch", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--ref-model", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    start = time.perf_counter()
+    model, tok = load_model(ModelSpec(args.model))
+    print(f"# train-step bench: model={args.model} threads={args.threads}")
+    print(f"model load: {time.perf_counter() - start:.1f} s")
+    config = TorchTrainerConfig(
+        lr=1e-6, micro_batch_size=args.micro_batch, use_ref_model=args.ref_model
+    )
+    engine = TorchTrainerEngine(model, config, tokenizer=tok)
+    batch = synthetic_batch(
+        args.sequences, args.prompt_len, args.response_len, model.config.vocab_size
+    )
+    print(
+        f"\n{args.sequences} sequences x {args.prompt_len}+{args.response_len} tokens, "
+        f"micro-batch {args.micro_batch}, ref model: {args.ref_model}\n"
+    )
+    print("| step | seconds | tokens/s | loss | grad_norm | peak RSS MiB |")
+    print("|---|---|---|---|---|---|")
+    tokens = args.sequences * (args.prompt_len + args.response_len)
+    for step in range(args.steps):
+        start = time.perf_counter()
+        metrics = engine.train_step(batch, clipped_pg_loss)
+        took = time.perf_counter() - start
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(
+            f"| {step} | {took:.1f} | {tokens / took:.0f} | {metrics['loss']:.4f} "
+            f"| {metrics['grad_norm']:.3f} | {rss:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
