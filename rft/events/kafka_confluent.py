@@ -74,6 +74,8 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "fetch.wait.max.ms": 100,
 }
 
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
 
@@ -263,7 +265,8 @@ class ConfluentRecordProducer(RecordProducer):
             log.debug("kafka producer: %s", err.str())
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
+        # Purged records belong to an aborted transaction: dropping them is the point.
+        if err is not None and err.code() not in _PURGED:
             self._failures.append(
                 f"delivery to {msg.topic()}[{msg.partition()}] failed: {err.name()}: {err.str()}"
             )

@@ -14,7 +14,12 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType
-from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    KafkaError,
+    TopicAlreadyExistsError,
+    TransactionAbortedError,
+    UnknownTopicOrPartitionError,
+)
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from rft.config.connections import KafkaSettings
@@ -261,6 +266,8 @@ class KafkaPythonRecordProducer(RecordProducer):
             ) from exc
 
         def failed(exc: BaseException) -> None:
+            if isinstance(exc, TransactionAbortedError):
+                return  # records of an aborted transaction are discarded on purpose
             where = f"{topic}[{partition if partition is not None else 'any'}]"
             self._failures.append(f"delivery to {where} failed: {exc!r}")
 
@@ -418,7 +425,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         client = self._consumer._client  # noqa: SLF001 (connection state has no public API)
         if client.bootstrap_connected():
             return True
-        return any(client.connected(b.nodeId) for b in client.cluster.brokers())
+        return any(client.connected(b.node_id) for b in client.cluster.brokers())
 
     def _check_reachable(self) -> None:
         now = time.monotonic()

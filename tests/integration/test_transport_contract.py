@@ -1,0 +1,315 @@
+"""The event plane's contract, run once per Kafka client backend against the real broker."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import get_current_span
+
+from rft.config.connections import KafkaSettings
+from rft.errors import DecodeError, TransportError
+from rft.events.models import DeadLetter, Experience, Metric
+from rft.events.reader import Envelope, EventReader
+from rft.events.topics import TopicNames, ensure_topics
+from rft.events.transport import TopicSpec, kafka_backend
+from rft.events.writer import EventWriter
+
+pytestmark = pytest.mark.integration
+
+BACKENDS = ["confluent", "kafka-python"]
+
+
+@pytest.fixture(params=BACKENDS)
+def kafka(request: pytest.FixtureRequest, stack) -> KafkaSettings:
+    return dataclasses.replace(stack.kafka, client=request.param)
+
+
+def make_topic(kafka: KafkaSettings, name: str, partitions: int = 1) -> str:
+    with kafka_backend(kafka).admin() as admin:
+        admin.create_topics([TopicSpec(name, partitions, 1)])
+    return name
+
+
+def metric(step: int, run: str = "r") -> Metric:
+    return Metric(component="test", run=run, step=step, values={"x": float(step)})
+
+
+def read(
+    reader: EventReader,
+    count: int,
+    timeout_s: float = 60.0,
+    until: Callable[[list[Envelope]], bool] | None = None,
+) -> list[Envelope]:
+    """Poll until `count` envelopes arrived (or `until` holds); fail after `timeout_s`."""
+    got: list[Envelope] = []
+    deadline = time.monotonic() + timeout_s
+    done = until or (lambda got: len(got) >= count)
+    while not done(got):
+        if time.monotonic() > deadline:
+            pytest.fail(f"only {len(got)} of {count} events arrived in {timeout_s}s")
+        got += reader.poll(max_events=max(count - len(got), 1), timeout_s=0.5)
+    return got
+
+
+def read_nothing_more(reader: EventReader, seconds: float = 3.0) -> list[Envelope]:
+    got: list[Envelope] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got += reader.poll(max_events=100, timeout_s=0.5)
+    return got
+
+
+def test_round_trip_keeps_events_keys_and_schema_header(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.rt", partitions=3)
+    sent = [metric(i) for i in range(20)]
+    experience = Experience(
+        experience_id="e1",
+        task_id="t1",
+        group_id="g1",
+        group_size=1,
+        explorer_id="x",
+        model_version=3,
+        prompt_ids=np.arange(7, dtype=np.int32),
+        response_ids=np.arange(5, dtype=np.int32),
+        logprobs=np.linspace(-1, 0, 5, dtype=np.float32),
+    )
+    with EventWriter.open(kafka) as writer:
+        for m in sent:
+            writer.send(topic, m, key=f"k{m.step}")
+        writer.send(topic, experience, key="t1")
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got = read(reader, 21)
+    by_key = {e.key: e for e in got}
+    assert set(by_key) == {f"k{i}".encode() for i in range(20)} | {b"t1"}
+    for m in sent:
+        assert by_key[f"k{m.step}".encode()].event == m
+    assert by_key[b"t1"].event == experience
+    assert by_key[b"t1"].header("rft-schema") == b"rft.events.Experience"
+    assert all(e.topic == topic and e.offset >= 0 and e.timestamp_ms > 0 for e in got)
+
+
+def test_one_key_stays_in_one_partition_in_order(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.keys", partitions=4)
+    with EventWriter.open(kafka) as writer:
+        for i in range(40):
+            writer.send(topic, metric(i, run=f"task{i % 4}"), key=f"task{i % 4}")
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got = read(reader, 40)
+    for k in range(4):
+        mine = [e for e in got if e.key == f"task{k}".encode()]
+        assert len({e.partition for e in mine}) == 1
+        ordered = sorted(mine, key=lambda e: e.offset)
+        assert [e.event.step for e in ordered] == list(range(k, 40, 4))
+
+
+def test_group_resumes_after_last_commit(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.resume")
+    with EventWriter.open(kafka) as writer:
+        for i in range(10):
+            writer.send(topic, metric(i))
+    group = f"g-{unique}"
+    with EventReader.open(kafka, group, [topic]) as reader:
+        got = read(reader, 10)
+        committed = reader.commit(got[:4])
+    assert [(o.partition, o.offset) for o in committed] == [(0, 4)]
+    with EventReader.open(kafka, group, [topic]) as reader:
+        rest = read(reader, 6)
+    assert [e.event.step for e in rest] == list(range(4, 10))
+
+
+def test_seek_to_offset_and_to_timestamp(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.seek")
+    with EventWriter.open(kafka) as writer:
+        for i in range(5):
+            writer.send(topic, metric(i))
+        writer.flush()
+        time.sleep(0.05)
+        middle_ms = int(time.time() * 1000)
+        time.sleep(0.05)
+        for i in range(5, 10):
+            writer.send(topic, metric(i))
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        assert [e.event.step for e in read(reader, 10)] == list(range(10))
+        reader.seek(topic, 0, 7)
+        assert [e.event.step for e in read(reader, 3)] == [7, 8, 9]
+        reader.seek_to_timestamp(middle_ms)
+        assert [e.event.step for e in read(reader, 5)] == [5, 6, 7, 8, 9]
+        reader.seek_to_beginning()
+        assert [e.event.step for e in read(reader, 10)] == list(range(10))
+    # a seek asked before the first poll applies once the partition is assigned
+    with EventReader.open(kafka, f"g2-{unique}", [topic]) as reader:
+        reader.seek(topic, 0, 8)
+        assert [e.event.step for e in read(reader, 2)] == [8, 9]
+
+
+def test_committed_transactions_are_visible_and_aborted_are_not(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.txn")
+    with EventWriter.open(kafka, transactional_id=f"tx-{unique}") as writer:
+        writer.begin()
+        for i in range(3):
+            writer.send(topic, metric(i))
+        writer.commit()
+        writer.begin()
+        for i in range(100, 103):
+            writer.send(topic, metric(i))
+        writer.abort()
+        writer.begin()
+        writer.send(topic, metric(3))
+        writer.commit()
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got = read(reader, 4)
+        got += read_nothing_more(reader)
+    assert [e.event.step for e in got] == [0, 1, 2, 3]
+
+
+def test_transaction_commits_consumed_offsets_with_the_events_written(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    source = make_topic(kafka, f"t.{unique}.in")
+    sink = make_topic(kafka, f"t.{unique}.out")
+    with EventWriter.open(kafka) as writer:
+        for i in range(6):
+            writer.send(source, metric(i))
+    group = f"explorers-{unique}"
+    with (
+        EventReader.open(kafka, group, [source]) as reader,
+        EventWriter.open(kafka, transactional_id=f"tx-{unique}") as writer,
+    ):
+        batch = read(reader, 6)
+        first, second = batch[:3], batch[3:]
+        writer.begin()
+        for e in first:
+            writer.send(sink, metric(e.event.step + 1000))
+        writer.send_offsets(reader, first)
+        writer.commit()
+        writer.begin()
+        for e in second:
+            writer.send(sink, metric(e.event.step + 1000))
+        writer.send_offsets(reader, second)
+        writer.abort()
+    with EventReader.open(kafka, group, [source]) as reader:
+        again = read(reader, 3)
+    assert [e.event.step for e in again] == [3, 4, 5]
+    with EventReader.open(kafka, f"sink-{unique}", [sink]) as reader:
+        out = read(reader, 3) + read_nothing_more(reader)
+    assert [e.event.step for e in out] == [1000, 1001, 1002]
+
+
+def test_corrupt_record_is_parked_and_reading_goes_on(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.poison")
+    dead = make_topic(kafka, f"t.{unique}.dead-letter")
+    garbage = b"\xc3\x01" + b"\xff" * 12
+    with EventWriter.open(kafka) as writer:
+        writer.send(topic, metric(0))
+        writer.send_raw(topic, garbage, key=b"bad")
+        writer.send(topic, metric(2))
+        writer.send_raw(topic, b"not avro at all", key=b"worse")
+    group = f"g-{unique}"
+    with EventReader.open(kafka, group, [topic], dead_letter_topic=dead) as reader:
+        got = read(reader, 2, until=lambda got: reader.parked_count == 2 and len(got) == 2)
+        assert [e.event.step for e in got] == [0, 2]
+        assert reader.parked_count == 2
+        committed = reader.commit()
+    assert [(o.partition, o.offset) for o in committed] == [(0, 4)]
+    with EventReader.open(kafka, f"ops-{unique}", [dead]) as reader:
+        letters = read(reader, 2)
+    parked = sorted((e.event for e in letters), key=lambda d: d.source_offset)
+    assert all(isinstance(d, DeadLetter) for d in parked)
+    assert [(d.source_topic, d.source_partition, d.source_offset) for d in parked] == [
+        (topic, 0, 1),
+        (topic, 0, 3),
+    ]
+    assert parked[0].payload == garbage and parked[0].source_key == b"bad"
+    assert parked[1].payload == b"not avro at all"
+    assert all(d.error_class.startswith("rft.errors.") for d in parked)
+    assert all(d.consumer == group for d in parked)
+    # the group moved past the poison records: nothing is read or parked again
+    with EventReader.open(kafka, group, [topic], dead_letter_topic=dead) as reader:
+        assert read_nothing_more(reader) == []
+        assert reader.parked_count == 0
+
+
+def test_parked_record_at_the_end_is_committed_with_the_batch_before_it(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.tail")
+    dead = make_topic(kafka, f"t.{unique}.dead-letter")
+    with EventWriter.open(kafka) as writer:
+        writer.send(topic, metric(0))
+        writer.send_raw(topic, b"junk")
+    with EventReader.open(kafka, f"g-{unique}", [topic], dead_letter_topic=dead) as reader:
+        got = read(reader, 1, until=lambda got: reader.parked_count == 1 and len(got) == 1)
+        committed = reader.commit(got)
+    assert [(o.partition, o.offset) for o in committed] == [(0, 2)]
+
+
+def test_without_dead_letter_topic_a_corrupt_record_stops_the_reader_in_place(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.stop")
+    with EventWriter.open(kafka) as writer:
+        writer.send(topic, metric(0))
+        writer.send_raw(topic, b"junk")
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got: list[Envelope] = []
+        with pytest.raises(DecodeError, match=rf"{topic}\[0\]@1"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                got += reader.poll(10, 0.5)
+        with pytest.raises(DecodeError, match=rf"{topic}\[0\]@1"):
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                got += reader.poll(10, 0.5)
+    assert [e.event.step for e in got] in ([], [0])
+
+
+def test_trace_context_travels_in_headers(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.trace")
+    tracer = TracerProvider().get_tracer("test")
+    with EventWriter.open(kafka) as writer:
+        with tracer.start_as_current_span("rollout") as span:
+            writer.send(topic, metric(0))
+            sent = span.get_span_context()
+        writer.send(topic, metric(1))  # outside any span: no trace headers
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        first, second = read(reader, 2)
+    assert first.header("traceparent") is not None
+    received = get_current_span(first.trace_context).get_span_context()
+    assert (received.trace_id, received.span_id) == (sent.trace_id, sent.span_id)
+    assert received.is_remote
+    assert second.header("traceparent") is None
+    with tracer.start_as_current_span("train", context=first.trace_context) as child:
+        assert child.get_span_context().trace_id == sent.trace_id
+
+
+def test_ensure_topics_is_idempotent_and_shapes_topics(kafka: KafkaSettings, unique: str) -> None:
+    settings = dataclasses.replace(kafka, partitions=3, retention_ms=3_600_000)
+    names = TopicNames.for_run(f"p{unique}", "run1")
+    created = ensure_topics(settings, names)
+    assert sorted(created) == sorted(names.all())
+    assert ensure_topics(settings, names) == []
+    with kafka_backend(settings).admin() as admin:
+        listed = admin.list_topics()
+        assert set(names.all()) <= set(listed)
+        experiences, weights = admin.describe_topics([names.experiences, names.weights])
+    assert len(experiences.partitions) == 3 and experiences.replication_factor == 1
+    assert experiences.configs["retention.ms"] == "3600000"
+    assert len(weights.partitions) == 1
+
+
+def test_unreachable_broker_is_a_transport_error_not_a_hang(kafka: KafkaSettings) -> None:
+    nowhere = dataclasses.replace(kafka, bootstrap_servers="127.0.0.1:1")
+    with EventReader.open(nowhere, "g", ["t"], unreachable_timeout_s=2.0) as reader:
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="127.0.0.1:1"):
+            while time.monotonic() - started < 60:
+                reader.poll(10, 0.5)
+    with kafka_backend(nowhere).admin() as admin, pytest.raises(TransportError):
+        admin.list_topics(timeout_s=2.0)
