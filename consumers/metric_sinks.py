@@ -13,18 +13,11 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from rft.algorithms.registry import Registry
-
-
-class MetricLike(Protocol):
-    component: str
-    run: str
-    step: int
-    values: dict[str, float]
-    timestamp: int
+from rft.events.models import Metric
 
 
 class MetricSink(Protocol):
-    def write(self, metric: MetricLike) -> None: ...
+    def write(self, metric: Metric) -> None: ...
 
     def close(self) -> None: ...
 
@@ -48,7 +41,7 @@ _CONSOLE_KEYS = (
 )
 
 
-def format_metric(metric: MetricLike, max_keys: int = 8) -> str:
+def format_metric(metric: Metric, max_keys: int = 8) -> str:
     keys = [k for k in _CONSOLE_KEYS if k in metric.values]
     keys += sorted(k for k in metric.values if k not in keys)
     shown = " ".join(f"{k}={metric.values[k]:.4g}" for k in keys[:max_keys])
@@ -60,7 +53,7 @@ class ConsoleSink:
     def __init__(self, stream: TextIO | None = None, **_: Any) -> None:
         self.stream = stream or sys.stdout
 
-    def write(self, metric: MetricLike) -> None:
+    def write(self, metric: Metric) -> None:
         print(format_metric(metric), file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -74,7 +67,7 @@ class JsonlSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = self.path.open("a", encoding="utf-8")
 
-    def write(self, metric: MetricLike) -> None:
+    def write(self, metric: Metric) -> None:
         row = {
             "component": metric.component,
             "run": metric.run,
@@ -111,7 +104,7 @@ class SqlSink:
         )
         meta.create_all(self.engine)
 
-    def write(self, metric: MetricLike) -> None:
+    def write(self, metric: Metric) -> None:
         rows = [
             {
                 "component": metric.component,

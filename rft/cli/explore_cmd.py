@@ -1,0 +1,68 @@
+"""`rft explore --config X.yaml`: run one explorer process (a member of the explorer group)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from typing import Any
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="run config (Trinity-RFT style YAML)")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
+    )
+
+
+def stop_on_signals() -> threading.Event:
+    """SIGINT/SIGTERM end the loop between steps, so the open transaction commits or aborts."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("explore", help="run an explorer: tasks -> experiences")
+    add_run_args(parser)
+    parser.add_argument("--explorer-id", help="id of this process (default: host-pid-random)")
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=60.0,
+        help="stop after this many seconds without tasks",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from consumers.explorer import Explorer
+    from rft.config import load_config
+
+    cfg = load_config(args.config, args.override)
+    explorer = Explorer(cfg, explorer_id=args.explorer_id, idle_timeout_s=args.idle_timeout)
+    summary = explorer.run(stop_on_signals())
+    print(
+        json.dumps(
+            {
+                "explorer": explorer.explorer_id,
+                "steps": summary.steps,
+                "tasks": summary.tasks,
+                "experiences": summary.experiences,
+                "rejected_tasks": summary.rejected_tasks,
+                "rollout_tokens_per_s": summary.generated_tokens / summary.rollout_seconds
+                if summary.rollout_seconds
+                else 0.0,
+                "eval_accuracy": summary.eval_accuracy,
+            }
+        )
+    )
+    return 0

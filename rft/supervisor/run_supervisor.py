@@ -1,0 +1,184 @@
+"""RunSupervisor: `rft run` in mode both — stack, publish, explorer + trainer processes, progress.
+
+The supervisor owns no training state: it brings the local stack up when the config points at it,
+publishes the tasksets once, starts the explorer and the trainer as separate processes, and follows
+the run through the `metrics` topic like any other sink. Ctrl-C stops the children in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from consumers.metric_sinks import METRIC_SINKS, MetricSink
+from consumers.run_plan import RunPlan
+from rft.config import RftConfig
+from rft.events.models import Metric
+from rft.events.reader import EventReader
+from rft.events.topics import ensure_topics
+from rft.supervisor.process_group import ProcessGroup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSummary:
+    wall_s: float = 0.0
+    explorer_steps: int = 0
+    trainer_steps: int = 0
+    eval_accuracy: dict[int, float] = field(default_factory=dict)  # explorer step -> accuracy
+    rollout_tokens_per_s: list[float] = field(default_factory=list)
+    train_step_s: list[float] = field(default_factory=list)
+    peak_rss_bytes: int = 0
+    exit_codes: dict[str, int | None] = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = [f"wall time: {self.wall_s / 60:.1f} min"]
+        out.append(f"explorer steps: {self.explorer_steps}, trainer steps: {self.trainer_steps}")
+        if self.eval_accuracy:
+            first, last = min(self.eval_accuracy), max(self.eval_accuracy)
+            out.append(
+                f"eval accuracy: {self.eval_accuracy[first]:.3f} at step {first} -> "
+                f"{self.eval_accuracy[last]:.3f} at step {last}"
+            )
+        if self.rollout_tokens_per_s:
+            out.append(
+                f"rollout throughput: median {statistics.median(self.rollout_tokens_per_s):.0f} "
+                "tokens/s"
+            )
+        if self.train_step_s:
+            out.append(f"trainer step time: median {statistics.median(self.train_step_s):.1f} s")
+        out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB")
+        out.append(f"exit codes: {self.exit_codes}")
+        return out
+
+
+class RunSummaryTracker:
+    """Folds the run's Metric events into a RunSummary."""
+
+    def __init__(self, summary: RunSummary) -> None:
+        self.summary = summary
+
+    def write(self, metric: Metric) -> None:
+        v, s = metric.values, self.summary
+        if metric.component == "explorer":
+            if "eval_accuracy" in v:
+                s.eval_accuracy[metric.step] = v["eval_accuracy"]
+            if "rollout_tokens_per_s" in v:
+                s.explorer_steps = max(s.explorer_steps, metric.step)
+                s.rollout_tokens_per_s.append(v["rollout_tokens_per_s"])
+        elif metric.component == "trainer" and "step_time_s" in v:
+            s.trainer_steps = max(s.trainer_steps, metric.step)
+            s.train_step_s.append(v["step_time_s"])
+
+    def close(self) -> None:
+        pass
+
+
+class RunSupervisor:
+    def __init__(self, cfg: RftConfig, config_path: Path, overrides: list[str]) -> None:
+        self.cfg = cfg
+        self.plan = RunPlan(cfg)
+        self.config_path = config_path
+        self.overrides = overrides
+
+    def ensure_stack(self) -> None:
+        from rft.stack.local_stack import LocalStack
+
+        local = self.cfg.stack.local
+        kafka_local = self.cfg.stack.kafka.bootstrap_servers == f"127.0.0.1:{local.kafka_port}"
+        s3_local = self.cfg.stack.object_store.endpoint == f"127.0.0.1:{local.minio_port}"
+        if local.auto_start and kafka_local and s3_local:
+            result = LocalStack.from_stack_settings(self.cfg.stack).up()
+            if result.started:
+                print(f"rft run: started local stack: {', '.join(result.started)}", flush=True)
+
+    def publish(self, republish: bool) -> None:
+        from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
+        from rft.events.transport import kafka_backend
+        from rft.events.writer import EventWriter
+
+        kafka = self.cfg.stack.kafka
+        with kafka_backend(kafka).admin() as admin:
+            existing = set(admin.list_topics())
+        if self.plan.topics.tasks in existing and not republish:
+            print(
+                f"rft run: {self.plan.topics.tasks} exists: tasks were published by an earlier "
+                "run, resuming (pass --republish to publish again)",
+                flush=True,
+            )
+            ensure_topics(kafka, self.plan.topics)
+            return
+        ensure_topics(kafka, self.plan.topics)
+        tasksets = load_run_tasksets(self.cfg)
+        with EventWriter.open(kafka) as writer:
+            summary = publish_tasksets(
+                TaskPublisher(writer),
+                tasksets,
+                self.plan.topics,
+                epochs=self.cfg.buffer.total_epochs,
+                seed=self.cfg.explorer.rollout_model.seed,
+            )
+        for line in summary.lines():
+            print(f"rft run: {line}", flush=True)
+
+    def _child_argv(self, verb: str) -> list[str]:
+        argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(self.config_path)]
+        for item in self.overrides:
+            argv += ["--override", item]
+        return argv
+
+    def run(self, republish: bool = False) -> RunSummary:
+        started = time.monotonic()
+        started_ms = int(time.time() * 1000)
+        self.ensure_stack()
+        self.publish(republish)
+        log_dir = Path(self.cfg.checkpoint_root_dir) / self.cfg.project / self.cfg.name / "logs"
+        group = ProcessGroup(log_dir=log_dir)
+        summary = RunSummary()
+        tracker = RunSummaryTracker(summary)
+        sink: MetricSink = METRIC_SINKS.get(self.cfg.monitor.monitor_type)(
+            **self.cfg.monitor.monitor_args
+        )
+        print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
+        group.start("trainer", self._child_argv("train"))
+        group.start("explorer", self._child_argv("explore"))
+        metrics_group = f"{self.plan.run_id}.supervisor.{started_ms}"
+        try:
+            with EventReader.open(
+                self.cfg.stack.kafka, metrics_group, [self.plan.topics.metrics]
+            ) as metrics:
+                metrics.seek_to_timestamp(started_ms)
+                while group.running() and not group.failed():
+                    for env in metrics.poll(100, timeout_s=1.0):
+                        if isinstance(env.event, Metric):
+                            sink.write(env.event)
+                            tracker.write(env.event)
+                # drain what the children wrote just before exiting
+                for env in metrics.poll(500, timeout_s=2.0):
+                    if isinstance(env.event, Metric):
+                        sink.write(env.event)
+                        tracker.write(env.event)
+        except KeyboardInterrupt:
+            print("\nrft run: interrupted, stopping explorer and trainer", flush=True)
+            group.stop()
+            raise
+        finally:
+            if group.failed():
+                for child in group.failed():
+                    print(
+                        f"rft run: {child.name} exited with {child.returncode}; "
+                        f"see {child.log_path}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+            group.stop()
+            sink.close()
+            summary.wall_s = time.monotonic() - started
+            summary.peak_rss_bytes = group.peak_rss_bytes
+            summary.exit_codes = {c.name: c.returncode for c in group.children}
+        return summary
