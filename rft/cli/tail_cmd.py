@@ -49,9 +49,9 @@ def summarise(value: Any) -> Any:
     import numpy as np
 
     if isinstance(value, np.ndarray):
-        items = value[:_PREVIEW].tolist()
+        items = ", ".join(str(v) for v in value[:_PREVIEW].tolist())
         more = ", ..." if value.shape[0] > _PREVIEW else ""
-        return f"{value.dtype}[{value.shape[0]}] {items}{more}".replace("], ...", ", ...]")
+        return f"{value.dtype}[{value.shape[0]}] [{items}{more}]"
     if isinstance(value, bytes | bytearray):
         more = "..." if len(value) > _PREVIEW * 4 else ""
         return f"bytes[{len(value)}] {bytes(value[: _PREVIEW * 4]).hex()}{more}"

@@ -453,7 +453,7 @@ class ConfluentRecordConsumer(RecordConsumer):
         if down_for < self._unreachable_timeout_s:
             return
         try:
-            self._consumer.list_topics(timeout=min(5.0, self._unreachable_timeout_s))
+            self._consumer.list_topics(timeout=min(2.0, self._unreachable_timeout_s))
         except KafkaException as exc:
             raise TransportError(
                 f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "

@@ -42,6 +42,10 @@ from rft.events.transport import (
 
 log = logging.getLogger(__name__)
 
+# kafka-python logs every connection step at INFO; keep it to warnings unless the user set a level.
+if logging.getLogger("kafka").level == logging.NOTSET:
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -373,6 +377,8 @@ class KafkaPythonRecordConsumer(RecordConsumer):
             },
             config,
         )
+        # the constructor blocks until bootstrapped: bound it like any other silence
+        self._config.setdefault("bootstrap_timeout_ms", int(unreachable_timeout_s * 1000))
         self._unreachable_timeout_s = unreachable_timeout_s
         self._client: KafkaConsumer | None = None
         self._reachable_at = time.monotonic()

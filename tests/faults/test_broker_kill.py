@@ -1,0 +1,126 @@
+"""Kafka is killed (-9) under a running `rft tail`: a clear error and a non-zero exit, no hang;
+after the stack is brought up again, every event published before the kill is still there.
+
+The test runs its own LocalStack (private root and ports) so killing its broker disturbs no other
+test that shares the session stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rft.config.connections import KafkaSettings, LocalStackSettings
+from rft.events.models import Metric
+from rft.events.reader import EventReader
+from rft.events.topics import ensure_topics
+from rft.events.writer import EventWriter
+from rft.stack.local_stack import LocalStack
+
+pytestmark = [pytest.mark.faults, pytest.mark.integration]
+
+EVENTS = 50
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    kafka, controller, minio, console = free_ports(4)
+    settings = LocalStackSettings(
+        root=Path(tmp_path_factory.mktemp("stack")),
+        kafka_port=kafka,
+        kafka_controller_port=controller,
+        minio_port=minio,
+        minio_console_port=console,
+    )
+    local = LocalStack(settings)
+    local.up(timeout_s=180)
+    try:
+        yield local
+    finally:
+        local.down()
+
+
+def read_lines(stream, into: list[str]) -> None:
+    for line in stream:
+        into.append(line)
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_tail_exits_non_zero_when_kafka_dies_and_events_survive_restart(
+    private_stack: LocalStack, client: str, unique: str
+) -> None:
+    kafka: KafkaSettings = dataclasses.replace(private_stack.stack_settings().kafka, client=client)
+    topic = f"faults.{unique}.metrics"
+    ensure_topics(kafka, [topic])
+    sent = [
+        Metric(component="c", run=unique, step=i, values={"v": float(i)}) for i in range(EVENTS)
+    ]
+    with EventWriter.open(kafka) as writer:
+        for m in sent:
+            writer.send(topic, m, key=str(m.step))
+
+    command = [sys.executable, "-m", "rft.cli.main", "tail", topic, "--from-beginning"]
+    command += ["--bootstrap", kafka.bootstrap_servers, "--client", client]
+    command += ["--unreachable-timeout", "5"]
+    tail = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ)
+    )
+    stdout: list[str] = []
+    stderr: list[str] = []
+    readers = [
+        threading.Thread(target=read_lines, args=(tail.stdout, stdout), daemon=True),
+        threading.Thread(target=read_lines, args=(tail.stderr, stderr), daemon=True),
+    ]
+    for t in readers:
+        t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(stdout) < EVENTS and time.monotonic() < deadline and tail.poll() is None:
+            time.sleep(0.1)
+        assert len(stdout) == EVENTS, f"tail printed {len(stdout)} lines; stderr: {stderr}"
+
+        pid = private_stack.status().service("kafka").pid
+        assert pid
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        rc = tail.wait(timeout=90)
+    finally:
+        if tail.poll() is None:
+            tail.kill()
+            tail.wait()
+    for t in readers:
+        t.join(timeout=5)
+    assert rc != 0
+    message = "".join(stderr)
+    assert "rft tail: error:" in message
+    assert "unreachable" in message and kafka.bootstrap_servers in message
+    assert time.monotonic() - killed_at < 60
+
+    private_stack.up(timeout_s=180)
+    with EventReader.open(kafka, f"after-{unique}", [topic]) as reader:
+        got = []
+        deadline = time.monotonic() + 90
+        while len(got) < EVENTS and time.monotonic() < deadline:
+            got += reader.poll(100, 0.5)
+    assert sorted((e.event for e in got), key=lambda m: m.step) == sent
