@@ -67,20 +67,28 @@ def bench_throughput(engine: HFRolloutEngine, sizes: list[int], max_tokens: int)
 
 
 def bench_accuracy(
-    engine: HFRolloutEngine, count: int, samples: int, max_tokens: int, batch: int
+    engine: HFRolloutEngine,
+    styles: list[str],
+    count: int,
+    samples: int,
+    max_tokens: int,
+    batch: int,
+    temperature: float,
 ) -> None:
-    print(f"\n## addition accuracy ({count} problems: half single-digit, half two-digit)")
+    print(
+        f"\n## addition accuracy ({count} problems, half 1-digit, half 2-digit; max_tokens {max_tokens})"
+    )
     print("| style | decoding | single-digit | two-digit | all | no number | seconds |")
     print("|---|---|---|---|---|---|---|")
     pool = problems(count, seed=0)
     decodings = [
         ("greedy", SamplingParams(temperature=0.0, max_tokens=max_tokens)),
         (
-            f"T=1.0 x{samples}",
-            SamplingParams(temperature=1.0, max_tokens=max_tokens, n=samples, seed=0),
+            f"T={temperature} x{samples}",
+            SamplingParams(temperature=temperature, max_tokens=max_tokens, n=samples, seed=0),
         ),
     ]
-    for style in STYLES:
+    for style in styles:
         prompts = [engine.chat_prompt_ids(messages(style, a, b)) for a, b in pool]
         for label, params in decodings:
             start = time.perf_counter()
@@ -115,6 +123,9 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=100)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--styles", default=",".join(STYLES), help="comma list of prompt styles")
+    parser.add_argument("--accuracy-max-tokens", type=int, default=32)
+    parser.add_argument("--temperature", type=float, default=1.0, help="of the sampled run")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-accuracy", action="store_true")
     args = parser.parse_args()
@@ -132,7 +143,16 @@ def main() -> None:
         sizes = [int(s) for s in args.sizes.split(",")]
         bench_throughput(engine, sizes, args.max_tokens)
     if not args.skip_accuracy:
-        bench_accuracy(engine, args.problems, args.samples, args.max_tokens, args.batch)
+        styles = args.styles.split(",")
+        bench_accuracy(
+            engine,
+            styles,
+            args.problems,
+            args.samples,
+            args.accuracy_max_tokens,
+            args.batch,
+            args.temperature,
+        )
     print(f"\npeak RSS (MiB): {peak_rss_mib():.0f}")
 
 
