@@ -250,11 +250,19 @@ class HFRolloutEngine(RolloutEngine):
             input_ids[i, width - len(r) :] = torch.tensor(r)
             mask[i, width - len(r) :] = 1
         eos_ids = self._eos_ids(params)
+        # Every knob that shapes sampling is set explicitly: generate() fills unset ones from the
+        # model's generation_config and library defaults (e.g. top_k=50).
         gen_config = GenerationConfig(
             do_sample=not params.greedy,
-            temperature=None if params.greedy else params.temperature,
-            top_p=None if params.greedy or params.top_p >= 1.0 else params.top_p,
-            top_k=None if params.greedy or params.top_k == 0 else params.top_k,
+            temperature=1.0 if params.greedy else params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            typical_p=1.0,
+            min_p=None,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            num_beams=1,
+            min_new_tokens=0,
             max_new_tokens=params.max_tokens,
             eos_token_id=eos_ids,
             pad_token_id=pad,

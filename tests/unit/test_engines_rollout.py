@@ -179,3 +179,24 @@ def test_registry_builds_hf_engine_and_names_unknown() -> None:
 def test_empty_prompt_is_rejected(engine) -> None:
     with pytest.raises(EngineError, match="prompt 1 is empty"):
         engine.generate([[1, 2], []], SamplingParams(max_tokens=2))
+
+
+def _ranks_of_sampled_tokens(engine, out) -> list[int]:
+    ranks = []
+    for group in out:
+        for r in group:
+            ids = torch.from_numpy(np.concatenate([r.prompt_ids, r.response_ids]).astype(np.int64))
+            with torch.inference_mode():
+                logits = engine.model(input_ids=ids[None]).logits[0, len(r.prompt_ids) - 1 : -1]
+            picked = logits.gather(-1, torch.from_numpy(r.response_ids).long()[:, None])
+            ranks.extend((logits > picked).sum(-1).tolist())
+    return ranks
+
+
+def test_top_k_is_honoured_and_off_by_default(engine, prompts) -> None:
+    # The tiny random model is near uniform over 259 tokens, so unfiltered samples mostly rank
+    # far below the top 50 (a silent library default of top_k=50 would hide them).
+    free = engine.generate(prompts, SamplingParams(max_tokens=10, n=4, seed=3))
+    assert max(_ranks_of_sampled_tokens(engine, free)) >= 50
+    top5 = engine.generate(prompts, SamplingParams(max_tokens=10, n=4, seed=3, top_k=5))
+    assert max(_ranks_of_sampled_tokens(engine, top5)) < 5
