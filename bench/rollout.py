@@ -73,7 +73,8 @@ def bench_accuracy(
     samples: int,
     max_tokens: int,
     batch: int,
-    temperature: float,
+    temperatures: list[float],
+    skip_greedy: bool,
 ) -> None:
     print(
         f"\n## addition accuracy ({count} problems, half 1-digit, half 2-digit; max_tokens {max_tokens})"
@@ -81,12 +82,13 @@ def bench_accuracy(
     print("| style | decoding | single-digit | two-digit | all | no number | seconds |")
     print("|---|---|---|---|---|---|---|")
     pool = problems(count, seed=0)
-    decodings = [
-        ("greedy", SamplingParams(temperature=0.0, max_tokens=max_tokens)),
+    decodings = [] if skip_greedy else [("greedy", SamplingParams(0.0, max_tokens=max_tokens))]
+    decodings += [
         (
-            f"T={temperature} x{samples}",
-            SamplingParams(temperature=temperature, max_tokens=max_tokens, n=samples, seed=0),
-        ),
+            f"T={t} x{samples}",
+            SamplingParams(temperature=t, max_tokens=max_tokens, n=samples, seed=0),
+        )
+        for t in temperatures
     ]
     for style in styles:
         prompts = [engine.chat_prompt_ids(messages(style, a, b)) for a, b in pool]
@@ -125,7 +127,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--styles", default=",".join(STYLES), help="comma list of prompt styles")
     parser.add_argument("--accuracy-max-tokens", type=int, default=32)
-    parser.add_argument("--temperature", type=float, default=1.0, help="of the sampled run")
+    parser.add_argument("--temperatures", default="1.0", help="comma list, one sampled run each")
+    parser.add_argument("--skip-greedy", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-accuracy", action="store_true")
     args = parser.parse_args()
@@ -151,7 +154,8 @@ def main() -> None:
             args.samples,
             args.accuracy_max_tokens,
             args.batch,
-            args.temperature,
+            [float(t) for t in args.temperatures.split(",")],
+            args.skip_greedy,
         )
     print(f"\npeak RSS (MiB): {peak_rss_mib():.0f}")
 

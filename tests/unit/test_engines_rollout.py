@@ -200,3 +200,17 @@ def test_top_k_is_honoured_and_off_by_default(engine, prompts) -> None:
     assert max(_ranks_of_sampled_tokens(engine, free)) >= 50
     top5 = engine.generate(prompts, SamplingParams(max_tokens=10, n=4, seed=3, top_k=5))
     assert max(_ranks_of_sampled_tokens(engine, top5)) < 5
+
+
+@pytest.mark.slow
+def test_smollm2_rollout_logprobs_match_recomputation() -> None:
+    model, tok = load_model("smollm2")
+    engine = HFRolloutEngine(model, tok)
+    prompts = [
+        engine.chat_prompt_ids([{"role": "user", "content": "What is 2 + 3?"}]),
+        engine.chat_prompt_ids([{"role": "user", "content": "Name a color."}]),
+    ]
+    params = SamplingParams(temperature=0.8, max_tokens=16, n=2, seed=0)
+    for group in engine.generate(prompts, params):
+        for r in group:
+            np.testing.assert_allclose(r.logprobs, _recomputed(engine, r, 0.8), atol=1e-3)

