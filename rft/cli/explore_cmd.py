@@ -16,6 +16,16 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def start_tracing(component: str) -> None:
+    """Spans export where RFT_TRACE_EXPORTER says: none (default), console or otlp
+    (OTEL_EXPORTER_OTLP_ENDPOINT, with the `otlp` extra installed)."""
+    import os
+
+    from rft.tracing.setup import configure_tracing
+
+    configure_tracing(f"rft-{component}", os.environ.get("RFT_TRACE_EXPORTER", "none"))
+
+
 def stop_on_signals() -> threading.Event:
     """SIGINT/SIGTERM end the loop between steps, so the open transaction commits or aborts."""
     stop = threading.Event()
@@ -48,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
+    start_tracing("explorer")
     explorer = Explorer(cfg, explorer_id=args.explorer_id, idle_timeout_s=args.idle_timeout)
     summary = explorer.run(stop_on_signals())
     print(

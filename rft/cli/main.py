@@ -27,7 +27,9 @@ COMMANDS: tuple[str, ...] = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rft", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="rft", description="rft: event-sourced reinforcement fine-tuning of LLMs on Kafka"
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:

@@ -7,7 +7,7 @@ import json
 import statistics
 from typing import Any
 
-from rft.cli.explore_cmd import add_run_args, stop_on_signals
+from rft.cli.explore_cmd import add_run_args, start_tracing, stop_on_signals
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
+    start_tracing("trainer")
     trainer = Trainer(cfg, idle_timeout_s=args.idle_timeout)
     summary = trainer.run(stop_on_signals())
     print(
