@@ -134,7 +134,7 @@ def test_ref_model_stays_at_initial_weights() -> None:
     def with_kl(logprob, entropy, tensors):
         loss, m = maximise_logprob(logprob, entropy, tensors)
         diff = (logprob - tensors["ref_logprobs"]) * tensors["action_mask"]
-        kl.append(float(diff.abs().sum()))
+        kl.append(float(diff.detach().abs().sum()))
         return loss, m
 
     engine.train_step(batch, with_kl)
