@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--linger-ms", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--compression", default=None, help="none | lz4 | zstd ...")
+    parser.add_argument("--fetch-min-bytes", type=int, default=None)
     args = parser.parse_args()
 
     base = KafkaSettings()
@@ -156,12 +157,17 @@ def main() -> None:
     if args.compression is not None:
         producer_config["compression.type"] = args.compression
     consumer_config: dict[str, Any] = {}
+    if args.fetch_min_bytes is not None:
+        consumer_config["fetch.min.bytes"] = args.fetch_min_bytes
 
     header = (
         f"{'client':<13}{'tokens':>7}{'bytes':>8}{'avro e2e/s':>12}{'MB/s':>8}"
         f"{'raw e2e/s':>11}{'MB/s':>8}{'avro/raw':>10}{'avro prod/s':>13}{'raw prod/s':>12}"
     )
-    print(f"broker {base.bootstrap_servers}; medians of {args.repeats}; producer {producer_config}")
+    print(
+        f"broker {base.bootstrap_servers}; medians of {args.repeats}; "
+        f"producer {producer_config}; consumer {consumer_config}"
+    )
     print(header)
     for client in args.clients.split(","):
         kafka = dataclasses.replace(base, client=client)

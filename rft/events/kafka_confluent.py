@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -319,22 +319,15 @@ class ConfluentRecordProducer(RecordProducer):
                 f"within {timeout_s:g}s"
             )
 
-    def _transactional(self, step: str, timeout_s: float, *args: Any) -> None:
+    def _transactional(self, step: str, action: Callable[[Producer], None]) -> None:
         if self._transactional_id is None:
             raise TransportError(f"{step} needs a producer opened with a transactional_id")
         producer = self._producer
         try:
             if not self._initialised:
-                producer.init_transactions(timeout_s)
+                producer.init_transactions(30.0)
                 self._initialised = True
-            if step == "begin":
-                producer.begin_transaction()
-            elif step == "send_offsets":
-                producer.send_offsets_to_transaction(*args, timeout_s)
-            elif step == "commit":
-                producer.commit_transaction(timeout_s)
-            else:
-                producer.abort_transaction(timeout_s)
+            action(producer)
         except KafkaException as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             raise TransactionError(
@@ -345,20 +338,23 @@ class ConfluentRecordProducer(RecordProducer):
         self._raise_failures()
 
     def begin_transaction(self) -> None:
-        self._transactional("begin", 30.0)
+        self._transactional("begin", lambda p: p.begin_transaction())
 
     def send_offsets_to_transaction(
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
     ) -> None:
         tps = [TopicPartition(o.topic, o.partition, o.offset) for o in offsets]
-        self._transactional("send_offsets", timeout_s, tps, group_metadata)
+        self._transactional(
+            "send_offsets",
+            lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
+        )
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
-        self._transactional("commit", timeout_s)
+        self._transactional("commit", lambda p: p.commit_transaction(timeout_s))
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
-        self._transactional("abort", timeout_s)
+        self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
 
     def close(self) -> None:
         if self._client is not None:
@@ -484,13 +480,14 @@ class ConfluentRecordConsumer(RecordConsumer):
                     f"consuming {m.topic()}[{m.partition()}] failed: {err.name()}: {err.str()}"
                 )
             records.append(
+                # a message without error always has these set; the casts cost nothing per record
                 Record(
-                    topic=m.topic(),
-                    partition=m.partition(),
-                    offset=m.offset(),
-                    key=m.key(),
-                    value=m.value(),
-                    headers=m.headers() or [],
+                    topic=cast(str, m.topic()),
+                    partition=cast(int, m.partition()),
+                    offset=cast(int, m.offset()),
+                    key=cast("bytes | None", m.key()),
+                    value=cast("bytes | None", m.value()),
+                    headers=cast(Headers, m.headers() or []),
                     timestamp_ms=m.timestamp()[1],
                 )
             )
@@ -505,10 +502,11 @@ class ConfluentRecordConsumer(RecordConsumer):
             result = self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
             raise TransportError(f"commit of {where} failed: {_error_text(exc)}") from exc
-        failed = [tp for tp in result or [] if tp.error is not None]
-        if failed:
-            tp = failed[0]
-            raise TransportError(f"commit of {tp.topic}[{tp.partition}] failed: {tp.error.str()}")
+        for tp in result or []:
+            if tp.error is not None:
+                raise TransportError(
+                    f"commit of {tp.topic}[{tp.partition}] failed: {tp.error.str()}"
+                )
 
     def group_metadata(self) -> Any:
         return self._consumer.consumer_group_metadata()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -289,7 +289,7 @@ class KafkaPythonRecordProducer(RecordProducer):
             ) from exc
         self._raise_failures()
 
-    def _transactional(self, step: str, *args: Any) -> None:
+    def _transactional(self, step: str, action: Callable[[KafkaProducer], None]) -> None:
         if self._transactional_id is None:
             raise TransportError(f"{step} needs a producer opened with a transactional_id")
         producer = self._producer
@@ -297,14 +297,7 @@ class KafkaPythonRecordProducer(RecordProducer):
             if not self._initialised:
                 producer.init_transactions()
                 self._initialised = True
-            if step == "begin":
-                producer.begin_transaction()
-            elif step == "send_offsets":
-                producer.send_offsets_to_transaction(*args)
-            elif step == "commit":
-                producer.commit_transaction()
-            else:
-                producer.abort_transaction()
+            action(producer)
         except KafkaError as exc:
             raise TransactionError(
                 f"transaction {step} failed for transactional_id {self._transactional_id!r} on "
@@ -314,7 +307,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         self._raise_failures()
 
     def begin_transaction(self) -> None:
-        self._transactional("begin")
+        self._transactional("begin", lambda p: p.begin_transaction())
 
     def send_offsets_to_transaction(
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
@@ -323,14 +316,16 @@ class KafkaPythonRecordProducer(RecordProducer):
             TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, "", -1)
             for o in offsets
         }
-        self._transactional("send_offsets", mapping, group_metadata)
+        self._transactional(
+            "send_offsets", lambda p: p.send_offsets_to_transaction(mapping, group_metadata)
+        )
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
-        self._transactional("commit")
+        self._transactional("commit", lambda p: p.commit_transaction())
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
-        self._transactional("abort")
+        self._transactional("abort", lambda p: p.abort_transaction())
 
     def close(self) -> None:
         if self._client is not None:

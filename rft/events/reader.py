@@ -100,7 +100,7 @@ class _ParkedOffsets:
                     target = offset + 1
                 else:
                     break
-            if target is not None and target != start or tp in out:
+            if target is not None and (target != start or tp in out):
                 out[tp] = target
         return out
 
