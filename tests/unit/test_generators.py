@@ -69,3 +69,27 @@ def test_countdown_reachable_by_construction(seed: int, num_numbers: int) -> Non
 def test_countdown_rejects_bad_args() -> None:
     with pytest.raises(ConfigError, match="num_numbers"):
         countdown(num_numbers=1)
+
+
+@given(st.integers(0, 10_000), st.sampled_from([0.1, 0.25, 0.5]))
+def test_arithmetic_holdout_parts_never_share_a_problem(seed: int, fraction: float) -> None:
+    gen = TASK_GENERATORS.get("arithmetic")
+    args = {"digits": 1, "max_operand": 19, "holdout_fraction": fraction, "seed": seed}
+    train = {r["question"] for r in gen(num_tasks=300, holdout="train", **args).rows}
+    test = {r["question"] for r in gen(num_tasks=60, holdout="test", **args).rows}
+    assert train and test
+    assert not train & test
+    for row in gen(num_tasks=20, holdout="test", **args).rows:
+        a, b = row["operands"]
+        assert 0 <= a <= 19 and 0 <= b <= 19 and row["answer"] == a + b
+
+
+def test_arithmetic_distinct_draws_without_replacement() -> None:
+    gen = TASK_GENERATORS.get("arithmetic")
+    rows = gen(num_tasks=80, digits=1, max_operand=19, holdout="test", distinct=True, seed=3).rows
+    questions = [r["question"] for r in rows]
+    assert len(set(questions)) == len(questions) == 80
+    with pytest.raises(ConfigError, match="distinct 500 problems asked"):
+        gen(num_tasks=500, digits=1, max_operand=19, holdout="test", distinct=True)
+    with pytest.raises(ConfigError, match="holdout"):
+        gen(num_tasks=5, holdout="validation")
