@@ -121,6 +121,14 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                     "no workflow: set it here or buffer.explorer_input.default_workflow_type",
                 )
             )
+        max_tokens = taskset.rollout_args.max_tokens
+        if max_tokens is not None and max_tokens > model.max_response_tokens:
+            issues.append(
+                Issue(
+                    f"{path}.rollout_args.max_tokens",
+                    f"{max_tokens} exceeds model.max_response_tokens ({model.max_response_tokens})",
+                )
+            )
         if taskset.name in names:
             issues.append(
                 Issue(

@@ -239,3 +239,15 @@ def test_openai_engine_needs_base_url() -> None:
     }
     with pytest.raises(ConfigValidationError, match=r"`explorer\.rollout_model\.base_url`"):
         config_from_dict(data, source="inline")
+
+
+def test_rollout_max_tokens_may_not_exceed_max_response_tokens(tmp_path) -> None:
+    import yaml
+
+    example = Path(__file__).parents[2] / "examples" / "arithmetic" / "arithmetic.yaml"
+    raw = yaml.safe_load(example.read_text())
+    raw["buffer"]["explorer_input"]["taskset"]["rollout_args"]["max_tokens"] = 64
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"taskset\.rollout_args\.max_tokens.*64 exceeds"):
+        load_config(path)
