@@ -37,8 +37,16 @@ def run(args: argparse.Namespace) -> int:
 
         args.idle_timeout = None
         return train_cmd.run(args)
+    import signal
+
     from rft.supervisor.run_supervisor import RunSupervisor
 
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (and SIGINT, even where a shell started us with it ignored) stop the children too
+    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     summary = RunSupervisor(cfg, Path(args.config), list(args.override)).run(args.republish)
     print("\n== run summary")
     for line in summary.lines():
