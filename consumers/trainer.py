@@ -105,7 +105,12 @@ class EngineLoss:
             advantages=t["advantages"],
             ref_logprob=t.get("ref_logprobs"),
         )
-        return self.loss(logprob, entropy, batch)
+        loss, metrics = self.loss(logprob, entropy, batch)
+        if "entropy" not in metrics and entropy is not None:
+            # reported even when no entropy term is trained on: collapse shows here first
+            mask = t["action_mask"]
+            metrics["entropy"] = float((entropy.detach() * mask).sum() / mask.sum().clamp(min=1))
+        return loss, metrics
 
 
 class Trainer:
