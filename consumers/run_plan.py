@@ -10,13 +10,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
-from rft.engines.models import ModelSpec
 from rft.events.topics import TopicNames
 from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import open_object_store
+
+if TYPE_CHECKING:  # torch and transformers stay out of processes that only coordinate
+    from rft.engines.models import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class RunPlan:
         return math.ceil(rows * self.cfg.buffer.total_epochs / self.cfg.buffer.batch_size)
 
     def model_spec(self, *, dtype: str | None = None, device: str = "cpu") -> ModelSpec:
+        from rft.engines.models import ModelSpec
+
         return ModelSpec(
             name_or_path=self.cfg.model.model_path,
             dtype=dtype or self.cfg.model.dtype,

@@ -15,14 +15,14 @@ from rft.engines.models import ModelSpec, build_byte_tokenizer, load_model
 from rft.engines.rollout import HFRolloutEngine, Rollout, RolloutEngine, SamplingParams
 from rft.errors import ConfigError, EngineError, TasksetError
 from rft.events.models import Task
-from rft.workflows import (
-    WORKFLOWS,
+from rft.workflows import WORKFLOWS
+from rft.workflows.math_workflow import MATH_SYSTEM_PROMPT
+from rft.workflows.runner import (
     RejectedTasksError,
     run_workflows,
     sampling_params_for,
     split_runnable,
 )
-from rft.workflows.math_workflow import MATH_SYSTEM_PROMPT
 
 QA = {"prompt_key": "question", "response_key": "answer"}
 
