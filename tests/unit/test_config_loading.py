@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rft.config import ConfigWarning, RftConfig, StackSettings, config_from_dict, load_config
 
@@ -267,6 +268,8 @@ def test_task_format_map_for_events(tmp_path: Path) -> None:
     assert taskset is not None
     fmt = taskset.format.as_task_format()
     assert fmt["prompt_key"] == "question"
-    assert fmt["system_prompt"] == "Answer with the number only."
+    raw = yaml.safe_load((EXAMPLES / "arithmetic.yaml").read_text())
+    written = raw["buffer"]["explorer_input"]["taskset"]["format"]["system_prompt"]
+    assert fmt["system_prompt"] == written
     assert "system_prompt_key" not in fmt  # unset entries are left out
     assert all(isinstance(v, str) for v in fmt.values())
