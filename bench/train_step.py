@@ -2,13 +2,17 @@
 
 Default: SmolLM2-135M, 64 sequences of ~80 tokens (30 prompt + 50 response), micro-batch 16,
 a clipped policy-gradient loss. Prints a table per step.
+On a GPU (--device cuda) untimed warm-up steps run first, clocks are read after
+torch.cuda.synchronize(), and the median step time and peak GPU memory are printed last.
 Run: python bench/train_step.py [--model smollm2] [--sequences 64] [--micro-batch 16]
+     [--device cuda --dtype bfloat16 --steps 5]
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import statistics
 import time
 
 import numpy as np
@@ -40,10 +44,21 @@ def synthetic_batch(rows: int, prompt_len: int, response_len: int, vocab: int) -
     )
 
 
+def sync(device: str) -> None:
+    """Wait for queued GPU work, so a host clock read after it covers that work."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="untimed steps first (cuda: 1, cpu: 0)"
+    )
     parser.add_argument("--sequences", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=30)
     parser.add_argument("--response-len", type=int, default=50)
@@ -53,9 +68,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
+    gpu = args.device.startswith("cuda")
+    warmup = args.warmup if args.warmup is not None else (1 if gpu else 0)
+
     start = time.perf_counter()
-    model, tok = load_model(ModelSpec(args.model))
-    print(f"# train-step bench: model={args.model} threads={args.threads}")
+    model, tok = load_model(ModelSpec(args.model, dtype=args.dtype, device=args.device))
+    sync(args.device)
+    print(f"# train-step bench: model={args.model} threads={args.threads}", end="")
+    print(f" device={args.device} dtype={args.dtype}" if gpu or args.dtype != "float32" else "")
+    if gpu:
+        print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print(f"model load: {time.perf_counter() - start:.1f} s")
     config = TorchTrainerConfig(
         lr=1e-6, micro_batch_size=args.micro_batch, use_ref_model=args.ref_model
@@ -66,19 +88,38 @@ def main() -> None:
     )
     print(
         f"\n{args.sequences} sequences x {args.prompt_len}+{args.response_len} tokens, "
-        f"micro-batch {args.micro_batch}, ref model: {args.ref_model}\n"
+        f"micro-batch {args.micro_batch}, ref model: {args.ref_model}"
+        + (f", {warmup} untimed warm-up step(s)" if warmup else "")
+        + "\n"
     )
+    for _ in range(warmup):
+        engine.train_step(batch, clipped_pg_loss)
+    sync(args.device)
+    if gpu:
+        torch.cuda.reset_peak_memory_stats()
     print("| step | seconds | tokens/s | loss | grad_norm | peak RSS MiB |")
     print("|---|---|---|---|---|---|")
     tokens = args.sequences * (args.prompt_len + args.response_len)
+    times: list[float] = []
     for step in range(args.steps):
+        sync(args.device)
         start = time.perf_counter()
         metrics = engine.train_step(batch, clipped_pg_loss)
+        sync(args.device)
         took = time.perf_counter() - start
+        times.append(took)
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(
-            f"| {step} | {took:.1f} | {tokens / took:.0f} | {metrics['loss']:.4f} "
+            f"| {step} | {took:.{3 if gpu else 1}f} | {tokens / took:.0f} | {metrics['loss']:.4f} "
             f"| {metrics['grad_norm']:.3f} | {rss:.0f} |"
+        )
+
+    if gpu:
+        median = statistics.median(times)
+        print(f"\nmedian step: {median:.3f} s ({tokens / median:.0f} tokens/s)")
+        print(
+            f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB allocated, "
+            f"{torch.cuda.max_memory_reserved() / 2**30:.2f} GiB reserved"
         )
 
 

