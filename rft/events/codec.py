@@ -2,6 +2,8 @@
 
 `EventCodec.encode` writes an event with the latest schema of its type (or a pinned version);
 `decode` reads with the writer schema the fingerprint names and resolves to the reader schema.
+Experience events at their newest schema version go through generated straight-line code
+(`fast_experience`), byte for byte the same; anything it does not accept takes the fastavro path.
 Every failure is typed: EncodeError naming the field; TruncatedEventError, UnknownSchemaError or
 CorruptEventError (with the byte position) for bad bytes. No other exception escapes `decode`.
 """
@@ -25,8 +27,9 @@ from rft.errors import (
     TruncatedEventError,
     UnknownSchemaError,
 )
+from rft.events import fast_experience
 from rft.events.catalog import SchemaCatalog, SchemaVersion
-from rft.events.models import EVENT_TYPES, Event
+from rft.events.models import EVENT_TYPES, Event, Experience
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10  # magic + 8-byte fingerprint
@@ -39,6 +42,7 @@ class _WritePlan:
     header: bytes
     schema: Any
     version: SchemaVersion
+    fast_encode: fast_experience.Encoder | None = None  # record -> header + body
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,7 @@ class ReadPlan:
     reader: Any | None  # None when the writer schema is the reader schema: no resolution needed
     event_type: type[Any]
     version: SchemaVersion
+    fast_decode: fast_experience.Decoder | None = None  # (data, body start) -> record
 
 
 class EventCodec:
@@ -74,9 +79,15 @@ class EventCodec:
         self._readers: dict[bytes, ReadPlan] = {}
         for event_type in event_types:
             name = event_type.SCHEMA
+            latest = catalog.latest(name)
+            # only Experience is hot enough to earn generated code, and only its newest version
+            fast = _fast_codec(latest) if event_type is Experience else None
             written = catalog.get(name, write_versions.get(name))
             self._writers[event_type] = _WritePlan(
-                header=MAGIC + written.fingerprint, schema=written.parsed, version=written
+                header=MAGIC + written.fingerprint,
+                schema=written.parsed,
+                version=written,
+                fast_encode=fast.encode if fast is not None and written is latest else None,
             )
             reader = catalog.get(name, read_versions.get(name))
             for writer in catalog.versions(name):
@@ -85,6 +96,11 @@ class EventCodec:
                     reader=None if writer is reader else reader.parsed,
                     event_type=event_type,
                     version=writer,
+                    fast_decode=(
+                        fast.decode
+                        if fast is not None and writer is latest and reader is latest
+                        else None
+                    ),
                 )
 
     @classmethod
@@ -100,6 +116,11 @@ class EventCodec:
         """Single-object encoding of `event`; EncodeError names the offending field."""
         plan = self._plan_for(type(event))
         record = event.to_record()
+        if plan.fast_encode is not None:
+            try:
+                return plan.fast_encode(record)
+            except Exception:  # fastavro below encodes it, or names the failure
+                pass
         buffer = BytesIO()
         buffer.write(plan.header)
         try:
@@ -137,6 +158,13 @@ class EventCodec:
 
     def decode_body(self, plan: ReadPlan, data: bytes, start: int) -> Event:
         """Decode the Avro body at `data[start:]` written with `plan`'s writer schema."""
+        if plan.fast_decode is not None and type(data) is bytes:
+            try:
+                return plan.event_type.from_record(  # type: ignore[no-any-return]
+                    plan.fast_decode(data, start)
+                )
+            except Exception:  # fastavro below decodes it, or types the failure
+                pass
         buffer = BytesIO(data)
         buffer.seek(start)
         try:
@@ -174,6 +202,20 @@ class EventCodec:
 @functools.cache
 def _default_codec() -> EventCodec:
     return EventCodec(SchemaCatalog.default())
+
+
+_FAST_CODECS: dict[bytes, fast_experience.FastCodec | None] = {}
+
+
+def _fast_codec(version: SchemaVersion) -> fast_experience.FastCodec | None:
+    # generating takes milliseconds and codecs are built often; the fingerprint fixes the layout
+    if version.fingerprint not in _FAST_CODECS:
+        try:
+            fast = fast_experience.compile_codec(version.definition, MAGIC + version.fingerprint)
+        except fast_experience.UnsupportedSchemaError:
+            fast = None  # a schema shape the generator lacks: fastavro serves it, only slower
+        _FAST_CODECS[version.fingerprint] = fast
+    return _FAST_CODECS[version.fingerprint]
 
 
 def _full_names(versions: Mapping[str, int]) -> dict[str, int]:
