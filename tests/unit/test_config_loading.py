@@ -10,25 +10,9 @@ import pytest
 import yaml
 
 from rft.config import ConfigWarning, RftConfig, StackSettings, config_from_dict, load_config
+from tests.unit.config_samples import MINIMAL
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "arithmetic"
-
-MINIMAL = """\
-project: p
-name: n
-algorithm:
-  repeat_times: 2
-model:
-  model_path: tiny
-buffer:
-  batch_size: 4
-  explorer_input:
-    default_workflow_type: math_workflow
-    taskset:
-      name: train
-      storage_type: generator
-      path: arithmetic
-"""
 
 
 def write(tmp_path: Path, text: str, name: str = "run.yaml") -> Path:

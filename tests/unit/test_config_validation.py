@@ -8,23 +8,7 @@ import pytest
 
 from rft.config import ConfigValidationError, ConfigWarning, config_from_dict, load_config
 from rft.errors import ConfigError
-
-MINIMAL = """\
-project: p
-name: n
-algorithm:
-  repeat_times: 2
-model:
-  model_path: tiny
-buffer:
-  batch_size: 4
-  explorer_input:
-    default_workflow_type: math_workflow
-    taskset:
-      name: train
-      storage_type: generator
-      path: arithmetic
-"""
+from tests.unit.config_samples import MINIMAL
 
 
 def write(tmp_path: Path, text: str) -> Path:
