@@ -34,7 +34,9 @@ pytestmark = pytest.mark.integration
 STEPS = 4
 
 
-def run_config(stack: StackSettings, name: str, tmp: Path) -> dict:
+def run_config(
+    stack: StackSettings, name: str, tmp: Path, sync_style: str = "fixed", sync_interval: int = 1
+) -> dict:
     return {
         "project": "rft-it",
         "name": name,
@@ -67,7 +69,12 @@ def run_config(stack: StackSettings, name: str, tmp: Path) -> dict:
         "explorer": {"eval_on_startup": False, "eval_interval": 100},
         # a large lr so consecutive versions differ clearly
         "trainer": {"micro_batch_size": 4, "optim": {"lr": 1.0e-3}},
-        "synchronizer": {"sync_style": "fixed", "sync_interval": 1, "sync_offset": 0},
+        "synchronizer": {
+            "sync_style": sync_style,
+            "sync_interval": sync_interval,
+            "sync_offset": 0,
+            "sync_timeout": 120,
+        },
         "stack": {
             "kafka": {"bootstrap_servers": stack.kafka.bootstrap_servers},
             "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
@@ -93,10 +100,13 @@ def recomputed_logprobs(model, exp: Experience) -> torch.Tensor:
     return logprobs[0, : len(exp.response_ids)]
 
 
+@pytest.mark.parametrize(
+    ("sync_style", "sync_interval"), [("fixed", 1), ("dynamic_by_explorer", 2)]
+)
 def test_explorer_and_trainer_processes_sync_honest_versions(
-    stack: StackSettings, unique: str, tmp_path: Path
+    stack: StackSettings, unique: str, tmp_path: Path, sync_style: str, sync_interval: int
 ) -> None:
-    raw = run_config(stack, unique, tmp_path)
+    raw = run_config(stack, unique, tmp_path, sync_style, sync_interval)
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     cfg = load_config(config_path)
@@ -130,19 +140,28 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
     versions = [
         e for e in read_all(cfg, plan.topics.weights, unique + "-w") if isinstance(e, WeightVersion)
     ]
-    assert [v.version for v in versions] == list(range(1, STEPS + 1)), outputs["trainer"][-2000:]
+    announced = [v.version for v in versions]
     experiences = [
         e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
     ]
     assert len(experiences) == STEPS * 2 * 4
-    # fixed sync, interval 1, offset 0: explorer step s runs on version s-1, so every announced
-    # version but the last one generated experiences
-    assert {e.model_version for e in experiences} == set(range(STEPS))
+    used = {e.model_version for e in experiences}
+    if sync_style == "fixed":
+        # interval 1, offset 0: explorer step s runs on version s-1, so every announced version
+        # but the last one generated experiences
+        assert announced == list(range(1, STEPS + 1)), outputs["trainer"][-2000:]
+        assert used == set(range(STEPS))
+    else:
+        # the explorer asked before step 3; the trainer answered with its newest step, and
+        # published its final one at the end
+        assert announced == sorted(set(announced)) and announced[-1] == STEPS, announced
+        assert "sync requested by" in outputs["trainer"]
+        assert used <= {0, *announced} and max(used) > 0, (used, announced)
 
     store = plan.checkpoint_store()
     model, _ = load_model(plan.model_spec())
     weights: dict[int, dict] = {0: {k: v.clone() for k, v in model.state_dict().items()}}
-    for v in range(1, STEPS):
+    for v in announced:
         weights[v] = read_safetensors_dir(store.download(v, tmp_path / f"v{v}"))
 
     checked = 0
@@ -151,7 +170,7 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
         load_weights_into(model, weights[v])
         honest = recomputed_logprobs(model, exp)
         torch.testing.assert_close(honest, torch.tensor(exp.logprobs), atol=2e-4, rtol=1e-4)
-        other = v + 1 if v + 1 < STEPS else v - 1
+        other = min(weights, key=lambda w: (w == v, abs(w - v)))
         load_weights_into(model, weights[other], strict=False)
         assert not torch.allclose(
             recomputed_logprobs(model, exp), torch.tensor(exp.logprobs), atol=2e-4
