@@ -30,6 +30,7 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
+from rft.errors import TasksetError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, SyncRequest, Task
 from rft.events.reader import Envelope, EventReader
@@ -234,15 +235,15 @@ class Explorer:
                 env = by_id[task_id]
                 tx.send(
                     self.plan.topics.dead_letter,
-                    DeadLetter(
-                        source_topic=env.topic,
-                        source_partition=env.partition,
-                        source_offset=env.offset,
+                    DeadLetter.for_error(
+                        TasksetError(f"task {task_id} rejected by its workflow: {why}"),
+                        topic=env.topic,
+                        partition=env.partition,
+                        offset=env.offset,
                         payload=EventCodec.default().encode(env.event),
-                        error_class="RejectedTask",
-                        error_message=why,
                         consumer=self.plan.explorer_group,
-                        source_key=env.key,
+                        key=env.key,
+                        headers=env.headers,
                     ),
                     key=env.key,
                 )
