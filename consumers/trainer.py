@@ -167,8 +167,10 @@ class Trainer:
                 from_beginning=True,
                 dead_letter_topic=topics.dead_letter,
             ) as reader,
+            # From the beginning: a request sent before this group's first assignment must not be
+            # lost; requests that a published version already answers are ignored below.
             EventReader.open(
-                kafka, control_group, [topics.control], from_beginning=False
+                kafka, control_group, [topics.control], from_beginning=True
             ) as control,
             EventWriter.open(kafka) as writer,
         ):
@@ -180,7 +182,7 @@ class Trainer:
             wait_started = time.monotonic()
             while step < total_steps and not stop.is_set():
                 if self.style.publishes_on_request:
-                    pending_request |= self._sync_requested(control)
+                    pending_request |= self._sync_requested(control, last_published)
                     if pending_request and step > last_published:
                         self._publish(step, last_published, engine, checkpoints, ledger, writer)
                         last_published, pending_request = step, False
@@ -247,14 +249,19 @@ class Trainer:
         )
         return manifest.train_step, offsets
 
-    def _sync_requested(self, control: EventReader) -> bool:
+    def _sync_requested(self, control: EventReader, last_published: int) -> bool:
+        """Whether an unanswered SyncRequest arrived: one from an explorer still on a version at
+        least as new as the last one published (older ones find their answer on the weights
+        topic)."""
         requested = False
         for env in control.poll(100, timeout_s=0.0):
-            if isinstance(env.event, SyncRequest):
+            req = env.event
+            if isinstance(req, SyncRequest) and req.current_version >= last_published:
                 log.info(
-                    "sync requested by %s at its step %d",
-                    env.event.explorer_id,
-                    env.event.step,
+                    "sync requested by %s at its step %d (it holds v%d)",
+                    req.explorer_id,
+                    req.step,
+                    req.current_version,
                 )
                 requested = True
         return requested
