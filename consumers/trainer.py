@@ -10,13 +10,10 @@ on the `weights` topic. A restarted trainer resumes from its newest checkpoint's
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -24,6 +21,7 @@ import torch
 from opentelemetry import trace
 
 from consumers.run_plan import RunPlan
+from consumers.trainer_checkpoint import TrainerCheckpointer
 from producers.metric_emitter import MetricEmitter
 from rft.algorithms.objective import AlgorithmLoss, LossBatch, build_loss, compute_advantages
 from rft.algorithms.presets import resolve_algorithm
@@ -33,13 +31,11 @@ from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
-from rft.engines.weights import load_weights_into, read_safetensors_dir
 from rft.errors import ConfigError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
-from rft.storage.checkpoint_store import CheckpointStore
 from rft.synchronizer import build_sync_style
 
 log = logging.getLogger(__name__)
@@ -144,16 +140,18 @@ class Trainer:
         ensure_topics(kafka, topics)
         total_steps = self.plan.total_steps
         model, tokenizer = load_model(self.plan.model_spec())
-        checkpoints = self.plan.checkpoint_store()
-        step, resume_offsets = self._resume(model, checkpoints)
+        # the engine copies its KL reference from the base model before any checkpoint loads
         engine = TorchTrainerEngine(
             model,
             trainer_engine_config(self.cfg, total_steps, self.loss.needs_reference),
             tokenizer=tokenizer,
         )
-        engine.step = step
-        for _ in range(step):  # the schedule continues where the checkpoint left it
-            engine.scheduler.step()
+        checkpoints = TrainerCheckpointer(
+            self.plan.checkpoint_store(), self.cfg.trainer.save_interval
+        )
+        step, resume_offsets = (
+            checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
+        )
         ledger = OffsetLedger()
         batcher: GroupBatcher[Admitted] = GroupBatcher(self.plan.train_batch_size)
         last_published = step
@@ -184,7 +182,9 @@ class Trainer:
                 if self.style.publishes_on_request:
                     pending_request |= self._sync_requested(control, last_published)
                     if pending_request and step > last_published:
-                        self._publish(step, last_published, engine, checkpoints, ledger, writer)
+                        self._publish(
+                            step, last_published, engine, checkpoints, ledger, writer, final=False
+                        )
                         last_published, pending_request = step, False
                 got = reader.poll(500, timeout_s=1.0)
                 for env in got:
@@ -209,11 +209,14 @@ class Trainer:
                     ledger.settled(item.tp, item.offset)
                 reader.commit()  # group offsets for monitoring only; resumes use manifests
                 if self.style.should_publish(step) or step == total_steps:
-                    self._publish(step, last_published, engine, checkpoints, ledger, writer)
+                    final = step == total_steps
+                    self._publish(
+                        step, last_published, engine, checkpoints, ledger, writer, final=final
+                    )
                     last_published = step
                 wait_started = time.monotonic()
-            if step > last_published:
-                self._publish(step, last_published, engine, checkpoints, ledger, writer)
+            if step > last_published:  # stopped early: the last version carries training state
+                self._publish(step, last_published, engine, checkpoints, ledger, writer, final=True)
             incomplete = batcher.flush_incomplete()
             if incomplete or batcher.ready_count:
                 log.info(
@@ -227,27 +230,6 @@ class Trainer:
         return self.summary
 
     # -- pieces -------------------------------------------------------------------------------
-
-    def _resume(
-        self, model: torch.nn.Module, checkpoints: CheckpointStore
-    ) -> tuple[int, dict[tuple[str, int], int]]:
-        if not self.cfg.continue_from_checkpoint:
-            return 0, {}
-        version = checkpoints.latest_version()
-        if version == 0:
-            return 0, {}
-        with tempfile.TemporaryDirectory(prefix="rft-resume-") as tmp:
-            path = checkpoints.download(version, Path(tmp) / "ckpt")
-            load_weights_into(model, read_safetensors_dir(path))
-        manifest = checkpoints.read_manifest(version)
-        offsets = {(o.topic, o.partition): o.offset for o in manifest.consumed_offsets}
-        log.info(
-            "resumed from checkpoint v%d (train step %d), reading experiences from %s",
-            version,
-            manifest.train_step,
-            offsets,
-        )
-        return manifest.train_step, offsets
 
     def _sync_requested(self, control: EventReader, last_published: int) -> bool:
         """Whether an unanswered SyncRequest arrived: one from an explorer still on a version at
@@ -359,39 +341,30 @@ class Trainer:
         step: int,
         parent: int,
         engine: TorchTrainerEngine,
-        checkpoints: CheckpointStore,
+        checkpoints: TrainerCheckpointer,
         ledger: OffsetLedger,
         writer: EventWriter,
+        *,
+        final: bool,
     ) -> None:
         """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
         started = time.monotonic()
         with tracer.start_as_current_span("trainer.publish") as span:
             span.set_attribute("rft.version", step)
-            tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
-            try:
-                engine.save_hf(tmp)
-                offsets = [(t, p, o) for (t, p), o in sorted(ledger.safe_offsets().items())]
-                manifest = checkpoints.write(
-                    step, step, tmp, consumed_offsets=offsets, parent_version=parent
-                )
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            offsets = [(t, p, o) for (t, p), o in sorted(ledger.safe_offsets().items())]
+            manifest = checkpoints.write(engine, step, parent, offsets, final=final)
             event = WeightVersion(
                 version=step,
                 train_step=step,
-                uri=checkpoints.uri(step),
+                uri=checkpoints.store.uri(step),
                 manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
                 consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
                 parent_version=parent,
             )
             writer.send(self.plan.topics.weights, event, key=b"weights")
             writer.flush()
-        keep = (
-            self.cfg.trainer.max_checkpoints_to_keep
-            if hasattr(self.cfg.trainer, "max_checkpoints_to_keep")
-            else None
-        )
+        keep = self.cfg.trainer.max_checkpoints_to_keep
         if keep:
-            checkpoints.prune(keep_last=keep)
+            checkpoints.store.prune(keep_last=keep)
         self.summary.published_versions.append(step)
         log.info("published weight version %d in %.1fs", step, time.monotonic() - started)

@@ -20,7 +20,7 @@ from rft.engines.weights import read_safetensors_dir
 from rft.errors import CheckpointError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader
-from rft.storage.checkpoint_store import CheckpointStore
+from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class WeightFollower:
         shutil.rmtree(target, ignore_errors=True)
         started = time.monotonic()
         try:
-            path = self.checkpoints.download(version, target)
+            path = self.checkpoints.download(version, target, skip_prefixes=(TRAINER_STATE_DIR,))
             tensors = read_safetensors_dir(path)
             engine.load_state_dict(tensors, version)
         except CheckpointError as exc:

@@ -350,6 +350,15 @@ class TorchTrainerEngine:
             str(path),
         )
 
+    def skip_to_step(self, step: int) -> None:
+        """Continue the LR schedule at `step` with fresh optimizer moments (no saved state)."""
+        with warnings.catch_warnings():
+            # stepping the scheduler without optimizer steps is the point here
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
+            for _ in range(step - self.step):
+                self.scheduler.step()
+        self.step = step
+
     def load_optimizer(self, path: str | Path) -> None:
         try:
             state = torch.load(str(path), map_location=self.device, weights_only=True)

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 #: The version that stands for the base model; it has no checkpoint.
 BASE_VERSION = 0
 
+#: Directory inside a version for what only trainers read (optimizer state); explorers skip it.
+TRAINER_STATE_DIR = "trainer_state/"
+
 _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 
 OffsetLike = ConsumedOffset | tuple[str, int, int]
@@ -219,8 +222,13 @@ class CheckpointStore:
             )
         return manifest
 
-    def download(self, version: int, dest_dir: Path | str) -> Path:
+    def download(
+        self, version: int, dest_dir: Path | str, skip_prefixes: tuple[str, ...] = ()
+    ) -> Path:
         """Download and verify `version` into `dest_dir` (which must be absent or empty).
+
+        Files whose names start with one of `skip_prefixes` are left out (explorers skip the
+        trainer's optimizer state); every file that is downloaded is verified.
 
         Files land in a hidden sibling temp directory; only after every file's size and sha256
         match the manifest is it renamed to `dest_dir`. The manifest is copied in as well.
@@ -236,7 +244,8 @@ class CheckpointStore:
         try:
             tmp.mkdir(parents=True)
             for entry in manifest.files:
-                self._download_file(version, entry, tmp)
+                if not entry.name.startswith(skip_prefixes):
+                    self._download_file(version, entry, tmp)
             (tmp / MANIFEST_NAME).write_bytes(manifest.to_json())
             if dest.exists():
                 dest.rmdir()

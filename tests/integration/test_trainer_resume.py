@@ -53,7 +53,10 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in (first, second)]
     assert summaries[0]["experiences"] == per_step * (STEPS // 2)
     assert summaries[1]["experiences"] == per_step * (STEPS - STEPS // 2)  # only the rest
-    assert f"resumed from checkpoint v{STEPS // 2}" in second[1]
+    assert (
+        f"resumed from checkpoint v{STEPS // 2} (train step {STEPS // 2}, weights and optimizer"
+        in second[1]
+    )
 
     store = plan.checkpoint_store()
     half = store.read_manifest(STEPS // 2)
