@@ -68,12 +68,38 @@ class RunPlan:
         rows = len(load_taskset(taskset, on_bad_rows="skip-and-report").rows)
         return math.ceil(rows * self.cfg.buffer.total_epochs / self.cfg.buffer.batch_size)
 
+    @property
+    def explorer_device(self) -> str:
+        """`cpu` without GPUs; else the first `engine_num × tensor_parallel_size` GPUs (cuda:0)."""
+        return "cuda:0" if self.cfg.cluster.gpu_per_node > 0 else "cpu"
+
+    @property
+    def trainer_device(self) -> str:
+        """The first GPU after the explorer's, or the explorer's own when there is no spare one.
+
+        As in Trinity-RFT the rollout engines take the first GPUs of the node and the trainer the
+        rest; the torch trainer engine uses one device.
+        """
+        gpus = self.cfg.cluster.gpu_per_node
+        if gpus == 0:
+            return "cpu"
+        rm = self.cfg.explorer.rollout_model
+        explorer_gpus = rm.engine_num * rm.tensor_parallel_size
+        return f"cuda:{explorer_gpus}" if gpus > explorer_gpus else "cuda:0"
+
+    @staticmethod
+    def resolve_dtype(dtype: str, device: str) -> str:
+        """`auto` is bfloat16 on a GPU and float32 on the CPU; other names stay as they are."""
+        if dtype != "auto":
+            return dtype
+        return "bfloat16" if device.startswith("cuda") else "float32"
+
     def model_spec(self, *, dtype: str | None = None, device: str = "cpu") -> ModelSpec:
         from rft.engines.models import ModelSpec
 
         return ModelSpec(
             name_or_path=self.cfg.model.model_path,
-            dtype=dtype or self.cfg.model.dtype,
+            dtype=self.resolve_dtype(dtype or self.cfg.model.dtype, device),
             device=device,
             seed=self.cfg.explorer.rollout_model.seed,
         )

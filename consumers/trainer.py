@@ -9,6 +9,7 @@ on the `weights` topic. A restarted trainer resumes from its newest checkpoint's
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -66,6 +67,17 @@ class TrainerSummary:
     dropped_stale: int = 0
     published_versions: list[int] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+
+
+def master_dtype(model_dtype: str) -> str:
+    """The dtype the trainer keeps its weights and AdamW state in: float32 unless float64."""
+    if model_dtype == "float16":
+        raise ConfigError(
+            "model.dtype: float16 is not trainable here (it would need loss scaling); use "
+            "bfloat16 (bf16 forward, float32 master weights) or float32, and set "
+            "explorer.rollout_model.dtype: float16 for a float16 rollout"
+        )
+    return "float64" if model_dtype == "float64" else "float32"
 
 
 def trainer_engine_config(cfg: RftConfig, total_steps: int, use_ref: bool) -> TorchTrainerConfig:
@@ -139,13 +151,16 @@ class Trainer:
         topics = self.plan.topics
         ensure_topics(kafka, topics)
         total_steps = self.plan.total_steps
-        model, tokenizer = load_model(self.plan.model_spec())
-        # the engine copies its KL reference from the base model before any checkpoint loads
-        engine = TorchTrainerEngine(
-            model,
-            trainer_engine_config(self.cfg, total_steps, self.loss.needs_reference),
-            tokenizer=tokenizer,
+        device = self.plan.trainer_device
+        compute_dtype = self.plan.resolve_dtype(self.cfg.model.dtype, device)
+        model, tokenizer = load_model(
+            self.plan.model_spec(dtype=master_dtype(compute_dtype), device=device)
         )
+        engine_config = trainer_engine_config(self.cfg, total_steps, self.loss.needs_reference)
+        if compute_dtype == "bfloat16":
+            engine_config = dataclasses.replace(engine_config, autocast_dtype="bfloat16")
+        # the engine copies its KL reference from the base model before any checkpoint loads
+        engine = TorchTrainerEngine(model, engine_config, tokenizer=tokenizer)
         checkpoints = TrainerCheckpointer(
             self.plan.checkpoint_store(), self.cfg.trainer.save_interval
         )

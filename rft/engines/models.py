@@ -74,6 +74,19 @@ ModelSource = Callable[[ModelSpec], ModelAndTokenizer]
 MODEL_SOURCES: Registry[ModelSource] = Registry("model source")
 
 
+def _check_device(device: str) -> None:
+    """Fail before loading anything when a CUDA device is asked for and torch cannot see it."""
+    if not device.startswith("cuda"):
+        return
+    index = int(device.partition(":")[2] or 0)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if index >= count:
+        raise ConfigError(
+            f"device {device!r} asked for (cluster.gpu_per_node > 0), but torch sees {count} "
+            "CUDA device(s); set cluster.gpu_per_node to the GPUs this machine has, or 0 for CPU"
+        )
+
+
 def load_model(spec: ModelSpec | str) -> ModelAndTokenizer:
     """Load `(model, tokenizer)` for `spec`, with the model on `spec.device` in eval mode.
 
@@ -90,6 +103,7 @@ def load_model(spec: ModelSpec | str) -> ModelAndTokenizer:
             f"model.model_path: {spec.name_or_path!r} is neither a model source "
             f"({', '.join(MODEL_SOURCES.names())}) nor an existing local directory"
         )
+    _check_device(spec.device)
     model, tokenizer = source(spec)
     try:
         model = model.to(device=spec.device, dtype=spec.torch_dtype())

@@ -8,6 +8,7 @@ HF directories for checkpoints and resume.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
@@ -63,6 +64,7 @@ class TorchTrainerConfig:
     use_ref_model: bool = False
     accumulation: str = "token"
     logprob_chunk_tokens: int = 1024
+    autocast_dtype: str | None = None  # "bfloat16": forward in bf16, weights and AdamW in fp32
 
     def __post_init__(self) -> None:
         if self.micro_batch_size < 1:
@@ -74,6 +76,11 @@ class TorchTrainerConfig:
                 f"trainer.accumulation must be 'token' or 'sequence', got {self.accumulation!r}"
             )
         LR_SCHEDULES.get(self.lr_schedule)
+        if self.autocast_dtype not in (None, "bfloat16"):
+            raise ConfigError(
+                f"trainer autocast dtype must be bfloat16 or unset, got {self.autocast_dtype!r} "
+                "(float16 would need loss scaling)"
+            )
 
 
 LrSchedule = Callable[[int, TorchTrainerConfig], float]
@@ -220,25 +227,8 @@ class TorchTrainerEngine:
             input_ids = tensors.pop("input_ids")
             attention_mask = tensors.pop("attention_mask")
             start = int(tensors.pop("response_start").item())
-            if self.ref_model is not None:
-                with torch.no_grad():
-                    tensors["ref_logprobs"], _ = token_logprobs(
-                        self.ref_model,
-                        input_ids,
-                        attention_mask,
-                        self.config.temperature,
-                        start=start,
-                        chunk_tokens=self.config.logprob_chunk_tokens,
-                    )
-            logprob, entropy = token_logprobs(
-                self.model,
-                input_ids,
-                attention_mask,
-                self.config.temperature,
-                start=start,
-                chunk_tokens=self.config.logprob_chunk_tokens,
-            )
-            loss, metrics = loss_fn(logprob, entropy, tensors)
+            with self._autocast():
+                loss, metrics = self._micro_loss(loss_fn, input_ids, attention_mask, start, tensors)
             if loss.dim() != 0:
                 raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
             (loss * weights[k]).backward()
@@ -268,6 +258,43 @@ class TorchTrainerEngine:
             "sequences": float(len(batch)),
             "action_tokens": float(sum(int(np.sum(m)) for m in batch.action_mask)),
         }
+
+    def _autocast(self) -> Any:
+        """bf16 compute for the forward when configured; the parameters stay in their dtype."""
+        if self.config.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+
+    def _micro_loss(
+        self,
+        loss_fn: LossFn,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        start: int,
+        tensors: dict[str, torch.Tensor],
+    ) -> tuple[torch.Tensor, dict[str, Any]]:
+        if self.ref_model is not None:
+            with torch.no_grad():
+                tensors["ref_logprobs"], _ = token_logprobs(
+                    self.ref_model,
+                    input_ids,
+                    attention_mask,
+                    self.config.temperature,
+                    start=start,
+                    chunk_tokens=self.config.logprob_chunk_tokens,
+                )
+        logprob, entropy = token_logprobs(
+            self.model,
+            input_ids,
+            attention_mask,
+            self.config.temperature,
+            start=start,
+            chunk_tokens=self.config.logprob_chunk_tokens,
+        )
+        if self.config.autocast_dtype is not None:
+            # the loss math runs in float32 whatever the forward's precision
+            logprob, entropy = logprob.float(), entropy.float()
+        return loss_fn(logprob, entropy, tensors)
 
     def _micro_weights(self, batch: TrainBatch) -> list[float]:
         mb = self.config.micro_batch_size

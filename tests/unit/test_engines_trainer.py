@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -229,3 +231,38 @@ def test_registry_builds_torch_engine() -> None:
     model, tok = load_model("tiny")
     engine = TRAINER_ENGINES.get("torch")(model, tok, TorchTrainerConfig())
     assert isinstance(engine, TorchTrainerEngine)
+
+
+def test_bf16_autocast_keeps_fp32_master_weights_that_take_tiny_updates() -> None:
+    """A bf16 weight cannot move by lr=1e-6 (its spacing near 0.02 is ~1e-4); the fp32 master
+    copy does, so bf16 compute with fp32 weights still learns at small learning rates."""
+    config = TorchTrainerConfig(lr=1e-6, micro_batch_size=2, weight_decay=0.0)
+    batch = _batch(4, seed=3)
+
+    def trained(dtype: torch.dtype, autocast: str | None) -> tuple[dict, dict]:
+        model, _ = load_model(ModelSpec("tiny", seed=5))
+        model.to(dtype)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        engine = TorchTrainerEngine(
+            model, TorchTrainerConfig(**{**config.__dict__, "autocast_dtype": autocast})
+        )
+        metrics = engine.train_step(batch, maximise_logprob)
+        assert math.isfinite(metrics["loss"]) and metrics["grad_norm"] > 0
+        return before, model.state_dict()
+
+    def moved_fraction(before: dict, after: dict) -> float:
+        keys = [k for k in before if before[k].dim() == 2]  # the matrices: most of the weights
+        moved = sum(int((before[k] != after[k]).sum()) for k in keys)
+        return moved / sum(before[k].numel() for k in keys)
+
+    before, after = trained(torch.float32, "bfloat16")
+    assert all(v.dtype == torch.float32 for v in after.values())
+    assert moved_fraction(before, after) > 0.9
+    # in pure bf16 only weights within ~2.5e-4 of zero can move by 1e-6
+    before, after = trained(torch.bfloat16, None)
+    assert moved_fraction(before, after) < 0.05
+
+
+def test_autocast_dtype_other_than_bf16_is_refused() -> None:
+    with pytest.raises(ConfigError, match="autocast"):
+        TorchTrainerConfig(autocast_dtype="float16")
