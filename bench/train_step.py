@@ -32,8 +32,10 @@ def clipped_pg_loss(logprob, entropy, tensors):
     return loss, {"entropy": (entropy.detach() * mask).sum() / mask.sum()}
 
 
-def synthetic_batch(rows: int, prompt_len: int, response_len: int, vocab: int) -> TrainBatch:
-    rng = np.random.default_rng(0)
+def synthetic_batch(
+    rows: int, prompt_len: int, response_len: int, vocab: int, seed: int = 0
+) -> TrainBatch:
+    rng = np.random.default_rng(seed)
     responses = [rng.integers(3, vocab, response_len).tolist() for _ in range(rows)]
     return TrainBatch(
         prompt_ids=[rng.integers(3, vocab, prompt_len).tolist() for _ in range(rows)],
