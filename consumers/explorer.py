@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from opentelemetry import trace
 
+from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
@@ -45,7 +46,8 @@ tracer = trace.get_tracer("rft.explorer")
 
 @dataclass
 class ExplorerSummary:
-    steps: int = 0
+    steps: int = 0  # the last step taken, counted from the run's start
+    resumed_from: int = 0  # the step a restarted explorer continued after
     tasks: int = 0
     experiences: int = 0
     rejected_tasks: int = 0
@@ -141,9 +143,16 @@ class Explorer:
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
                 follower.load_newest(engine)
+            step = resumed_step(tasks.committed()) if self.cfg.continue_from_checkpoint else 0
+            if step:
+                log.info(
+                    "resuming at step %d of %d (from the group's committed task offsets)",
+                    step,
+                    total_steps,
+                )
+            self.summary.resumed_from = step
             if self.cfg.explorer.eval_on_startup:
-                self._evaluate(engine, metrics, step=0)
-            step = 0
+                self._evaluate(engine, metrics, step=step)
             idle_since = time.monotonic()
             while step < total_steps and not stop.is_set():
                 self._sync_before(step + 1, engine, follower, plain)
@@ -257,7 +266,7 @@ class Explorer:
                     task_id,
                     why,
                 )
-            tx.send_offsets(tasks, batch)
+            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
             tx.commit()
             span.set_attribute("rft.experiences", sent)
         self._record_step(step, results, rollout_s, version, len(rejected), metrics)

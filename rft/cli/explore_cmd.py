@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
             {
                 "explorer": explorer.explorer_id,
                 "steps": summary.steps,
+                "resumed_from": summary.resumed_from,
                 "tasks": summary.tasks,
                 "experiences": summary.experiences,
                 "rejected_tasks": summary.rejected_tasks,

@@ -93,6 +93,15 @@ def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mappin
     return merged
 
 
+def _metadata_text(metadata: str | None) -> str:
+    # librdkafka stores the string NUL-terminated; other clients may show the NUL
+    return (metadata or "").rstrip("\x00")
+
+
+def _to_tp(o: TopicPartitionOffset) -> TopicPartition:
+    return TopicPartition(o.topic, o.partition, o.offset, metadata=o.metadata or None)
+
+
 class ConfluentTopicAdmin(TopicAdmin):
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
@@ -343,7 +352,7 @@ class ConfluentRecordProducer(RecordProducer):
     def send_offsets_to_transaction(
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
     ) -> None:
-        tps = [TopicPartition(o.topic, o.partition, o.offset) for o in offsets]
+        tps = [_to_tp(o) for o in offsets]
         self._transactional(
             "send_offsets",
             lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
@@ -496,7 +505,7 @@ class ConfluentRecordConsumer(RecordConsumer):
     def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
         if not offsets:
             return
-        tps = [TopicPartition(o.topic, o.partition, o.offset) for o in offsets]
+        tps = [_to_tp(o) for o in offsets]
         where = ", ".join(f"{o.topic}[{o.partition}]@{o.offset}" for o in offsets)
         try:
             result = self._consumer.commit(offsets=tps, asynchronous=False)
@@ -507,6 +516,25 @@ class ConfluentRecordConsumer(RecordConsumer):
                 raise TransportError(
                     f"commit of {tp.topic}[{tp.partition}] failed: {tp.error.str()}"
                 )
+
+    def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        consumer = self._consumer
+        try:
+            partitions = [
+                TopicPartition(topic, p)
+                for topic in self._topics
+                for p in sorted(consumer.list_topics(topic, timeout_s).topics[topic].partitions)
+            ]
+            found = consumer.committed(partitions, timeout=timeout_s) if partitions else []
+        except KafkaException as exc:
+            raise TransportError(
+                f"reading committed offsets of {self._topics} failed: {_error_text(exc)}"
+            ) from exc
+        return [
+            TopicPartitionOffset(tp.topic, tp.partition, tp.offset, _metadata_text(tp.metadata))
+            for tp in found
+            if tp.error is None and tp.offset >= 0
+        ]
 
     def group_metadata(self) -> Any:
         return self._consumer.consumer_group_metadata()

@@ -313,7 +313,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
     ) -> None:
         mapping = {
-            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, "", -1)
+            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
             for o in offsets
         }
         self._transactional(
@@ -470,7 +470,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         if not offsets:
             return
         mapping = {
-            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, "", -1)
+            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
             for o in offsets
         }
         try:
@@ -478,6 +478,25 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         except KafkaError as exc:
             where = ", ".join(f"{o.topic}[{o.partition}]@{o.offset}" for o in offsets)
             raise TransportError(f"commit of {where} failed: {exc!r}") from exc
+
+    def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        consumer = self._consumer
+        out = []
+        try:
+            for topic in self._topics:
+                for p in sorted(consumer.partitions_for_topic(topic) or ()):
+                    found = consumer.committed(
+                        TopicPartition(topic, p), metadata=True, timeout_ms=int(timeout_s * 1000)
+                    )
+                    if found is not None and found.offset >= 0:
+                        # librdkafka stores the string NUL-terminated
+                        text = (found.metadata or "").rstrip("\x00")
+                        out.append(TopicPartitionOffset(topic, p, found.offset, text))
+        except KafkaError as exc:
+            raise TransportError(
+                f"reading committed offsets of {self._topics} failed: {exc!r}"
+            ) from exc
+        return out
 
     def group_metadata(self) -> Any:
         return self._consumer.group_metadata()

@@ -199,9 +199,10 @@ class EventReader:
             self._consumer.seek(topic, partition, offset)
 
     def offsets_after(
-        self, envelopes: Sequence[Envelope] | None = None
+        self, envelopes: Sequence[Envelope] | None = None, metadata: str = ""
     ) -> list[TopicPartitionOffset]:
-        """Next-to-read offsets covering `envelopes` and the parked records right after them.
+        """Next-to-read offsets covering `envelopes` and the parked records right after them,
+        each carrying `metadata` for the commit.
 
         With `envelopes=None`, everything polled so far. Parked records are made durable first.
         """
@@ -216,18 +217,25 @@ class EventReader:
         targets = self._parked.extend(targets)
         if self._parker is not None:
             self._parker.flush()
-        return [TopicPartitionOffset(t, p, o) for (t, p), o in sorted(targets.items())]
+        return [TopicPartitionOffset(t, p, o, metadata) for (t, p), o in sorted(targets.items())]
 
     def mark_committed(self, offsets: Sequence[TopicPartitionOffset]) -> None:
         """Record that `offsets` were committed elsewhere (by a transaction)."""
         self._parked.committed(offsets)
 
-    def commit(self, envelopes: Sequence[Envelope] | None = None) -> list[TopicPartitionOffset]:
-        """Commit the offsets after `envelopes` (default: after everything polled); return them."""
-        offsets = self.offsets_after(envelopes)
+    def commit(
+        self, envelopes: Sequence[Envelope] | None = None, metadata: str = ""
+    ) -> list[TopicPartitionOffset]:
+        """Commit the offsets after `envelopes` (default: after everything polled), each with
+        `metadata`; return them."""
+        offsets = self.offsets_after(envelopes, metadata)
         self._consumer.commit(offsets)
         self.mark_committed(offsets)
         return offsets
+
+    def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        """The group's committed offsets and their metadata on every partition of the topics."""
+        return self._consumer.committed(timeout_s)
 
     def group_metadata(self) -> Any:
         return self._consumer.group_metadata()

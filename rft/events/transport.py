@@ -48,11 +48,16 @@ class Record:
 
 @dataclass(frozen=True)
 class TopicPartitionOffset:
-    """A position in a partition; for commits, `offset` is the next record to read."""
+    """A position in a partition; for commits, `offset` is the next record to read.
+
+    `metadata` is the free string Kafka stores beside a committed offset (consumers keep their
+    own progress there, e.g. the explorer's step); empty when unused.
+    """
 
     topic: str
     partition: int
     offset: int
+    metadata: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,12 @@ class RecordConsumer(_Closing):
     @abstractmethod
     def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
         """Synchronously commit the given next-to-read offsets for this group."""
+
+    @abstractmethod
+    def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        """This group's committed offsets, with their metadata, on every partition of the
+        subscribed topics (assigned to this member or not); partitions never committed are left
+        out. Works before the first poll."""
 
     @abstractmethod
     def group_metadata(self) -> Any:

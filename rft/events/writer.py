@@ -90,10 +90,13 @@ class EventWriter:
         self._in_transaction = True
         self._offsets_sent = []
 
-    def send_offsets(self, reader: EventReader, envelopes: Sequence[Envelope]) -> None:
+    def send_offsets(
+        self, reader: EventReader, envelopes: Sequence[Envelope], metadata: str = ""
+    ) -> None:
         """Add the offsets after `envelopes` (and the records parked among them) to the open
-        transaction, so they are committed for `reader`'s group if and only if it commits."""
-        offsets = reader.offsets_after(envelopes)
+        transaction, so they are committed for `reader`'s group if and only if it commits.
+        `metadata` is stored with each committed offset."""
+        offsets = reader.offsets_after(envelopes, metadata)
         if not offsets:
             return
         self._producer.send_offsets_to_transaction(offsets, reader.group_metadata())

@@ -202,6 +202,36 @@ def test_transaction_commits_consumed_offsets_with_the_events_written(
     assert [e.event.step for e in out] == [1000, 1001, 1002]
 
 
+def test_commit_metadata_survives_plain_and_transactional_commits(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.meta", partitions=2)
+    with EventWriter.open(kafka) as writer:
+        for i in range(8):
+            writer.send(topic, metric(i), key=f"k{i}")
+    group = f"g-{unique}"
+    with EventReader.open(kafka, group, [topic]) as reader:
+        assert reader.committed() == []  # nothing committed yet, and no poll needed to ask
+        got = read(reader, 8)
+        reader.commit(got[:4], metadata='{"step": 1}')
+    with (
+        EventReader.open(kafka, group, [topic]) as reader,
+        EventWriter.open(kafka, transactional_id=f"tx-{unique}") as writer,
+    ):
+        before = reader.committed()  # a new member, before its first poll
+        assert before and {o.metadata for o in before} == {'{"step": 1}'}
+        rest = read(reader, 8 - sum(o.offset for o in before))
+        writer.begin()
+        writer.send_offsets(reader, rest, metadata='{"step": 2}')
+        writer.commit()
+    with EventReader.open(kafka, group, [topic]) as reader:
+        after = reader.committed()
+    by_partition = {o.partition: o for o in after}
+    assert sum(o.offset for o in after) == 8
+    for e in rest:
+        assert by_partition[e.partition].metadata == '{"step": 2}'
+
+
 def test_corrupt_record_is_parked_and_reading_goes_on(kafka: KafkaSettings, unique: str) -> None:
     topic = make_topic(kafka, f"t.{unique}.poison")
     dead = make_topic(kafka, f"t.{unique}.dead-letter")
