@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-from rft.algorithms.registry import Registry
 from rft.events.models import Metric
+from rft.registry import Registry
 
 
 class MetricSink(Protocol):

@@ -20,9 +20,9 @@ from producers.generators import TASK_GENERATORS
 from producers.hf_dataset_reader import read_hf_dataset_dir
 from producers.jsonl_reader import read_jsonl
 from producers.taskset_rows import BadRow, TasksetRow
-from rft.algorithms.registry import Registry
 from rft.config.schema import TasksetConfig
 from rft.errors import ConfigError, TasksetError
+from rft.registry import Registry
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows import WORKFLOWS
 

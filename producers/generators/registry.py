@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rft.algorithms.registry import Registry
+from rft.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Registries (Trinity-RFT key names): ADVANTAGE_FN, POLICY_LOSS_FN, KL_FN, ENTROPY_LOSS_FN,
 ALGORITHM_TYPES, LOSS_AGG_MODES. The trainer uses `resolve_algorithm`, `compute_advantages` and
-`build_loss`. Importing `rft.algorithms.registry` alone does not import torch.
+`build_loss`. Importing `rft.registry` alone does not import torch.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _EXPORTS = {
     "ALGORITHM_TYPES": "rft.algorithms.presets",
     "AlgorithmSpec": "rft.algorithms.presets",
     "resolve_algorithm": "rft.algorithms.presets",
-    "Registry": "rft.algorithms.registry",
+    "Registry": "rft.registry",
     "AlgorithmInputError": "rft.algorithms.tensor_checks",
 }
 

@@ -14,13 +14,13 @@ from typing import NamedTuple
 
 import torch
 
-from rft.algorithms.registry import Registry
 from rft.algorithms.tensor_checks import (
     AlgorithmInputError,
     require_finite,
     require_ndim,
     require_shape,
 )
+from rft.registry import Registry
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 

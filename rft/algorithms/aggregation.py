@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import torch
 
-from rft.algorithms.registry import Registry
 from rft.algorithms.tensor_checks import as_float_mask, require_ndim
+from rft.registry import Registry
 
 AggregateFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss
-from rft.algorithms.registry import Registry
+from rft.registry import Registry
 
 EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 

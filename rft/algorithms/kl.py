@@ -12,8 +12,8 @@ from collections.abc import Callable
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss, masked_mean
-from rft.algorithms.registry import Registry
 from rft.algorithms.tensor_checks import as_float_mask, require_ndim, require_shape
+from rft.registry import Registry
 
 KlEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 KlLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]

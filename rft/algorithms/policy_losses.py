@@ -12,13 +12,13 @@ from collections.abc import Callable
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss, masked_mean
-from rft.algorithms.registry import Registry
 from rft.algorithms.tensor_checks import (
     AlgorithmInputError,
     as_float_mask,
     require_ndim,
     require_shape,
 )
+from rft.registry import Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 

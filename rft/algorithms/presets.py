@@ -18,8 +18,8 @@ from rft.algorithms.aggregation import LOSS_AGG_MODES
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
-from rft.algorithms.registry import Registry
 from rft.errors import ConfigError
+from rft.registry import Registry
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from rft.algorithms.registry import Registry
 from rft.errors import ConfigError, EngineError
+from rft.registry import Registry
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

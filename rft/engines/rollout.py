@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rft.algorithms.registry import Registry
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.weights import export_state_dict, load_weights_into
 from rft.errors import ConfigError, EngineError
+from rft.registry import Registry
 
 
 @dataclass(frozen=True)

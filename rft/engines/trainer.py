@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from rft.algorithms.registry import Registry
 from rft.engines.logprobs import token_logprobs
 from rft.engines.weights import export_state_dict, load_weights_into, read_safetensors_dir
 from rft.errors import ConfigError, EngineError
+from rft.registry import Registry
 
 LossFn = Callable[
     [torch.Tensor, torch.Tensor, dict[str, torch.Tensor]],

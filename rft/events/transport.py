@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
-from rft.algorithms.registry import Registry
 from rft.config.connections import KafkaSettings
 from rft.errors import TransportError
+from rft.registry import Registry
 
 Headers = list[tuple[str, bytes]]
 

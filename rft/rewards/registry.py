@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rft.algorithms.registry import Registry
 from rft.errors import TasksetError
+from rft.registry import Registry
 
 RewardInfo = dict[str, float | str]
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import ParseResult, unquote, urlparse
 
-from rft.algorithms.registry import Registry
 from rft.config.connections import ObjectStoreSettings
 from rft.errors import ConfigError, StorageError
+from rft.registry import Registry
 from rft.storage.local_object_store import LocalObjectStore
 from rft.storage.object_store_base import (
     CHUNK_SIZE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rft.algorithms.registry import Registry
+from rft.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rft.algorithms.registry import Registry
 from rft.errors import ConfigError
+from rft.registry import Registry
 
 # An exporter factory takes the exporter's options (e.g. endpoint) and returns a SpanExporter,
 # or None for "record nothing".

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rft.algorithms.registry import Registry
+from rft.registry import Registry
 
 if TYPE_CHECKING:
     from rft.workflows.workflow import Workflow

@@ -8,8 +8,8 @@ import torch
 from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
 from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec
-from rft.algorithms.registry import Registry
 from rft.errors import ConfigError
+from rft.registry import Registry
 
 
 def test_unknown_name_raises_config_error_with_suggestion_and_known_names() -> None:
@@ -86,7 +86,7 @@ def test_registry_module_does_not_import_torch() -> None:
     import subprocess
     import sys
 
-    code = "import sys, rft.algorithms.registry; print('torch' in sys.modules)"
+    code = "import sys, rft.registry; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
