@@ -126,11 +126,6 @@ class Trainer:
         self.cfg = cfg
         self.plan = RunPlan(cfg)
         self.spec = resolve_algorithm(cfg.algorithm)
-        if self.spec.uses_kl_penalty:
-            raise ConfigError(
-                "algorithm.kl_penalty_fn: a reward KL penalty is not supported by the torch "
-                "trainer yet; use kl_loss_fn (a KL loss term) instead"
-            )
         self.loss = build_loss(self.spec)
         self.style = build_sync_style(
             cfg.synchronizer.sync_style,
@@ -156,7 +151,10 @@ class Trainer:
         model, tokenizer = load_model(
             self.plan.model_spec(dtype=master_dtype(compute_dtype), device=device)
         )
-        engine_config = trainer_engine_config(self.cfg, total_steps, self.loss.needs_reference)
+        engine_config = dataclasses.replace(
+            trainer_engine_config(self.cfg, total_steps, self.spec.use_reference),
+            ref_in_loss=self.loss.needs_reference,
+        )
         if compute_dtype == "bfloat16":
             engine_config = dataclasses.replace(engine_config, autocast_dtype="bfloat16")
         # the engine copies its KL reference from the base model before any checkpoint loads
@@ -315,8 +313,6 @@ class Trainer:
                 [groups.setdefault(e.group_id, len(groups)) for e in batch], dtype=torch.long
             )
             rewards = torch.tensor([e.reward for e in batch], dtype=torch.float32)
-            seq_mask = torch.ones((len(batch), 1), dtype=torch.float32)
-            adv, adv_metrics = compute_advantages(self.spec, rewards, group_index, seq_mask)
             # numpy arrays serve as the engine's integer and float sequences
             train_batch = TrainBatch(
                 prompt_ids=cast(list[Sequence[int]], [e.prompt_ids for e in batch]),
@@ -331,8 +327,9 @@ class Trainer:
                         for e in batch
                     ],
                 ),
-                advantages=[float(a) for a in adv[:, 0]],
+                advantages=[],
             )
+            adv_metrics = self._set_advantages(train_batch, rewards, group_index, engine)
             values = engine.train_step(train_batch, EngineLoss(self.loss))
         elapsed = time.monotonic() - started
         staleness = np.array([step - 1 - e.model_version for e in batch], dtype=np.float64)
@@ -350,6 +347,35 @@ class Trainer:
         self.summary.experiences += len(batch)
         self.summary.step_seconds.append(elapsed)
         metrics.emit(step, values)
+
+    def _set_advantages(
+        self,
+        batch: TrainBatch,
+        rewards: torch.Tensor,
+        group_index: torch.Tensor,
+        engine: TorchTrainerEngine,
+    ) -> dict[str, float]:
+        """Fill `batch.advantages`; with a reward KL penalty (kl_penalty_fn) the rewards first
+        lose kl_penalty_coef × the response's KL(rollout policy ‖ reference) estimate."""
+        if not self.spec.uses_kl_penalty:
+            seq_mask = torch.ones((len(batch), 1), dtype=torch.float32)
+            adv, metrics = compute_advantages(self.spec, rewards, group_index, seq_mask)
+            batch.advantages = [float(a) for a in adv[:, 0]]
+            return metrics
+        batch.advantages = [0.0] * len(batch)  # not read by reference_logprobs
+        padded = engine.reference_logprobs(batch)
+        adv, metrics = compute_advantages(
+            self.spec,
+            rewards,
+            group_index,
+            padded["action_mask"],
+            logprob=padded["old_logprobs"],
+            ref_logprob=padded["ref_logprobs"],
+        )
+        batch.advantages = [
+            adv[i, : len(r)].numpy().astype(np.float32) for i, r in enumerate(batch.response_ids)
+        ]
+        return metrics
 
     def _publish(
         self,

@@ -62,6 +62,7 @@ class TorchTrainerConfig:
     micro_batch_size: int = 8
     temperature: float = 1.0
     use_ref_model: bool = False
+    ref_in_loss: bool = True  # False: the reference serves only reference_logprobs (KL penalty)
     accumulation: str = "token"
     logprob_chunk_tokens: int = 1024
     autocast_dtype: str | None = None  # "bfloat16": forward in bf16, weights and AdamW in fp32
@@ -273,7 +274,7 @@ class TorchTrainerEngine:
         start: int,
         tensors: dict[str, torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, Any]]:
-        if self.ref_model is not None:
+        if self.ref_model is not None and self.config.ref_in_loss:
             with torch.no_grad():
                 tensors["ref_logprobs"], _ = token_logprobs(
                     self.ref_model,
@@ -295,6 +296,41 @@ class TorchTrainerEngine:
             # the loss math runs in float32 whatever the forward's precision
             logprob, entropy = logprob.float(), entropy.float()
         return loss_fn(logprob, entropy, tensors)
+
+    @torch.no_grad()
+    def reference_logprobs(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        """The reference model's log-probability of every response token, for reward shaping.
+
+        Returns [B, R] float tensors on the CPU, R the longest response, zero-padded:
+        `ref_logprobs`, and `old_logprobs` and `action_mask` padded the same way.
+        """
+        if self.ref_model is None:
+            raise EngineError("reference_logprobs needs a reference model (use_ref_model)")
+        batch.validate()
+        width = max(len(r) for r in batch.response_ids)
+        out = {
+            name: torch.zeros((len(batch), width), dtype=torch.float32)
+            for name in ("ref_logprobs", "old_logprobs", "action_mask")
+        }
+        mb = self.config.micro_batch_size
+        for lo in range(0, len(batch), mb):
+            idx = list(range(lo, min(lo + mb, len(batch))))
+            tensors = self._collate(batch, idx)
+            with self._autocast():
+                ref, _ = token_logprobs(
+                    self.ref_model,
+                    tensors["input_ids"],
+                    tensors["attention_mask"],
+                    self.config.temperature,
+                    start=int(tensors["response_start"].item()),
+                    chunk_tokens=self.config.logprob_chunk_tokens,
+                )
+            r = ref.shape[1]
+            padded = ref.float() * tensors["response_mask"].float()
+            out["ref_logprobs"][lo : lo + len(idx), :r] = padded.cpu()
+            for name in ("old_logprobs", "action_mask"):
+                out[name][lo : lo + len(idx), :r] = tensors[name].float().cpu()
+        return out
 
     def _micro_weights(self, batch: TrainBatch) -> list[float]:
         mb = self.config.micro_batch_size

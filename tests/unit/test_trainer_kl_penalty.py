@@ -1,0 +1,100 @@
+"""The trainer's reward KL penalty: rewards lose kl_coef × Σ_t mask · KL_t(rollout ‖ reference)
+before group normalisation; checked against a float64 computation that scores each sequence on
+its own (no padding) with the reference model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from consumers.trainer import Trainer
+from rft.config import load_config
+from rft.engines.logprobs import token_logprobs
+from rft.engines.models import load_model
+from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from tests.unit.config_samples import MINIMAL
+
+COEF = 0.5
+
+
+def trainer(tmp_path: Path, *overrides: str) -> Trainer:
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL)
+    return Trainer(load_config(path, list(overrides)))
+
+
+def random_batch(rows: int, seed: int) -> TrainBatch:
+    rng = np.random.default_rng(seed)
+    responses = [rng.integers(3, 250, rng.integers(2, 9)) for _ in range(rows)]
+    masks = []
+    for r in responses:
+        m = (rng.random(len(r)) > 0.2).astype(np.int8)
+        m[-1] = 1
+        masks.append(m)
+    return TrainBatch(
+        prompt_ids=[rng.integers(3, 250, rng.integers(2, 7)) for _ in range(rows)],
+        response_ids=responses,
+        old_logprobs=[(-rng.random(len(r)) * 4).astype(np.float32) for r in responses],
+        action_mask=masks,
+        advantages=[0.0] * rows,
+    )
+
+
+def expected_advantages(engine, batch, rewards, groups) -> list[np.ndarray]:
+    penalised = []
+    for i in range(len(batch)):
+        prompt, response = list(batch.prompt_ids[i]), list(batch.response_ids[i])
+        ids = torch.tensor([prompt + response])
+        with torch.no_grad():
+            ref, _ = token_logprobs(engine.ref_model, ids, start=len(prompt) - 1)
+        kl = np.asarray(batch.old_logprobs[i], np.float64) - ref[0].double().numpy()  # k1
+        penalised.append(rewards[i] - COEF * float((kl * batch.action_mask[i]).sum()))
+    penalised = np.array(penalised)
+    out = []
+    for i in range(len(batch)):
+        group = penalised[groups == groups[i]]
+        a = (penalised[i] - group.mean()) / (group.std() + 1e-6)  # population std
+        out.append(a * np.asarray(batch.action_mask[i], np.float64))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_kl_penalty_lowers_rewards_before_grpo_normalisation(tmp_path: Path, seed: int) -> None:
+    t = trainer(
+        tmp_path,
+        "algorithm.kl_loss_fn=none",  # the penalty alone: the reference serves only the rewards
+        "algorithm.kl_penalty_fn=k1",
+        f"algorithm.kl_penalty_fn_args={{kl_coef: {COEF}}}",
+    )
+    assert t.spec.uses_kl_penalty and not t.loss.needs_reference
+    model, tok = load_model("tiny")
+    engine = TorchTrainerEngine(
+        model,
+        TorchTrainerConfig(micro_batch_size=3, use_ref_model=True, ref_in_loss=False),
+        tokenizer=tok,
+    )
+    batch = random_batch(8, seed)
+    rng = np.random.default_rng(seed + 100)
+    rewards = rng.integers(0, 2, 8).astype(np.float64)
+    groups = np.repeat(np.arange(2), 4)
+    metrics = t._set_advantages(
+        batch, torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups), engine
+    )
+    assert "kl_penalty_seq_mean" in metrics
+    want = expected_advantages(engine, batch, rewards, groups)
+    for got, expect in zip(batch.advantages, want, strict=True):
+        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_without_penalty_advantages_are_one_float_per_sequence(tmp_path: Path) -> None:
+    t = trainer(tmp_path)
+    model, _ = load_model("tiny")
+    engine = TorchTrainerEngine(model, TorchTrainerConfig())
+    batch = random_batch(4, 3)
+    t._set_advantages(batch, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), engine)
+    assert batch.advantages[0] == pytest.approx(1.0, abs=1e-5)
+    assert batch.advantages[1] == pytest.approx(-1.0, abs=1e-5)
+    assert batch.advantages[2:] == [0.0, 0.0]
