@@ -266,6 +266,18 @@ class TorchTrainerEngine:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
+    def _logprobs(
+        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return token_logprobs(
+            model,
+            input_ids,
+            attention_mask,
+            self.config.temperature,
+            start=start,
+            chunk_tokens=self.config.logprob_chunk_tokens,
+        )
+
     def _micro_loss(
         self,
         loss_fn: LossFn,
@@ -276,22 +288,10 @@ class TorchTrainerEngine:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         if self.ref_model is not None and self.config.ref_in_loss:
             with torch.no_grad():
-                tensors["ref_logprobs"], _ = token_logprobs(
-                    self.ref_model,
-                    input_ids,
-                    attention_mask,
-                    self.config.temperature,
-                    start=start,
-                    chunk_tokens=self.config.logprob_chunk_tokens,
+                tensors["ref_logprobs"], _ = self._logprobs(
+                    self.ref_model, input_ids, attention_mask, start
                 )
-        logprob, entropy = token_logprobs(
-            self.model,
-            input_ids,
-            attention_mask,
-            self.config.temperature,
-            start=start,
-            chunk_tokens=self.config.logprob_chunk_tokens,
-        )
+        logprob, entropy = self._logprobs(self.model, input_ids, attention_mask, start)
         if self.config.autocast_dtype is not None:
             # the loss math runs in float32 whatever the forward's precision
             logprob, entropy = logprob.float(), entropy.float()
@@ -317,13 +317,11 @@ class TorchTrainerEngine:
             idx = list(range(lo, min(lo + mb, len(batch))))
             tensors = self._collate(batch, idx)
             with self._autocast():
-                ref, _ = token_logprobs(
+                ref, _ = self._logprobs(
                     self.ref_model,
                     tensors["input_ids"],
                     tensors["attention_mask"],
-                    self.config.temperature,
-                    start=int(tensors["response_start"].item()),
-                    chunk_tokens=self.config.logprob_chunk_tokens,
+                    int(tensors["response_start"].item()),
                 )
             r = ref.shape[1]
             padded = ref.float() * tensors["response_mask"].float()

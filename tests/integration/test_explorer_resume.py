@@ -7,17 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience
 from rft.events.reader import EventReader
-from rft.events.topics import ensure_topics
-from rft.events.writer import EventWriter
-from tests.integration.test_rft_loop import STEPS, read_all, run_config
+from tests.integration.test_rft_loop import STEPS, published_run, read_all
 from tests.integration.test_trainer_resume import run_verb
 
 pytestmark = pytest.mark.integration
@@ -27,16 +21,7 @@ def test_restarted_explorer_continues_its_step_count(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
     # trainer_driven: the explorer never waits for weights, so it runs alone here
-    raw = run_config(stack, unique, tmp_path, "trainer_driven", 1)
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        publish_tasksets(
-            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
+    config_path, cfg, plan = published_run(stack, unique, tmp_path, "trainer_driven", 1)
     half = STEPS // 2
     first, _ = run_verb("explore", config_path, f"buffer.total_steps={half}")
     second, second_log = run_verb("explore", config_path)

@@ -19,7 +19,7 @@ import yaml
 
 from consumers.run_plan import RunPlan
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
+from rft.config import RftConfig, load_config
 from rft.config.connections import StackSettings
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import load_model
@@ -82,6 +82,22 @@ def run_config(
     }
 
 
+def published_run(
+    stack: StackSettings, name: str, tmp: Path, sync_style: str, sync_interval: int
+) -> tuple[Path, RftConfig, RunPlan]:
+    """Write the run's config, create its topics and publish its taskset once."""
+    config_path = tmp / "run.yaml"
+    config_path.write_text(yaml.safe_dump(run_config(stack, name, tmp, sync_style, sync_interval)))
+    cfg = load_config(config_path)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    with EventWriter.open(cfg.stack.kafka) as writer:
+        publish_tasksets(
+            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
+        )
+    return config_path, cfg, plan
+
+
 def read_all(cfg, topic: str, group: str) -> list:
     events = []
     with EventReader.open(cfg.stack.kafka, group, [topic], from_beginning=True) as reader:
@@ -106,16 +122,7 @@ def recomputed_logprobs(model, exp: Experience) -> torch.Tensor:
 def test_explorer_and_trainer_processes_sync_honest_versions(
     stack: StackSettings, unique: str, tmp_path: Path, sync_style: str, sync_interval: int
 ) -> None:
-    raw = run_config(stack, unique, tmp_path, sync_style, sync_interval)
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        publish_tasksets(
-            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
+    config_path, cfg, plan = published_run(stack, unique, tmp_path, sync_style, sync_interval)
 
     def start(verb: str) -> subprocess.Popen:
         return subprocess.Popen(

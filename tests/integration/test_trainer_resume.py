@@ -9,15 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
 from rft.config.connections import StackSettings
-from rft.events.topics import ensure_topics
-from rft.events.writer import EventWriter
-from tests.integration.test_rft_loop import STEPS, run_config
+from tests.integration.test_rft_loop import STEPS, published_run
 
 pytestmark = pytest.mark.integration
 
@@ -34,16 +28,7 @@ def run_verb(verb: str, config: Path, *overrides: str) -> tuple[str, str]:
 
 def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str, tmp_path: Path):
     # trainer_driven: the explorer never waits, so it can finish before the trainer starts
-    raw = run_config(stack, unique, tmp_path, "trainer_driven", 1)
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        publish_tasksets(
-            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
+    config_path, cfg, plan = published_run(stack, unique, tmp_path, "trainer_driven", 1)
     run_verb("explore", config_path)
     per_step = cfg.buffer.batch_size * cfg.algorithm.repeat_times
 
