@@ -105,5 +105,6 @@ class RunPlan:
         )
 
     def checkpoint_store(self) -> CheckpointStore:
-        store = open_object_store(self.cfg.stack.object_store)
+        settings = self.cfg.stack.object_store
+        store = open_object_store(settings.uri or settings, settings)
         return CheckpointStore(store, self.cfg.project, self.cfg.name)

@@ -50,10 +50,14 @@ class ObjectStoreSettings:
     bucket: str = "rft"
     secure: bool = False
     region: str | None = None
+    # Where checkpoints live instead of `bucket` at `endpoint`: s3://bucket/prefix, or
+    # file:///dir for a filesystem every process shares (one machine, NFS). None: the bucket.
+    uri: str | None = None
 
     def __repr__(self) -> str:  # never print the secret
         return (
             f"ObjectStoreSettings(endpoint={self.endpoint!r}, bucket={self.bucket!r}, "
+            f"uri={self.uri!r}, "
             f"secure={self.secure}, access_key={self.access_key!r}, secret_key='***')"
         )
 

@@ -119,9 +119,11 @@ class LocalStack:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def up(self, timeout_s: float = 120.0) -> UpResult:
+    def up(self, timeout_s: float = 120.0, services: Iterable[str] | None = None) -> UpResult:
+        """Start the named services (default: all) that are not running; wait until healthy."""
+        chosen = self._select(services)
         with self._locked():
-            to_start = [s for s in self.services if not s.is_running()]
+            to_start = [s for s in chosen if not s.is_running()]
             for service in to_start:
                 self._check_ports_free(service)
             for service in to_start:
@@ -134,8 +136,17 @@ class LocalStack:
                     service.log_paths()[-1],
                 )
                 service.start()
-            self._wait_healthy(timeout_s)
+            self._wait_healthy(timeout_s, chosen)
             return UpResult(tuple(s.name for s in to_start), self.status())
+
+    def _select(self, services: Iterable[str] | None) -> list[ManagedServer]:
+        if services is None:
+            return list(self.services)
+        wanted = set(services)
+        unknown = wanted - {s.name for s in self.services}
+        if unknown:
+            raise StackError(f"unknown stack services: {sorted(unknown)}")
+        return [s for s in self.services if s.name in wanted]
 
     def _check_ports_free(self, service: ManagedServer) -> None:
         for port in service.ports:
@@ -145,9 +156,9 @@ class LocalStack:
                     f"stack root ({self.layout.root}) did not start; stop it or pick other ports"
                 )
 
-    def _wait_healthy(self, timeout_s: float) -> None:
+    def _wait_healthy(self, timeout_s: float, services: list[ManagedServer]) -> None:
         deadline = time.monotonic() + timeout_s
-        pending = list(self.services)
+        pending = list(services)
         details: dict[str, str] = {}
         while pending:
             for service in list(pending):
@@ -177,15 +188,12 @@ class LocalStack:
         self, services: Iterable[str] | None = None, timeout_s: float = 30.0
     ) -> tuple[str, ...]:
         """Stop this root's servers (all, or the named ones); returns the names stopped."""
-        wanted = set(services) if services is not None else {s.name for s in self.services}
-        unknown = wanted - {s.name for s in self.services}
-        if unknown:
-            raise StackError(f"unknown stack services: {sorted(unknown)}")
+        chosen = self._select(services)
         stopped = []
         with self._locked():
             # MinIO first: nothing in the stack depends on it staying up while Kafka stops
-            for service in reversed(self.services):
-                if service.name in wanted and service.stop(timeout_s):
+            for service in reversed(chosen):
+                if service.stop(timeout_s):
                     log.info("stopped %s", service.name)
                     stopped.append(service.name)
         return tuple(stopped)

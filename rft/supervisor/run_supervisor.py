@@ -90,10 +90,14 @@ class RunSupervisor:
         from rft.stack.local_stack import LocalStack
 
         local = self.cfg.stack.local
-        kafka_local = self.cfg.stack.kafka.bootstrap_servers == f"127.0.0.1:{local.kafka_port}"
-        s3_local = self.cfg.stack.object_store.endpoint == f"127.0.0.1:{local.minio_port}"
-        if local.auto_start and kafka_local and s3_local:
-            result = LocalStack.from_stack_settings(self.cfg.stack).up()
+        store = self.cfg.stack.object_store
+        wanted = []
+        if self.cfg.stack.kafka.bootstrap_servers == f"127.0.0.1:{local.kafka_port}":
+            wanted.append("kafka")
+        if store.uri is None and store.endpoint == f"127.0.0.1:{local.minio_port}":
+            wanted.append("minio")  # a file:// or remote s3:// checkpoint store needs no MinIO
+        if local.auto_start and wanted:
+            result = LocalStack.from_stack_settings(self.cfg.stack).up(services=wanted)
             if result.started:
                 print(f"rft run: started local stack: {', '.join(result.started)}", flush=True)
 

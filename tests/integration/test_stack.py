@@ -88,3 +88,13 @@ def test_a_broker_that_dies_on_start_is_reported_with_its_log(own_stack: LocalSt
     with pytest.raises(StackError, match=r"kafka exited during start-up; logs: .*server\.log"):
         own_stack.up(timeout_s=90)
     assert own_stack.status().service("kafka").running is False
+
+
+def test_up_can_start_one_service(own_stack: LocalStack) -> None:
+    only = own_stack.up(services=["kafka"])
+    assert only.started == ("kafka",)
+    assert only.status.service("kafka").healthy
+    assert not only.status.service("minio").running
+    assert own_stack.up(services=["kafka", "minio"]).started == ("minio",)
+    with pytest.raises(StackError, match=r"unknown stack services: \['zookeeper'\]"):
+        own_stack.up(services=["zookeeper"])

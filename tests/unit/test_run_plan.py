@@ -1,4 +1,4 @@
-"""Where a run's processes compute: CPU without GPUs, else rollout on the first GPUs and the
+"""RunPlan: where a run's processes compute (devices), CPU without GPUs, else rollout on the first GPUs and the
 trainer on the next one (or sharing when there is none to spare); `auto` dtype per device."""
 
 from __future__ import annotations
@@ -63,3 +63,10 @@ def test_missing_gpu_is_a_config_error_naming_the_key() -> None:
     index = torch.cuda.device_count() if torch.cuda.is_available() else 0
     with pytest.raises(ConfigError, match=r"cluster\.gpu_per_node"):
         load_model(ModelSpec("tiny", device=f"cuda:{index}"))
+
+
+def test_checkpoints_go_to_the_object_store_uri_when_set(tmp_path: Path) -> None:
+    p = plan(tmp_path, f"stack.object_store.uri=file://{tmp_path}/ckpt")
+    store = p.checkpoint_store()
+    assert store.store.uri("x").startswith(f"file://{tmp_path}/ckpt")
+    assert store.latest_version() == 0
