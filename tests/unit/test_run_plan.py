@@ -1,5 +1,6 @@
-"""RunPlan: where a run's processes compute (devices), CPU without GPUs, else rollout on the first GPUs and the
-trainer on the next one (or sharing when there is none to spare); `auto` dtype per device."""
+"""RunPlan: where a run's processes compute (CPU without GPUs, else rollout on the first GPUs
+and the trainer on the next one, or sharing when there is none to spare), `auto` dtype per
+device, and where checkpoints live."""
 
 from __future__ import annotations
 
