@@ -8,19 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-
-import pyarrow as pa
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
+from typing import TYPE_CHECKING
 
 from producers.taskset_rows import BadRow, NotJsonError, TasksetRow, json_payload
 from rft.errors import TasksetError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 BATCH_ROWS = 1024
 
 
 def read_parquet(path: Path, start_index: int = 0) -> Iterator[TasksetRow | BadRow]:
     """Rows of the Parquet file `path`; taskset indices start at `start_index`."""
+    # imported here: runs that only generate tasks never load pyarrow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     try:
         parquet = pq.ParquetFile(path)
         batches = parquet.iter_batches(batch_size=BATCH_ROWS)
@@ -31,6 +35,9 @@ def read_parquet(path: Path, start_index: int = 0) -> Iterator[TasksetRow | BadR
 
 def read_arrow_ipc(path: Path, start_index: int = 0) -> Iterator[TasksetRow | BadRow]:
     """Rows of an Arrow IPC file (`datasets` writes the stream format; the file format works too)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
     try:
         source = pa.memory_map(str(path), "r")
     except (OSError, pa.ArrowException) as exc:
