@@ -99,7 +99,9 @@ def _metadata_text(metadata: str | None) -> str:
 
 
 def _to_tp(o: TopicPartitionOffset) -> TopicPartition:
-    return TopicPartition(o.topic, o.partition, o.offset, metadata=o.metadata or None)
+    if o.metadata:
+        return TopicPartition(o.topic, o.partition, o.offset, metadata=o.metadata)
+    return TopicPartition(o.topic, o.partition, o.offset)
 
 
 class ConfluentTopicAdmin(TopicAdmin):
