@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import random
 import sys
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,9 +19,12 @@ from tqdm import tqdm
 
 from producers.taskset_reader import LoadedTaskset, load_taskset
 from producers.taskset_rows import BadRow
+from rft.config.connections import KafkaSettings
 from rft.config.schema import RftConfig
 from rft.events.models import Task, now_ms
+from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
+from rft.events.writer import EventWriter
 
 
 class TaskSink(Protocol):
@@ -159,3 +164,58 @@ def publish_tasksets(
         topic = topics.eval_tasks if taskset.is_eval else topics.tasks
         publisher.publish(taskset, topic, epochs=epochs, seed=seed, summary=summary)
     return summary
+
+
+#: A large taskset may take minutes to send; the broker's default cap on a transaction is 15 min.
+PUBLISH_TRANSACTION_TIMEOUT_MS = 900_000
+
+
+def publish_atomically(
+    kafka: KafkaSettings,
+    tasksets: list[LoadedTaskset],
+    topics: TopicNames,
+    *,
+    epochs: int,
+    seed: int,
+    transactional_id: str,
+) -> PublishSummary:
+    """`publish_tasksets` inside one Kafka transaction: readers (read_committed) see every task
+    of every taskset or, after a crash or an error part-way, none of them."""
+    with EventWriter.open(
+        kafka,
+        transactional_id=transactional_id,
+        config={"transaction.timeout.ms": PUBLISH_TRANSACTION_TIMEOUT_MS},
+    ) as writer:
+        writer.begin()
+        try:
+            summary = publish_tasksets(
+                TaskPublisher(writer), tasksets, topics, epochs=epochs, seed=seed
+            )
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
+    return summary
+
+
+def has_committed_tasks(
+    kafka: KafkaSettings, topic: str, quiet_s: float = 3.0, timeout_s: float = 30.0
+) -> bool:
+    """Whether `topic` holds at least one committed record (what an explorer would read).
+
+    Offsets cannot tell: an aborted publish leaves offsets and markers but no readable record.
+    So this reads, as a throwaway group that commits nothing, until a record arrives or the
+    assigned partitions stay silent for `quiet_s`.
+    """
+    group = f"rft-publish-check-{uuid.uuid4().hex[:12]}"
+    deadline = time.monotonic() + timeout_s
+    with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
+        silent_since = None
+        while time.monotonic() < deadline:
+            if reader.poll(1, timeout_s=0.5):
+                return True
+            if reader.assignment():
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > quiet_s:
+                    return False
+    return False

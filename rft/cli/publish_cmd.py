@@ -62,15 +62,10 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # heavy imports stay out of `rft --help`
-    from producers.task_publisher import (
-        TaskPublisher,
-        load_run_tasksets,
-        publish_tasksets,
-    )
+    from producers.task_publisher import load_run_tasksets, publish_atomically
     from producers.taskset_reader import load_taskset
     from rft.config.connections import KafkaSettings
     from rft.events.topics import TopicNames, ensure_topics
-    from rft.events.writer import EventWriter
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
@@ -105,10 +100,14 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_SKIPPED_ROWS if any(t.bad_rows for t in tasksets) else 0
 
     ensure_topics(kafka, topic_names)
-    with EventWriter.open(kafka) as writer:
-        summary = publish_tasksets(
-            TaskPublisher(writer), tasksets, topics, epochs=epochs, seed=args.seed
-        )
+    summary = publish_atomically(
+        kafka,
+        tasksets,
+        topics,
+        epochs=epochs,
+        seed=args.seed,
+        transactional_id=f"rft-publish.{'.'.join(topic_names)}",
+    )
     for line in summary.lines():
         if "skipped bad row" not in line:
             print(line)

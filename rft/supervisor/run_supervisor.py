@@ -102,31 +102,34 @@ class RunSupervisor:
                 print(f"rft run: started local stack: {', '.join(result.started)}", flush=True)
 
     def publish(self, republish: bool) -> None:
-        from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
+        from producers.task_publisher import (
+            has_committed_tasks,
+            load_run_tasksets,
+            publish_atomically,
+        )
         from rft.events.transport import kafka_backend
-        from rft.events.writer import EventWriter
 
         kafka = self.cfg.stack.kafka
         with kafka_backend(kafka).admin() as admin:
             existing = set(admin.list_topics())
-        if self.plan.topics.tasks in existing and not republish:
+        tasks = self.plan.topics.tasks
+        ensure_topics(kafka, self.plan.topics)
+        # publishes are atomic, so one committed task means the whole taskset is there
+        if tasks in existing and not republish and has_committed_tasks(kafka, tasks):
             print(
-                f"rft run: {self.plan.topics.tasks} exists: tasks were published by an earlier "
-                "run, resuming (pass --republish to publish again)",
+                f"rft run: {tasks} holds the tasks an earlier run published; resuming "
+                "(pass --republish to publish again)",
                 flush=True,
             )
-            ensure_topics(kafka, self.plan.topics)
             return
-        ensure_topics(kafka, self.plan.topics)
-        tasksets = load_run_tasksets(self.cfg)
-        with EventWriter.open(kafka) as writer:
-            summary = publish_tasksets(
-                TaskPublisher(writer),
-                tasksets,
-                self.plan.topics,
-                epochs=self.cfg.buffer.total_epochs,
-                seed=self.cfg.explorer.rollout_model.seed,
-            )
+        summary = publish_atomically(
+            kafka,
+            load_run_tasksets(self.cfg),
+            self.plan.topics,
+            epochs=self.cfg.buffer.total_epochs,
+            seed=self.cfg.explorer.rollout_model.seed,
+            transactional_id=f"{self.plan.run_id}.publisher",
+        )
         for line in summary.lines():
             print(f"rft run: {line}", flush=True)
 

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from producers.task_publisher import TaskPublisher, publish_tasksets
+from producers.task_publisher import (
+    TaskPublisher,
+    has_committed_tasks,
+    publish_atomically,
+    publish_tasksets,
+)
 from producers.taskset_reader import load_taskset
 from rft.cli.main import main
 from rft.config.connections import StackSettings
@@ -99,3 +106,59 @@ def test_cli_publishes_jsonl_and_skips_only_bad_rows(
     assert {t.task_id for t in tasks} == {
         f"arithmetic_malformed:{epoch}:{index}" for epoch in (0, 1) for index in (0, 4, 7)
     }
+
+
+CRASHING_PUBLISHER = """
+import os, sys
+from producers.task_publisher import TaskPublisher, publish_tasksets
+from producers.taskset_reader import load_taskset
+from rft.config.connections import KafkaSettings
+from rft.config.schema import TasksetConfig
+from rft.events.topics import TopicNames
+from rft.events.writer import EventWriter
+
+bootstrap, run, tx_id = sys.argv[1:]
+taskset = load_taskset(TasksetConfig(name="arith", path="arithmetic", storage_type="generator",
+                                     generator_args={"num_tasks": 7, "seed": 1}))
+writer = EventWriter.open(KafkaSettings(bootstrap_servers=bootstrap), transactional_id=tx_id)
+writer.begin()
+publish_tasksets(TaskPublisher(writer), [taskset], TopicNames.for_run("rft", run), epochs=1, seed=0)
+writer.flush()
+os._exit(9)  # dies inside its open transaction: no commit, no abort
+"""
+
+
+def test_a_publish_that_dies_part_way_leaves_nothing_and_a_rerun_publishes_all(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    topics = TopicNames.for_run("rft", unique)
+    ensure_topics(stack.kafka, [topics.tasks, topics.eval_tasks])
+    tx_id = f"rft.{unique}.publisher"
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING_PUBLISHER)
+    done = subprocess.run(
+        [sys.executable, str(script), stack.kafka.bootstrap_servers, unique, tx_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 9, done.stderr[-2000:]
+    assert not has_committed_tasks(stack.kafka, topics.tasks)  # 7 tasks sent, none readable
+
+    taskset = load_taskset(
+        TasksetConfig(
+            name="arith",
+            path="arithmetic",
+            storage_type="generator",
+            generator_args={"num_tasks": 12, "seed": 2},
+        )
+    )
+    # same transactional id: starting it fences the dead transaction and aborts it
+    summary = publish_atomically(
+        stack.kafka, [taskset], topics, epochs=1, seed=0, transactional_id=tx_id
+    )
+    assert summary.total == 12
+    assert has_committed_tasks(stack.kafka, topics.tasks)
+    got = read_all(stack, topics.tasks, 12, f"g-{unique}")
+    assert len(got) == 12 and all(isinstance(e.event, Task) for e in got)
