@@ -1,5 +1,6 @@
-"""A restarted trainer resumes from its newest checkpoint (weights, step and the manifest's consumed
-offsets) and trains exactly the experiences it had not trained: none twice, none skipped."""
+"""A restarted trainer resumes from its newest checkpoint (weights, optimizer state, step and the
+manifest's consumed offsets, not its group's committed offsets) and trains exactly the experiences
+it had not trained: none twice, none skipped."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rft.config.connections import StackSettings
+from rft.events.reader import EventReader
 from tests.integration.test_rft_loop import STEPS, published_run
 
 pytestmark = pytest.mark.integration
@@ -33,6 +35,19 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
     per_step = cfg.buffer.batch_size * cfg.algorithm.repeat_times
 
     first = run_verb("train", config_path, f"trainer.total_steps={STEPS // 2}")
+    # Move the trainer group's own committed offsets to the end of the topic: a restart that
+    # trusted them would find nothing to train, so the count below proves it used the manifest.
+    with EventReader.open(cfg.stack.kafka, plan.trainer_group, [plan.experience_topic]) as group:
+        quiet = 0
+        while quiet < 2:  # two empty polls after joining: the group has read to the end
+            got = group.poll(500, timeout_s=2.0)
+            quiet = quiet + 1 if not got and group.assignment() else 0
+        group.commit()
+        at_end = sum(o.offset for o in group.committed())
+    trained_to = sum(
+        o.offset for o in plan.checkpoint_store().read_manifest(STEPS // 2).consumed_offsets
+    )
+    assert at_end > trained_to  # the group is past experiences the first run never trained
     second = run_verb("train", config_path, f"trainer.total_steps={STEPS}")
 
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in (first, second)]
