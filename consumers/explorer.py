@@ -98,9 +98,7 @@ class Explorer:
 
     def _build_engine(self) -> RolloutEngine:
         rm = self.cfg.explorer.rollout_model
-        spec = self.plan.model_spec(
-            dtype=rm.dtype or self.cfg.model.dtype, device=self.plan.explorer_device
-        )
+        spec = self.plan.model_spec(dtype=self.plan.rollout_dtype, device=self.plan.explorer_device)
         threads = int(os.environ.get("RFT_NUM_THREADS", "0")) or None
         return create_rollout_engine(
             rm.engine_type, RolloutEngineConfig(model=spec, num_threads=threads)

@@ -94,6 +94,12 @@ class RunPlan:
             return dtype
         return "bfloat16" if device.startswith("cuda") else "float32"
 
+    @property
+    def rollout_dtype(self) -> str:
+        """The dtype explorers roll out in, and so the dtype weight versions are published in."""
+        rm = self.cfg.explorer.rollout_model
+        return self.resolve_dtype(rm.dtype or self.cfg.model.dtype, self.explorer_device)
+
     def model_spec(self, *, dtype: str | None = None, device: str = "cpu") -> ModelSpec:
         from rft.engines.models import ModelSpec
 

@@ -30,7 +30,7 @@ from rft.buffer.group_batcher import GroupBatcher
 from rft.buffer.offset_ledger import OffsetLedger
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
-from rft.engines.models import load_model
+from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from rft.errors import ConfigError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
@@ -160,7 +160,9 @@ class Trainer:
         # the engine copies its KL reference from the base model before any checkpoint loads
         engine = TorchTrainerEngine(model, engine_config, tokenizer=tokenizer)
         checkpoints = TrainerCheckpointer(
-            self.plan.checkpoint_store(), self.cfg.trainer.save_interval
+            self.plan.checkpoint_store(),
+            self.cfg.trainer.save_interval,
+            weights_dtype=torch_dtype(self.plan.rollout_dtype),
         )
         step, resume_offsets = (
             checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})

@@ -1,9 +1,11 @@
 """The trainer's side of the checkpoint store: what a weight version holds and how a restart resumes.
 
-Every published version holds the weights (HF layout, what explorers load). Every
+Every published version holds the weights in HF layout, in the dtype explorers roll out with
+(bf16 on a GPU: half the bytes of the trainer's float32 master copy). Every
 `trainer.save_interval` steps, and always at the trainer's last version, it also holds the training
-state (AdamW moments, LR schedule, step) under `trainer_state/`, so a restart continues the same
-optimisation rather than restarting the moments. Explorers never download `trainer_state/`.
+state under `trainer_state/`: AdamW moments, LR schedule and step, plus the float32 master weights
+when the published ones are rounded. A restart from such a version continues the same
+optimisation exactly. Explorers never download `trainer_state/`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+import torch
+
 from rft.engines.trainer import TorchTrainerEngine
+from rft.engines.weights import load_weights_into, read_safetensors_dir
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
@@ -26,14 +31,24 @@ from rft.storage.checkpoint_store import (
 log = logging.getLogger(__name__)
 
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
+_MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
 
 
 class TrainerCheckpointer:
-    """Writes weight versions (with training state when due) and restores a restarted trainer."""
+    """Writes weight versions (with training state when due) and restores a restarted trainer.
 
-    def __init__(self, store: CheckpointStore, save_interval: int) -> None:
+    `weights_dtype`: the dtype of the published weights; None keeps the trainer's own.
+    """
+
+    def __init__(
+        self,
+        store: CheckpointStore,
+        save_interval: int,
+        weights_dtype: torch.dtype | None = None,
+    ) -> None:
         self.store = store
         self.save_interval = save_interval
+        self.weights_dtype = weights_dtype
         self._state_saved_at = 0  # train step of the newest version that carries training state
 
     def write(
@@ -47,19 +62,26 @@ class TrainerCheckpointer:
     ) -> CheckpointManifest:
         """Write version `step`; training state rides along when due or when `final`."""
         with_state = final or step - self._state_saved_at >= self.save_interval
+        rounded = self.weights_dtype is not None and self.weights_dtype != engine.dtype
+        extra: dict[str, str] = {}
         tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
         try:
-            engine.save_hf(tmp)
+            engine.save_hf(tmp, dtype=self.weights_dtype)
             if with_state:
                 (tmp / TRAINER_STATE_DIR).mkdir()
                 engine.save_optimizer(tmp / _OPTIMIZER_FILE)
+                extra["trainer_state"] = _OPTIMIZER_FILE
+                if rounded:
+                    (tmp / _MASTER_DIR).mkdir()
+                    engine.save_weights(tmp / _MASTER_DIR / "model.safetensors")
+                    extra["master_weights"] = _MASTER_DIR
             manifest = self.store.write(
                 step,
                 step,
                 tmp,
                 consumed_offsets=offsets,
                 parent_version=parent,
-                extra={"trainer_state": _OPTIMIZER_FILE} if with_state else None,
+                extra=extra or None,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -77,11 +99,17 @@ class TrainerCheckpointer:
         if version == BASE_VERSION:
             return 0, {}
         manifest = self.store.read_manifest(version)
+        extra = manifest.extra
         with tempfile.TemporaryDirectory(prefix="rft-resume-") as tmp:
             path = self.store.download(version, Path(tmp) / "ckpt")
-            engine.load_hf_weights(path)
-            if manifest.extra.get("trainer_state"):
-                engine.load_optimizer(path / str(manifest.extra["trainer_state"]))
+            if extra.get("master_weights"):
+                load_weights_into(
+                    engine.model, read_safetensors_dir(path / extra["master_weights"])
+                )
+            else:
+                self._load_published_weights(engine, path, version)
+            if extra.get("trainer_state"):
+                engine.load_optimizer(path / str(extra["trainer_state"]))
                 how = "weights and optimizer state"
             else:
                 # the moments are gone; at least the LR schedule continues where it was
@@ -93,7 +121,7 @@ class TrainerCheckpointer:
                     version,
                     self.save_interval,
                 )
-        self._state_saved_at = manifest.train_step if how != "weights only" else 0
+        self._state_saved_at = manifest.train_step if extra.get("trainer_state") else 0
         offsets = {(o.topic, o.partition): o.offset for o in manifest.consumed_offsets}
         log.info(
             "resumed from checkpoint v%d (train step %d, %s), reading experiences from %s",
@@ -103,3 +131,16 @@ class TrainerCheckpointer:
             offsets,
         )
         return manifest.train_step, offsets
+
+    @staticmethod
+    def _load_published_weights(engine: TorchTrainerEngine, path: Path, version: int) -> None:
+        tensors = read_safetensors_dir(path)
+        stored = {t.dtype for t in tensors.values()}
+        if any(d.itemsize < engine.dtype.itemsize for d in stored):
+            log.warning(
+                "checkpoint v%d holds %s weights and no master copy: training continues from "
+                "the rounded weights",
+                version,
+                ", ".join(sorted(str(d).removeprefix("torch.") for d in stored)),
+            )
+        load_weights_into(engine.model, tensors)

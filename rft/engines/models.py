@@ -62,12 +62,17 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
 
     def torch_dtype(self) -> torch.dtype:
-        try:
-            return _DTYPES[self.dtype]
-        except KeyError:
-            raise ConfigError(
-                f"model.dtype: unknown dtype {self.dtype!r} (known: {', '.join(_DTYPES)})"
-            ) from None
+        return torch_dtype(self.dtype)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a config dtype name (`auto` must be resolved before)."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ConfigError(
+            f"model.dtype: unknown dtype {name!r} (known: {', '.join(_DTYPES)})"
+        ) from None
 
 
 ModelSource = Callable[[ModelSpec], ModelAndTokenizer]

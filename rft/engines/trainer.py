@@ -384,17 +384,34 @@ class TorchTrainerEngine:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
         return export_state_dict(self.model)
 
-    def save_hf(self, directory: str | Path) -> Path:
-        """Write an HF directory (config.json, model.safetensors, tokenizer files)."""
+    def save_hf(self, directory: str | Path, dtype: torch.dtype | None = None) -> Path:
+        """Write an HF directory (config.json, model.safetensors, tokenizer files), the weights
+        in `dtype` (default: the model's own; a tied lm_head is stored once, as the embedding)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         try:
-            self.model.save_pretrained(str(path))
+            if dtype is None or dtype == self.dtype:
+                self.model.save_pretrained(str(path))
+            else:
+                self.model.config.save_pretrained(str(path))
+                self.save_weights(path / "model.safetensors", dtype)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(str(path))
         except (OSError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{path}: cannot save model: {exc}") from exc
         return path
+
+    def save_weights(self, file: str | Path, dtype: torch.dtype | None = None) -> None:
+        """The exported weights (HF names) as one safetensors file, in `dtype` if given."""
+        from safetensors.torch import save_file
+
+        tensors = self.state_dict_for_export()
+        if dtype is not None:
+            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+        try:
+            save_file(tensors, str(file), metadata={"format": "pt"})
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise EngineError(f"{file}: cannot save weights: {exc}") from exc
 
     def load_hf_weights(self, directory: str | Path) -> None:
         """Copy the weights of an HF directory into the model (for resume); optimizer untouched."""

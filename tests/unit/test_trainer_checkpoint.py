@@ -1,6 +1,7 @@
-"""Trainer checkpoints: a restart with training state continues the same optimisation exactly; one
-without it keeps the weights and the LR schedule but restarts AdamW; the KL reference stays the
-base model; explorers' downloads leave the training state out."""
+"""Trainer checkpoints: a restart with training state continues the same optimisation exactly (also
+when versions are published in bf16: the float32 master copy rides along); one without it keeps
+the weights and the LR schedule but restarts AdamW; the KL reference stays the base model;
+explorers' downloads leave the training state out."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
+from rft.engines.weights import read_safetensors_dir
 from rft.storage import CheckpointStore, LocalObjectStore
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR
 from tests.unit.test_engines_trainer import _batch, maximise_logprob
@@ -120,3 +122,47 @@ def test_explorer_download_leaves_training_state_out(tmp_path: Path) -> None:
     assert sorted(p.name for p in lean.glob("*.safetensors")) == sorted(
         p.name for p in full.glob("*.safetensors")
     )
+
+
+def test_bf16_versions_are_half_the_bytes_and_resume_exactly_from_the_master_copy(
+    tmp_path: Path,
+) -> None:
+    straight = engine()
+    train(straight, range(4))
+
+    checkpoints = store(tmp_path)
+    first = engine()
+    train(first, range(2))
+    writer = TrainerCheckpointer(checkpoints, save_interval=100, weights_dtype=torch.bfloat16)
+    manifest = writer.write(first, 1, 0, OFFSETS, final=False)  # weights only
+    sizes = {f.name: f.size for f in manifest.files}
+    fp32 = TrainerCheckpointer(store(tmp_path / "fp32"), save_interval=100).write(
+        first, 1, 0, OFFSETS, final=False
+    )
+    fp32_size = {f.name: f.size for f in fp32.files}["model.safetensors"]
+    assert sizes["model.safetensors"] < 0.55 * fp32_size
+    published = read_safetensors_dir(checkpoints.download(1, tmp_path / "v1"))
+    assert {t.dtype for t in published.values()} == {torch.bfloat16}
+
+    writer.write(first, 2, 1, OFFSETS, final=True)  # with state: the fp32 master rides along
+    resumed = engine()
+    TrainerCheckpointer(checkpoints, save_interval=100, weights_dtype=torch.bfloat16).restore(
+        resumed
+    )
+    train(resumed, range(2, 4))
+    expect, got = weights(straight), weights(resumed)
+    assert all(torch.equal(expect[k], got[k]) for k in expect)
+
+
+def test_restoring_rounded_weights_without_a_master_copy_says_so(tmp_path: Path, caplog) -> None:
+    first = engine()
+    train(first, range(2))
+    TrainerCheckpointer(store(tmp_path), save_interval=100, weights_dtype=torch.bfloat16).write(
+        first, 2, 0, OFFSETS, final=False
+    )
+    resumed = engine()
+    with caplog.at_level(logging.WARNING):
+        TrainerCheckpointer(store(tmp_path), save_interval=100).restore(resumed)
+    assert "holds bfloat16 weights and no master copy" in caplog.text
+    rounded = {k: v.to(torch.bfloat16).float() for k, v in weights(first).items()}
+    assert all(torch.equal(rounded[k], v) for k, v in weights(resumed).items())
