@@ -2,10 +2,10 @@
 
 Every published version holds the weights in HF layout, in the dtype explorers roll out with
 (bf16 on a GPU: half the bytes of the trainer's float32 master copy). Every
-`trainer.save_interval` steps, and always at the trainer's last version, it also holds the training
-state under `trainer_state/`: AdamW moments, LR schedule and step, plus the float32 master weights
-when the published ones are rounded. A restart from such a version continues the same
-optimisation exactly. Explorers never download `trainer_state/`.
+`trainer.save_interval` steps, in the final step's version and in one a stop publishes, it also
+holds the training state under `trainer_state/`: AdamW moments, LR schedule and step, plus the
+float32 master weights when the published ones are rounded. A restart from such a version
+continues the same optimisation exactly. Explorers never download `trainer_state/`.
 """
 
 from __future__ import annotations
