@@ -199,13 +199,14 @@ def publish_atomically(
 
 
 def has_committed_tasks(
-    kafka: KafkaSettings, topic: str, quiet_s: float = 3.0, timeout_s: float = 30.0
+    kafka: KafkaSettings, topic: str, quiet_s: float = 10.0, timeout_s: float = 60.0
 ) -> bool:
     """Whether `topic` holds at least one committed record (what an explorer would read).
 
     Offsets cannot tell: an aborted publish leaves offsets and markers but no readable record.
     So this reads, as a throwaway group that commits nothing, until a record arrives or the
-    assigned partitions stay silent for `quiet_s`.
+    assigned partitions stay silent for `quiet_s`. The wait is long on purpose: a wrong "no"
+    makes `rft run` publish the taskset a second time.
     """
     group = f"rft-publish-check-{uuid.uuid4().hex[:12]}"
     deadline = time.monotonic() + timeout_s
