@@ -221,9 +221,7 @@ class TorchTrainerEngine:
         self.optimizer.zero_grad(set_to_none=True)
         total_loss = 0.0
         sums: dict[str, float] = {}
-        mb = self.config.micro_batch_size
-        for k, lo in enumerate(range(0, len(batch), mb)):
-            idx = list(range(lo, min(lo + mb, len(batch))))
+        for k, idx in enumerate(self._micro_batches(batch)):
             tensors = self._collate(batch, idx)
             input_ids = tensors.pop("input_ids")
             attention_mask = tensors.pop("attention_mask")
@@ -312,9 +310,8 @@ class TorchTrainerEngine:
             name: torch.zeros((len(batch), width), dtype=torch.float32)
             for name in ("ref_logprobs", "old_logprobs", "action_mask")
         }
-        mb = self.config.micro_batch_size
-        for lo in range(0, len(batch), mb):
-            idx = list(range(lo, min(lo + mb, len(batch))))
+        for idx in self._micro_batches(batch):
+            lo = idx[0]
             tensors = self._collate(batch, idx)
             with self._autocast():
                 ref, _ = self._logprobs(
@@ -330,9 +327,13 @@ class TorchTrainerEngine:
                 out[name][lo : lo + len(idx), :r] = tensors[name].float().cpu()
         return out
 
-    def _micro_weights(self, batch: TrainBatch) -> list[float]:
+    def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
+        """Row indices of each micro-batch, in order."""
         mb = self.config.micro_batch_size
-        groups = [list(range(lo, min(lo + mb, len(batch)))) for lo in range(0, len(batch), mb)]
+        return [list(range(lo, min(lo + mb, len(batch)))) for lo in range(0, len(batch), mb)]
+
+    def _micro_weights(self, batch: TrainBatch) -> list[float]:
+        groups = self._micro_batches(batch)
         tokens = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
         if self.config.accumulation == "token" and sum(tokens) > 0:
             return [t / sum(tokens) for t in tokens]
