@@ -45,6 +45,7 @@ from rft.events.transport import (
     TopicPartitionOffset,
     TopicSpec,
     TransactionError,
+    commit_metadata_text,
 )
 
 log = logging.getLogger(__name__)
@@ -91,11 +92,6 @@ def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mappin
     merged.update(settings.extra)
     merged.update(config or {})
     return merged
-
-
-def _metadata_text(metadata: str | None) -> str:
-    # librdkafka stores the string NUL-terminated; other clients may show the NUL
-    return (metadata or "").rstrip("\x00")
 
 
 def _to_tp(o: TopicPartitionOffset) -> TopicPartition:
@@ -533,7 +529,9 @@ class ConfluentRecordConsumer(RecordConsumer):
                 f"reading committed offsets of {self._topics} failed: {_error_text(exc)}"
             ) from exc
         return [
-            TopicPartitionOffset(tp.topic, tp.partition, tp.offset, _metadata_text(tp.metadata))
+            TopicPartitionOffset(
+                tp.topic, tp.partition, tp.offset, commit_metadata_text(tp.metadata)
+            )
             for tp in found
             if tp.error is None and tp.offset >= 0
         ]

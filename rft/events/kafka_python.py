@@ -38,6 +38,7 @@ from rft.events.transport import (
     TopicPartitionOffset,
     TopicSpec,
     TransactionError,
+    commit_metadata_text,
 )
 
 log = logging.getLogger(__name__)
@@ -489,8 +490,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
                         TopicPartition(topic, p), metadata=True, timeout_ms=int(timeout_s * 1000)
                     )
                     if found is not None and found.offset >= 0:
-                        # librdkafka stores the string NUL-terminated
-                        text = (found.metadata or "").rstrip("\x00")
+                        text = commit_metadata_text(found.metadata)
                         out.append(TopicPartitionOffset(topic, p, found.offset, text))
         except KafkaError as exc:
             raise TransportError(

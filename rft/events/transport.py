@@ -60,6 +60,12 @@ class TopicPartitionOffset:
     metadata: str = ""
 
 
+def commit_metadata_text(raw: str | None) -> str:
+    """Commit metadata as read back from a broker: librdkafka stores the string NUL-terminated
+    and some clients show that NUL; a missing value is empty."""
+    return (raw or "").rstrip("\x00")
+
+
 @dataclass(frozen=True)
 class TopicSpec:
     """What a topic should look like when created."""
