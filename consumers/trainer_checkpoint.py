@@ -20,7 +20,7 @@ import torch
 
 from rft.engines.trainer import TorchTrainerEngine
 from rft.engines.weights import load_weights_into, read_safetensors_dir
-from rft.storage.checkpoint_manifest import CheckpointManifest
+from rft.storage.checkpoint_manifest import MANIFEST_NAME, CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
     TRAINER_STATE_DIR,
@@ -98,10 +98,14 @@ class TrainerCheckpointer:
         version = self.store.latest_version()
         if version == BASE_VERSION:
             return 0, {}
-        manifest = self.store.read_manifest(version)
-        extra = manifest.extra
         with tempfile.TemporaryDirectory(prefix="rft-resume-") as tmp:
             path = self.store.download(version, Path(tmp) / "ckpt")
+            # the verified copy `download` placed beside the files: no second fetch
+            manifest_file = path / MANIFEST_NAME
+            manifest = CheckpointManifest.from_json(
+                manifest_file.read_bytes(), source=str(manifest_file)
+            )
+            extra = manifest.extra
             if extra.get("master_weights"):
                 load_weights_into(
                     engine.model, read_safetensors_dir(path / extra["master_weights"])
