@@ -30,53 +30,22 @@ from rft.events.models import (
     TopicOffset,
     WeightVersion,
 )
+from tests.unit.event_strategies import experiences, floats, i32, i64, text
 from tests.unit.golden.make_golden import SAMPLES, golden_codec, golden_path
 
 CODEC = EventCodec.default()
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-i32 = st.integers(-(2**31), 2**31 - 1)
-i64 = st.integers(-(2**63), 2**63 - 1)
-text = st.text(max_size=40)
-floats = st.floats(allow_nan=False, width=64)
+# strict JSON has no inf (Task refuses it, and a test below checks that): finite floats only
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | floats | text,
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    | text,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
     max_leaves=12,
 )
-
-
-def _array(draw: st.DrawFn, n: int, dtype: str) -> np.ndarray:
-    raw = draw(st.binary(min_size=n * np.dtype(dtype).itemsize, max_size=n * 4))
-    return np.frombuffer(raw[: n * np.dtype(dtype).itemsize], dtype=dtype).copy()
-
-
-@st.composite
-def experiences(draw: st.DrawFn) -> Experience:
-    n = draw(st.integers(0, 64) | st.sampled_from([0, 4096]))
-    prompt_n = draw(st.integers(0, 64))
-    has_token_rewards = draw(st.booleans())
-    return Experience(
-        experience_id=draw(text),
-        task_id=draw(text),
-        group_id=draw(text),
-        group_size=draw(i32),
-        explorer_id=draw(text),
-        model_version=draw(i64),
-        prompt_ids=_array(draw, prompt_n, "<i4"),
-        response_ids=_array(draw, n, "<i4"),
-        # any float32 bit pattern, NaN payloads included: the codec must keep them exactly
-        logprobs=_array(draw, n, "<f4"),
-        action_mask=np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool),
-        reward=draw(floats),
-        token_rewards=_array(draw, n, "<f4") if has_token_rewards else None,
-        prompt_text=draw(text),
-        response_text=draw(st.text(max_size=300)),
-        info=draw(st.dictionaries(text, text, max_size=4)),
-        truncated=draw(st.booleans()),
-        metrics=draw(st.dictionaries(text, floats, max_size=4)),
-        created_at=draw(i64),
-    )
 
 
 tasks = st.builds(
@@ -381,9 +350,9 @@ def test_wrong_typed_fields_raise_encode_error_naming_the_field(build, field: st
 
 
 def test_non_json_payload_is_an_encode_error_at_encode_time() -> None:
-    task = Task("t", "s", 0, 0, {"x": float("nan")})
-    with pytest.raises(EncodeError, match=r"Task\.payload"):
-        CODEC.encode(task)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(EncodeError, match=r"Task\.payload"):
+            CODEC.encode(Task("t", "s", 0, 0, {"x": bad}))
     with pytest.raises(InvalidEventError, match=r"Task\.rollout_args"):
         CODEC.encode(Task("t", "s", 0, 0, {}, rollout_args={"f": object()}))
 

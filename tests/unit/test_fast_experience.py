@@ -16,6 +16,7 @@ from rft.errors import DecodeError, EncodeError
 from rft.events import fast_experience
 from rft.events.codec import HEADER_SIZE, MAGIC, EventCodec, ReadPlan
 from rft.events.models import Experience
+from tests.unit.event_strategies import experiences
 from tests.unit.golden.make_golden import SAMPLES, golden_path
 
 CODEC = EventCodec.default()
@@ -23,47 +24,6 @@ LATEST = CODEC.catalog.latest(Experience.SCHEMA)
 PLAN = CODEC.read_plan(LATEST)
 REFERENCE_PLAN = dataclasses.replace(PLAN, fast_decode=None)
 PROPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-i32 = st.integers(-(2**31), 2**31 - 1)
-i64 = st.integers(-(2**63), 2**63 - 1)
-# unicode across all planes (no lone surrogates: they are not UTF-8 and models reject nothing
-# about them, so they are covered separately as an encode fallback)
-text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
-floats = st.floats(
-    allow_nan=False, width=64
-)  # Experience equality compares these with ==; NaN below
-
-
-def _array(draw: st.DrawFn, n: int, dtype: str) -> np.ndarray:
-    size = n * np.dtype(dtype).itemsize
-    return np.frombuffer(draw(st.binary(min_size=size, max_size=size)), dtype=dtype).copy()
-
-
-@st.composite
-def experiences(draw: st.DrawFn) -> Experience:
-    # 0 (empty bytes), small, and sizes whose length prefixes cross the 1- and 2-byte varint tables
-    n = draw(st.integers(0, 40) | st.sampled_from([0, 16, 2047, 2048, 4096]))
-    has_token_rewards = draw(st.booleans())
-    return Experience(
-        experience_id=draw(text),
-        task_id=draw(text),
-        group_id=draw(text | st.text(max_size=9000)),
-        group_size=draw(i32),
-        explorer_id=draw(text),
-        model_version=draw(i64 | st.integers(-70, 70)),
-        prompt_ids=_array(draw, draw(st.integers(0, 64)), "<i4"),
-        response_ids=_array(draw, n, "<i4"),
-        logprobs=_array(draw, n, "<f4"),
-        action_mask=np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool),
-        reward=draw(floats),
-        token_rewards=_array(draw, n, "<f4") if has_token_rewards else None,
-        prompt_text=draw(text),
-        response_text=draw(st.text(max_size=300)),
-        info=draw(st.dictionaries(text, text, max_size=70)),
-        truncated=draw(st.booleans()),
-        metrics=draw(st.dictionaries(text, floats, max_size=5)),
-        created_at=draw(i64 | st.just(1_767_225_600_000)),
-    )
 
 
 def fastavro_encode(record: dict[str, Any]) -> bytes:
