@@ -204,7 +204,7 @@ class Explorer:
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         """Up to batch_size tasks; waits a little for a full batch, returns what it has."""
-        want = self.cfg.buffer.batch_size
+        want = self.plan.batch_size
         batch: list[Envelope] = []
         deadline = time.monotonic() + 5.0
         while len(batch) < want and not stop.is_set():

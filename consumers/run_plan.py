@@ -45,15 +45,22 @@ class RunPlan:
 
     @property
     def experience_topic(self) -> str:
-        return self.cfg.buffer.trainer_input.experience_buffer.path or self.topics.experiences
+        return self.cfg.buffer.trainer_input.experience_buffer.topic or self.topics.experiences
 
     @property
     def repeat_times(self) -> int:
         return self.cfg.algorithm.repeat_times
 
     @property
+    def batch_size(self) -> int:
+        """Tasks per explorer step (derived from train_batch_size when only that is given)."""
+        assert self.cfg.buffer.batch_size is not None  # filled or refused when the config loads
+        return self.cfg.buffer.batch_size
+
+    @property
     def train_batch_size(self) -> int:
-        return self.cfg.buffer.train_batch_size or self.cfg.buffer.batch_size * self.repeat_times
+        assert self.cfg.buffer.train_batch_size is not None  # filled when the config loads
+        return self.cfg.buffer.train_batch_size
 
     @cached_property
     def total_steps(self) -> int:
@@ -66,7 +73,7 @@ class RunPlan:
         if taskset is None:
             raise ValueError("buffer.total_steps or buffer.explorer_input.taskset is required")
         rows = len(load_taskset(taskset, on_bad_rows="skip-and-report").rows)
-        return math.ceil(rows * self.cfg.buffer.total_epochs / self.cfg.buffer.batch_size)
+        return math.ceil(rows * self.cfg.buffer.total_epochs / self.batch_size)
 
     @property
     def explorer_device(self) -> str:

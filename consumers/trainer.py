@@ -28,6 +28,7 @@ from rft.algorithms.objective import AlgorithmLoss, LossBatch, build_loss, compu
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.group_batcher import GroupBatcher
 from rft.buffer.offset_ledger import OffsetLedger
+from rft.buffer.sample_strategy import SAMPLE_STRATEGIES
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.engines.models import load_model, torch_dtype
@@ -168,7 +169,9 @@ class Trainer:
             checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
         )
         ledger = OffsetLedger()
-        batcher: GroupBatcher[Admitted] = GroupBatcher(self.plan.train_batch_size)
+        batcher: GroupBatcher[Admitted] = SAMPLE_STRATEGIES.get(self.spec.sample_strategy)(
+            self.plan.train_batch_size, **self.cfg.algorithm.sample_strategy_args
+        )
         last_published = step
         pending_request = False
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"

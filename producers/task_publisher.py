@@ -1,13 +1,13 @@
 """`TaskPublisher`: turns loaded tasksets into Task events on the tasks (or eval-tasks) topic.
 
-Training tasksets are written `epochs` times, each epoch in its own seeded shuffle
-(`random.Random(seed + epoch)`); eval tasksets once, in file order. Task ids are
-`<taskset>:<epoch>:<index>` (index = position before shuffling), and each task's key is its id.
+Training tasksets are written `epochs` times, each epoch in the order of the taskset's task
+selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded random draws); eval
+tasksets once, in file order. Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
+in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
 """
 
 from __future__ import annotations
 
-import random
 import sys
 import time
 import uuid
@@ -17,6 +17,7 @@ from typing import Protocol
 
 from tqdm import tqdm
 
+from producers.task_selectors import TASK_SELECTORS
 from producers.taskset_reader import LoadedTaskset, load_taskset
 from producers.taskset_rows import BadRow
 from rft.config.connections import KafkaSettings
@@ -66,11 +67,12 @@ def task_id(taskset: str, epoch: int, index: int) -> str:
     return f"{taskset}:{epoch}:{index}"
 
 
-def epoch_order(num_rows: int, seed: int, epoch: int) -> list[int]:
-    """Positions of the rows in the order epoch `epoch` publishes them."""
-    order = list(range(num_rows))
-    random.Random(seed + epoch).shuffle(order)
-    return order
+def epoch_order(taskset: LoadedTaskset, seed: int, epoch: int) -> list[int]:
+    """Positions of the rows in the order epoch `epoch` publishes them (eval: file order)."""
+    if taskset.is_eval:
+        return list(range(len(taskset.rows)))
+    selector = TASK_SELECTORS.get(taskset.selector)
+    return selector(len(taskset.rows), epoch, seed, **taskset.selector_args)
 
 
 class TaskPublisher:
@@ -107,9 +109,11 @@ class TaskPublisher:
             total=len(rows) * epochs, desc=f"publish {taskset.name}", disable=not self.progress
         ) as bar:
             for epoch in range(epochs):
-                order = range(len(rows)) if taskset.is_eval else epoch_order(len(rows), seed, epoch)
-                for position in order:
-                    task = self.make_task(taskset, epoch, position)
+                draws: dict[int, int] = {}
+                for position in epoch_order(taskset, seed, epoch):
+                    # a selector that draws with replacement repeats rows: ids stay unique
+                    draw = draws[position] = draws.get(position, -1) + 1
+                    task = self.make_task(taskset, epoch, position, draw)
                     self.sink.send(topic, task, key=task.task_id)
                     per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
                     bar.update(1)
@@ -118,10 +122,11 @@ class TaskPublisher:
             del summary.bad_rows[taskset.name]
         return summary
 
-    def make_task(self, taskset: LoadedTaskset, epoch: int, position: int) -> Task:
+    def make_task(self, taskset: LoadedTaskset, epoch: int, position: int, draw: int = 0) -> Task:
         row = taskset.rows[position]
+        tid = task_id(taskset.name, epoch, row.index)
         return Task(
-            task_id=task_id(taskset.name, epoch, row.index),
+            task_id=tid if draw == 0 else f"{tid}.{draw}",
             taskset=taskset.name,
             epoch=epoch,
             index=row.index,

@@ -103,6 +103,8 @@ class LoadedTaskset:
     repeat_times: int
     rollout_args: dict[str, Any]
     is_eval: bool
+    selector: str = "sequential"  # a name in producers.task_selectors.TASK_SELECTORS
+    selector_args: dict[str, Any] = field(default_factory=dict)
 
 
 class BadTasksetError(TasksetError):
@@ -161,6 +163,8 @@ def load_taskset(
         repeat_times=taskset.repeat_times or 1,
         rollout_args={k: v for k, v in taskset.rollout_args.as_dict().items() if v is not None},
         is_eval=is_eval,
+        selector=taskset.task_selector.selector_type,
+        selector_args=dict(taskset.task_selector.kwargs),
     )
 
 

@@ -8,8 +8,9 @@ listing the known names and the closest match.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
 
 from rft.errors import ConfigError
 
@@ -96,3 +97,18 @@ def _describe(obj: object) -> str:
     if module and qualname:
         return f"{module}.{qualname}"
     return repr(obj)
+
+
+def unknown_arguments(
+    fn: Callable[..., Any], names: Iterable[str], fixed: frozenset[str] = frozenset()
+) -> tuple[list[str], list[str]]:
+    """(names `fn` does not accept as keywords, the names it does accept beyond `fixed`).
+
+    Parts take their configurable args as keywords after fixed positional inputs; a part with
+    **kwargs accepts anything.
+    """
+    params = inspect.signature(fn).parameters
+    accepted = sorted(n for n in params if n not in fixed)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return [], accepted
+    return [n for n in names if n not in accepted], accepted

@@ -7,7 +7,6 @@ its `algorithm_type`, checks every name and arg against the registries, and retu
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -19,7 +18,7 @@ from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.errors import ConfigError
-from rft.registry import Registry
+from rft.registry import Registry, unknown_arguments
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
@@ -165,16 +164,12 @@ def check_args(
     fn: Callable[..., Any], args: Mapping[str, Any], key: str, fixed: frozenset[str]
 ) -> None:
     """Raise ConfigError if `args` holds a name that `fn` does not accept as a keyword."""
-    params = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    accepted = sorted(n for n in params if n not in fixed)
-    for name in args:
-        if name not in accepted:
-            raise ConfigError(
-                f"algorithm.{key}_args.{name}: not an argument of {key} "
-                f"(accepts: {', '.join(accepted) or 'nothing'})"
-            )
+    unknown, accepted = unknown_arguments(fn, args, fixed)
+    if unknown:
+        raise ConfigError(
+            f"algorithm.{key}_args.{unknown[0]}: not an argument of {key} "
+            f"(accepts: {', '.join(accepted) or 'nothing'})"
+        )
 
 
 def resolve_algorithm(cfg: Any, repeat_times: int | None = None) -> AlgorithmSpec:

@@ -3,7 +3,8 @@
 `ConfigBinder` walks a dataclass's type hints and converts, checks and collects problems with their
 dotted key paths (`buffer.batch_size`). It knows the config conventions that the dataclasses declare:
 bounds in field metadata (`bounded`), Trinity-RFT keys accepted but ignored (`IGNORED_KEYS`), and
-value aliases (`VALUE_ALIASES`). It raises nothing itself; the loader turns issues into ConfigError.
+value aliases (`VALUE_ALIASES`) and values refused with a reason (`REFUSED_VALUES`). It raises nothing
+itself; the loader turns issues into ConfigError.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class ConfigBinder:
         fields = {f.name: f for f in dataclasses.fields(cls) if f.init}  # type: ignore[arg-type]
         ignored: Mapping[str, str] = getattr(cls, "IGNORED_KEYS", {})
         aliases: Mapping[str, Mapping[str, Alias]] = getattr(cls, "VALUE_ALIASES", {})
+        refused: Mapping[str, Mapping[str, str]] = getattr(cls, "REFUSED_VALUES", {})
         kwargs: dict[str, Any] = {}
         for key in data:
             if not isinstance(key, str):
@@ -196,6 +198,10 @@ class ConfigBinder:
                         kwargs[name] = value
                 continue
             raw = data[name]
+            if isinstance(raw, str) and raw in refused.get(name, {}):
+                self.issues.append(Issue(key_path, f"{raw!r} is refused: {refused[name][raw]}"))
+                failed = True
+                continue
             alias_table = aliases.get(name, {})
             if isinstance(raw, str) and raw in alias_table:
                 alias = alias_table[raw]

@@ -3,13 +3,19 @@
 `fill_derived` fills every value that defaults to another key (train_batch_size, max_model_len,
 taskset repeat_times and workflow types...). Algorithm parts left unset stay None: the preset of
 `algorithm_type` (rft.algorithms, `resolve_algorithm`) supplies them and checks repeat_times.
-`check_consistency` returns the issues that involve more than one key.
+`check_consistency` returns the issues that involve more than one key, and `value_notices` the
+values that load but do less than a reader might expect (said as warnings, with what happens).
 """
 
 from __future__ import annotations
 
-from rft.config.binding import Issue
+import re
+
+from rft.config.binding import Issue, Notice
 from rft.config.schema import RftConfig, TasksetConfig
+
+# Kafka's rule for topic names (kafka.common.internals.Topic): 1-249 of [a-zA-Z0-9._-]
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 
 
 def fill_derived(cfg: RftConfig) -> None:
@@ -20,7 +26,14 @@ def fill_derived(cfg: RftConfig) -> None:
         model.max_model_len = model.max_prompt_tokens + model.max_response_tokens
 
     buffer = cfg.buffer
-    if buffer.train_batch_size is None:
+    # Trinity's trainer-only configs give train_batch_size alone: tasks per step follow from it
+    if (
+        buffer.batch_size is None
+        and buffer.train_batch_size is not None
+        and buffer.train_batch_size % algo.repeat_times == 0
+    ):
+        buffer.batch_size = buffer.train_batch_size // algo.repeat_times
+    if buffer.train_batch_size is None and buffer.batch_size is not None:
         buffer.train_batch_size = buffer.batch_size * algo.repeat_times
     if cfg.trainer.total_steps is None:
         cfg.trainer.total_steps = buffer.total_steps
@@ -74,6 +87,30 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
     algo = cfg.algorithm
     if not algo.algorithm_type:
         issues.append(Issue("algorithm.algorithm_type", "must not be empty"))
+
+    buffer = cfg.buffer
+    if buffer.batch_size is None:
+        if buffer.train_batch_size is None:
+            issues.append(
+                Issue("buffer.batch_size", "is required (or buffer.train_batch_size) (an integer)")
+            )
+        else:
+            issues.append(
+                Issue(
+                    "buffer.train_batch_size",
+                    f"{buffer.train_batch_size} is not a multiple of algorithm.repeat_times "
+                    f"({algo.repeat_times}); set buffer.batch_size (tasks per step) as well",
+                )
+            )
+    issues += _experience_buffer_issues(cfg)
+    if cfg.buffer.trainer_input.experience_buffer.replay_buffer.enable:
+        issues.append(
+            Issue(
+                "buffer.trainer_input.experience_buffer.replay_buffer.enable",
+                "experience replay is not built yet: each experience is trained at most once; "
+                "set enable: false",
+            )
+        )
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
@@ -146,18 +183,65 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 )
             )
 
-    sync = cfg.synchronizer
-    if sync.sync_method == "memory" and cfg.mode != "both":
-        issues.append(
+    return issues
+
+
+def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
+    """A kafka `path` must be a legal topic name; a sql one a SQLAlchemy URL; never a mix-up."""
+    buf = cfg.buffer.trainer_input.experience_buffer
+    where = "buffer.trainer_input.experience_buffer"
+    if buf.storage_type == "kafka" and buf.path is not None and not _TOPIC_NAME.fullmatch(buf.path):
+        hint = " (a SQL URL? set storage_type: sql)" if "://" in buf.path else ""
+        return [
             Issue(
-                "synchronizer.sync_method",
-                f"'memory' needs explorer and trainer in one process (mode 'both'), "
-                f"but mode is {cfg.mode!r}; use 'checkpoint'",
+                f"{where}.path",
+                f"{buf.path!r} is not a legal Kafka topic name (1-249 of a-z A-Z 0-9 . _ -){hint}",
+            )
+        ]
+    if buf.storage_type == "sql":
+        if not buf.path:
+            return [Issue(f"{where}.path", "storage_type sql needs a SQLAlchemy URL here")]
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(buf.path)
+        except ArgumentError as exc:
+            return [Issue(f"{where}.path", f"{buf.path!r} is not a SQLAlchemy URL: {exc}")]
+    return []
+
+
+def value_notices(cfg: RftConfig) -> list[Notice]:
+    """Values that load and run but do less than their name suggests, each with what happens."""
+    notices = []
+    buf = cfg.buffer.trainer_input.experience_buffer
+    if buf.storage_type == "queue" and buf.path:
+        notices.append(
+            Notice(
+                "buffer.trainer_input.experience_buffer.path",
+                f"`{buf.path}` is not used with storage_type queue: experiences flow through "
+                "the run's Kafka topic; storage_type sql would also mirror them into that database",
+            )
+        )
+    if cfg.cluster.node_num > 1:
+        notices.append(
+            Notice(
+                "cluster.node_num",
+                f"{cfg.cluster.node_num} nodes: rft starts processes on this machine only; start "
+                "`rft explore` / `rft train` on the other nodes against the same Kafka and object "
+                "store",
             )
         )
     rollout = cfg.explorer.rollout_model
-    if rollout.engine_type == "openai" and not rollout.base_url:
-        issues.append(
-            Issue("explorer.rollout_model.base_url", "is required when engine_type is 'openai'")
+    if rollout.engine_num > 1 or rollout.tensor_parallel_size > 1:
+        notices.append(
+            Notice(
+                "explorer.rollout_model.engine_num",
+                f"engine_num {rollout.engine_num} x tensor_parallel_size "
+                f"{rollout.tensor_parallel_size}: an explorer process runs one {rollout.engine_type} "
+                "engine on one device; these only reserve GPUs before the trainer's in "
+                "cluster.gpu_per_node; start more explorer processes with the same explorer.name "
+                "for more engines",
+            )
         )
-    return issues
+    return notices

@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue
-from rft.config.derived import check_consistency, fill_derived
+from rft.config.derived import check_consistency, fill_derived, value_notices
 from rft.config.key_locator import KeyLocator
+from rft.config.parts import check_parts, import_plugins
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
@@ -96,7 +97,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RftConfig:
         raise ConfigError(f"{file}: cannot be read as a config: {exc}") from exc
     if not isinstance(base, DictConfig):
         raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
-    return _build(base, _Source(str(file), text, overrides), overrides)
+    return _build(base, _Source(str(file), text, overrides), overrides, base_dir=file.parent)
 
 
 def config_from_dict(
@@ -110,7 +111,9 @@ def config_from_dict(
     return _build(base, _Source(source, None, overrides), overrides)
 
 
-def _build(base: DictConfig, source: _Source, overrides: Sequence[str]) -> RftConfig:
+def _build(
+    base: DictConfig, source: _Source, overrides: Sequence[str], base_dir: Path | None = None
+) -> RftConfig:
     merged = _apply_overrides(base, overrides)
     try:
         raw = OmegaConf.to_container(merged, resolve=True, throw_on_missing=True)
@@ -137,6 +140,12 @@ def _build(base: DictConfig, source: _Source, overrides: Sequence[str]) -> RftCo
     issues = check_consistency(cfg)
     if issues:
         raise ConfigValidationError(source.place(issues))
+    issues = import_plugins(cfg, base_dir)
+    issues += check_parts(cfg)
+    if issues:
+        raise ConfigValidationError(source.place(issues))
+    for notice in value_notices(cfg):
+        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
     return cfg
 
 

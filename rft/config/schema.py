@@ -1,8 +1,10 @@
 """The typed run config: one dataclass per section, with Trinity-RFT key names and meanings.
 
-Values are checked once by the loader (types, bounds, allowed values) and derived defaults are
-filled there; the rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are
-listed in each section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key.
+Values are checked once by the loader (types, bounds, allowed values, and every name that selects a
+registered part against its registry: `rft.config.parts`) and derived defaults are filled there; the
+rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are listed in each
+section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key saying what happens
+instead. `rft.config.key_fates` names, for every field, the code that acts on it.
 """
 
 from __future__ import annotations
@@ -18,22 +20,17 @@ from rft.config.binding import Alias, bounded
 from rft.config.connections import StackSettings
 
 Mode = Literal["both", "explore", "train", "bench"]
-LossAggMode = Literal[
-    "token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"
-]
 DType = Literal["float32", "bfloat16", "float16", "auto"]
 TasksetStorage = Literal["file", "generator"]
-ExperienceStorage = Literal["kafka"]
+# kafka/queue: the Kafka topic; sql: the topic plus a SQL mirror that the trainer writes
+ExperienceStorage = Literal["kafka", "queue", "sql"]
 PromptType = Literal["plaintext", "messages"]
-EngineType = Literal["hf", "vllm", "openai"]
-TrainerType = Literal["torch", "verl"]
-WarmupStyle = Literal["constant", "cosine", "linear"]
-SyncMethod = Literal["checkpoint", "memory"]
-SyncStyle = Literal["fixed", "dynamic_by_explorer", "trainer_driven", "fully_async"]
+SyncMethod = Literal["checkpoint"]
 MonitorType = Literal["console", "tensorboard", "sql"]
 
 _RAY = "rft places components without Ray actors; coordination runs over Kafka"
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
+_VLLM = "read only by a vLLM rollout engine, which rft does not have yet; the hf engine ignores it"
 
 
 @dataclass
@@ -56,7 +53,7 @@ class AlgorithmConfig:
     kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. kl_coef
     entropy_loss_fn: str | None = None
     entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. entropy_coef
-    loss_agg_mode: LossAggMode = "token-mean"
+    loss_agg_mode: str = "token-mean"  # a name in rft.algorithms.aggregation.LOSS_AGG_MODES
     sample_strategy: str | None = None
     sample_strategy_args: dict[str, Any] = field(default_factory=dict)
 
@@ -135,6 +132,22 @@ class RolloutArgs:
 
 
 @dataclass
+class TaskSelectorConfig:
+    """`task_selector` of a taskset: the order its tasks are published in, per epoch.
+
+    `selector_type` names a part of `producers.task_selectors.TASK_SELECTORS` (Trinity-RFT's names:
+    sequential, shuffle, random); `kwargs` are its arguments.
+    """
+
+    selector_type: str = "sequential"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "feature_keys": "no selector of rft reads task features yet",
+    }
+
+
+@dataclass
 class TasksetConfig:
     """One taskset (`buffer.explorer_input.taskset` or an entry of `eval_tasksets`)."""
 
@@ -151,10 +164,10 @@ class TasksetConfig:
     workflow_args: dict[str, Any] = field(default_factory=dict)
     reward_fn_args: dict[str, Any] = field(default_factory=dict)
     generator_args: dict[str, Any] = field(default_factory=dict)  # for storage_type generator
+    task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "enable_progress_bar": "publishing reports progress through metrics",
-        "task_selector": "tasks are published in a seeded shuffle per epoch",
+        "enable_progress_bar": "`rft publish` shows a progress bar on a terminal, whatever this says",
         "index": "the task stream position lives in Kafka consumer offsets",
     }
 
@@ -172,32 +185,49 @@ class ExplorerInputConfig:
 
 @dataclass
 class ReplayBufferConfig:
-    """`replay_buffer` of the experience buffer: reuse of experiences by the trainer."""
+    """`replay_buffer` of the experience buffer: reuse of experiences by the trainer.
+
+    Replay is not built yet: each experience is trained at most once, `enable: true` is refused at
+    load, and the tuning keys below only warn.
+    """
 
     enable: bool = False
-    reuse_cooldown_time: float | None = bounded(None, ge=0)
-    priority_fn: str = "linear_decay"
-    priority_fn_args: dict[str, Any] = field(default_factory=dict)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        key: "experience replay is not built yet (enable: true is refused); no effect"
+        for key in ("reuse_cooldown_time", "priority_fn", "priority_fn_args", "capacity")
+    }
 
 
 @dataclass
 class ExperienceBufferConfig:
-    """`buffer.trainer_input.experience_buffer`: where experiences flow (a Kafka topic)."""
+    """`buffer.trainer_input.experience_buffer`: where experiences flow (always a Kafka topic).
+
+    `path` is a topic name for storage_type kafka (default: the run's `experiences` topic). For
+    Trinity-RFT's `queue` and `sql` it is a SQLAlchemy URL, never a topic: experiences still flow
+    through the run's topic, and with `sql` the trainer also mirrors each one it reads into the
+    table `name` of that database (`consumers.experience_mirror`).
+    """
 
     name: str = "experience_buffer"
     storage_type: ExperienceStorage = "kafka"
-    path: str | None = None  # a topic name; default: the run's `experiences` topic
+    path: str | None = None
     max_read_timeout: float = bounded(1800.0, gt=0)  # seconds to wait for a full batch
     replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "format": "experiences are events with a fixed schema",
     }
-    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
-        "storage_type": {
-            "queue": Alias("kafka", "rft's experience buffer is always a Kafka topic"),
-        }
-    }
+
+    @property
+    def topic(self) -> str | None:
+        """The topic named by this section, or None for the run's own experience topic."""
+        return self.path if self.storage_type == "kafka" else None
+
+    @property
+    def mirror_url(self) -> str | None:
+        """The SQLAlchemy URL the trainer mirrors experiences into (storage_type sql only)."""
+        return self.path if self.storage_type == "sql" else None
 
 
 @dataclass
@@ -218,7 +248,9 @@ class TrainerInputConfig:
 class BufferConfig:
     """`buffer`: batch sizes, epochs and the explorer/trainer inputs."""
 
-    batch_size: int = bounded(ge=1)  # tasks per explorer step; not multiplied by repeat_times
+    # tasks per explorer step (not multiplied by repeat_times); default: train_batch_size /
+    # repeat_times, so Trinity's trainer-only configs that give only train_batch_size load
+    batch_size: int | None = bounded(None, ge=1)
     train_batch_size: int | None = bounded(None, ge=1)  # default: batch_size * repeat_times
     total_epochs: int = bounded(1, ge=1)
     total_steps: int | None = bounded(None, ge=1)  # when set, total_epochs has no effect
@@ -226,7 +258,7 @@ class BufferConfig:
     trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "max_retry_times": "explorer.max_retry_times governs retries",
+        "max_retry_times": "retries of a failed rollout follow explorer.max_retry_times",
         "max_retry_interval": "Kafka clients retry on their own schedule",
     }
 
@@ -235,36 +267,28 @@ class BufferConfig:
 class RolloutModelConfig:
     """`explorer.rollout_model`: the rollout engine."""
 
-    engine_type: EngineType = "hf"
+    engine_type: str = "hf"  # a name in rft.engines.rollout.ROLLOUT_ENGINES
     engine_num: int = bounded(1, ge=1)
     tensor_parallel_size: int = bounded(1, ge=1)
     seed: int = 42
     dtype: DType | None = None  # default: model.dtype
     enable_thinking: bool | None = None  # passed to chat templates that support it
-    base_url: str | None = None  # for engine_type openai
-    api_key: str | None = None  # for engine_type openai; prefer ${oc.env:...}
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_history": "workflows return their experiences explicitly",
-        "enable_openai_api": "use engine_type openai for an OpenAI-compatible server",
-        "gpu_memory_utilization": "vLLM memory settings are left to vLLM's defaults",
-        "enforce_eager": "vLLM graph settings are left to vLLM's defaults",
-        "enable_prefix_caching": "vLLM cache settings are left to vLLM's defaults",
-        "enable_chunked_prefill": "vLLM scheduling settings are left to vLLM's defaults",
-        "use_v1": "vLLM engine versions are left to vLLM's defaults",
+        "enable_openai_api": "rft serves no OpenAI-compatible endpoint from its engines",
+        "base_url": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
+        "api_key": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
+        "gpu_memory_utilization": _VLLM,
+        "enforce_eager": _VLLM,
+        "enable_prefix_caching": _VLLM,
+        "enable_chunked_prefill": _VLLM,
+        "use_v1": _VLLM,
+        "max_model_len": "model.max_model_len bounds every rollout",
     }
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},
     }
-
-    def __repr__(self) -> str:  # never print the API key
-        key = "'***'" if self.api_key else "None"
-        return (
-            f"RolloutModelConfig(engine_type={self.engine_type!r}, engine_num={self.engine_num}, "
-            f"tensor_parallel_size={self.tensor_parallel_size}, seed={self.seed}, "
-            f"dtype={self.dtype!r}, enable_thinking={self.enable_thinking}, "
-            f"base_url={self.base_url!r}, api_key={key})"
-        )
 
 
 @dataclass
@@ -300,7 +324,7 @@ class OptimizerConfig:
     weight_decay: float = bounded(0.01, ge=0)
     lr_warmup_steps: int = bounded(0, ge=0)
     lr_warmup_steps_ratio: float = bounded(0.0, ge=0, le=1)  # used when lr_warmup_steps is 0
-    warmup_style: WarmupStyle = "constant"
+    warmup_style: str = "constant"  # a name in rft.engines.trainer.LR_SCHEDULES
     min_lr_ratio: float = bounded(0.0, ge=0, le=1)  # floor of the cosine/linear schedule
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -314,7 +338,7 @@ class TrainerConfig:
     """`trainer`: the trainer engine, checkpointing and optimisation."""
 
     name: str = "trainer"
-    trainer_type: TrainerType = "torch"
+    trainer_type: str = "torch"  # a name in rft.engines.trainer.TRAINER_ENGINES
     save_interval: int = bounded(100, ge=1)  # steps between checkpoints in the object store
     grad_clip: float = bounded(1.0, gt=0)
     total_steps: int | None = bounded(None, ge=1)  # default: buffer.total_steps
@@ -323,7 +347,7 @@ class TrainerConfig:
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "trainer_strategy": _VERL,
+        "trainer_strategy": "rft's torch trainer runs in one process; there is no strategy to pick",
         "save_strategy": "one trainer process writes each checkpoint",
         "save_hf_checkpoint": "checkpoints are always saved as safetensors with a manifest",
         "use_dynamic_bsz": _VERL,
@@ -334,6 +358,14 @@ class TrainerConfig:
         "trainer_config_path": _VERL,
         "actor_grad_clip": "use trainer.grad_clip",
     }
+    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
+        "trainer_type": {
+            "verl": Alias(
+                "torch",
+                "rft has no veRL workers; the run trains with rft's single-process torch engine",
+            ),
+        }
+    }
 
 
 @dataclass
@@ -341,7 +373,7 @@ class SynchronizerConfig:
     """`synchronizer`: when explorers load new weights and how they receive them."""
 
     sync_method: SyncMethod = "checkpoint"
-    sync_style: SyncStyle = "fixed"
+    sync_style: str = "fixed"  # a name in rft.synchronizer.SYNC_STYLES
     sync_interval: int = bounded(1, ge=1)  # trainer steps between weight versions
     sync_offset: int = bounded(0, ge=0)  # explorer steps taken before the trainer starts
     sync_timeout: float = bounded(1200.0, gt=0)  # seconds
@@ -352,7 +384,12 @@ class SynchronizerConfig:
             "dynamic_by_trainer": Alias("trainer_driven"),
         },
         "sync_method": {
-            "nccl": Alias("memory", "rft hands weights over in process memory in mode both"),
+            name: Alias(
+                "checkpoint",
+                "weights reach explorers as verified checkpoint versions through the object "
+                "store, announced on the weights topic",
+            )
+            for name in ("nccl", "memory")
         },
     }
 
@@ -393,7 +430,16 @@ class RftConfig:
     synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     stack: StackSettings = field(default_factory=StackSettings)  # rft: Kafka and object store
+    # rft: modules (dotted names or .py files) imported before the config's names are checked, so
+    # parts they register (`@WORKFLOWS.register(...)`) can be selected; RFT_PLUGINS adds more
+    plugins: list[str] = field(default_factory=list)
 
+    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
+        "mode": {
+            "serve": "rft has no serving mode; load a checkpoint version with any inference "
+            "server, or run mode 'bench' to evaluate versions",
+        }
+    }
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "ray_namespace": _RAY,
         "service": "the Data-Juicer service is not supported",
@@ -417,7 +463,6 @@ class RftConfig:
         if not include_secrets:
             data["stack"]["object_store"].pop("access_key", None)
             data["stack"]["object_store"].pop("secret_key", None)
-            data["explorer"]["rollout_model"].pop("api_key", None)
         return data
 
     def to_yaml(self, include_secrets: bool = False) -> str:
@@ -450,6 +495,7 @@ _TOP_LEVEL_ORDER = (
     "synchronizer",
     "monitor",
     "stack",
+    "plugins",
 )
 
 

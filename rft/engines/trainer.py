@@ -43,8 +43,8 @@ The loss must be a mean over this micro-batch (see TorchTrainerConfig.accumulati
 class TorchTrainerConfig:
     """Optimizer, schedule and batching of the torch trainer engine.
 
-    lr schedule: linear warmup over `warmup_steps` (factor (s+1)/warmup), then "constant" or
-    "cosine" decay to `min_lr_ratio * lr` at `total_steps`.
+    lr schedule: linear warmup over `warmup_steps` (factor (s+1)/warmup), then "constant", or
+    "cosine" / "linear" decay to `min_lr_ratio * lr` at `total_steps` (LR_SCHEDULES).
     accumulation: how micro-batch losses combine into the batch loss. "token": each micro loss is
     weighted by its share of the batch's action tokens (exact for token-mean losses); "sequence":
     by its share of sequences (exact for per-sequence-mean losses).
@@ -94,6 +94,12 @@ def _warmup(step: int, config: TorchTrainerConfig) -> float | None:
     return None
 
 
+def _decay_progress(step: int, config: TorchTrainerConfig) -> float:
+    """Progress p in [0, 1] from the end of warmup to total_steps."""
+    span = max(1, config.total_steps - config.warmup_steps)
+    return min(1.0, (step - config.warmup_steps) / span)
+
+
 @LR_SCHEDULES.register("constant")
 def constant_schedule(step: int, config: TorchTrainerConfig) -> float:
     """factor = 1 after warmup."""
@@ -107,10 +113,19 @@ def cosine_schedule(step: int, config: TorchTrainerConfig) -> float:
     warm = _warmup(step, config)
     if warm is not None:
         return warm
-    span = max(1, config.total_steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / span)
     m = config.min_lr_ratio
-    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * _decay_progress(step, config)))
+
+
+@LR_SCHEDULES.register("linear")
+def linear_schedule(step: int, config: TorchTrainerConfig) -> float:
+    """factor = m + (1 - m) * (1 - p), p = progress after warmup in [0, 1]: a straight line from
+    lr to min_lr_ratio * lr at total_steps."""
+    warm = _warmup(step, config)
+    if warm is not None:
+        return warm
+    m = config.min_lr_ratio
+    return m + (1.0 - m) * (1.0 - _decay_progress(step, config))
 
 
 @dataclass

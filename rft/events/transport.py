@@ -8,6 +8,7 @@ A backend (confluent-kafka, kafka-python, or a user's own) implements `TopicAdmi
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -16,7 +17,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
-from rft.errors import TransportError
+from rft.errors import ConfigError, TransportError
 from rft.registry import Registry
 
 Headers = list[tuple[str, bytes]]
@@ -256,3 +257,14 @@ def kafka_backend(settings: KafkaSettings) -> KafkaBackend:
 
 def backend_names() -> list[str]:
     return sorted(set(KAFKA_BACKENDS.names()) | set(_BUILTIN_BACKEND_MODULES))
+
+
+def known_backend(name: str) -> str:
+    """`name` when it selects a backend (built-in or registered), without importing its client;
+    otherwise ConfigError naming the known ones and the closest match."""
+    known = backend_names()
+    if name in known:
+        return name
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"unknown stack.kafka.client {name!r}{hint} (known: {', '.join(known)})")

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rft.config import ConfigWarning, RftConfig, StackSettings, config_from_dict, load_config
+from consumers.run_plan import RunPlan
+from rft.config import (
+    ConfigValidationError,
+    ConfigWarning,
+    RftConfig,
+    StackSettings,
+    config_from_dict,
+    load_config,
+)
 from tests.unit.config_samples import MINIMAL
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "arithmetic"
@@ -73,12 +81,12 @@ def test_explicit_values_win_over_derived_defaults(tmp_path: Path) -> None:
         [
             "algorithm.repeat_times=2",
             "buffer.train_batch_size=5",
-            "algorithm.advantage_fn=my_adv",
+            "algorithm.advantage_fn=rloo",
             "model.max_model_len=4096",
         ],
     )
     assert cfg.buffer.train_batch_size == 5
-    assert cfg.algorithm.advantage_fn == "my_adv"
+    assert cfg.algorithm.advantage_fn == "rloo"
     assert cfg.model.max_model_len == 4096
 
 
@@ -153,7 +161,6 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
         "synchronizer:\n"
         "  sync_method: nccl\n"
         "monitor:\n"
-        "  monitor_type: wandb\n"
         "  enable_ray_timeline: false\n"
     )
     text = text.replace(
@@ -169,14 +176,14 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
         "monitor.enable_ray_timeline",
         "buffer.explorer_input.taskset.enable_progress_bar",
         "synchronizer.sync_method: nccl",
-        "monitor.monitor_type: wandb",
     ):
         assert key in messages
     assert "ignored" in messages
     assert cfg.trainer.optim.lr == pytest.approx(2e-6)  # algorithm.optimizer moved to trainer.optim
     assert cfg.trainer.optim.warmup_style == "cosine"
-    assert cfg.synchronizer.sync_method == "memory"
-    assert cfg.monitor.monitor_type == "console"
+    assert cfg.synchronizer.sync_method == "checkpoint"  # what rft does with nccl, said above
+    assert cfg.trainer.trainer_type == "torch"
+    assert "rft has no veRL workers" in messages
 
 
 def test_trainer_optim_wins_over_trinity_algorithm_optimizer(tmp_path: Path) -> None:
@@ -189,11 +196,41 @@ def test_trainer_optim_wins_over_trinity_algorithm_optimizer(tmp_path: Path) -> 
     assert cfg.trainer.optim.weight_decay == pytest.approx(0.5)
 
 
-def test_queue_experience_buffer_reads_as_kafka_with_a_warning(tmp_path: Path) -> None:
-    text = MINIMAL + "  trainer_input:\n    experience_buffer:\n      storage_type: queue\n"
-    with pytest.warns(ConfigWarning, match="storage_type: queue"):
+def test_trinity_queue_buffer_is_the_run_topic_and_its_sql_path_never_a_topic(
+    tmp_path: Path,
+) -> None:
+    text = MINIMAL + (
+        "  trainer_input:\n    experience_buffer:\n      name: gsm8k_buffer\n"
+        "      storage_type: queue\n      path: 'sqlite:///gsm8k.db'\n"
+    )
+    with pytest.warns(ConfigWarning, match="is not used with storage_type queue"):
         cfg = load_config(write(tmp_path, text))
-    assert cfg.buffer.trainer_input.experience_buffer.storage_type == "kafka"
+    plan = RunPlan(cfg)
+    assert plan.experience_topic == plan.topics.experiences
+    assert cfg.buffer.trainer_input.experience_buffer.mirror_url is None
+
+
+def test_sql_buffer_is_the_run_topic_plus_a_mirror_url(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "  trainer_input:\n    experience_buffer:\n"
+        "      storage_type: sql\n      path: 'sqlite:///exp.db'\n"
+    )
+    cfg = load_config(write(tmp_path, text))
+    plan = RunPlan(cfg)
+    assert plan.experience_topic == plan.topics.experiences
+    assert cfg.buffer.trainer_input.experience_buffer.mirror_url == "sqlite:///exp.db"
+
+
+def test_a_path_that_is_not_a_topic_name_never_becomes_one(tmp_path: Path) -> None:
+    text = MINIMAL + (
+        "  trainer_input:\n    experience_buffer:\n      path: 'sqlite:///gsm8k.db'\n"
+    )
+    with pytest.raises(
+        ConfigValidationError, match="not a legal Kafka topic name.*storage_type: sql"
+    ):
+        load_config(write(tmp_path, text))
+    ok = MINIMAL + "  trainer_input:\n    experience_buffer:\n      path: shared.experiences\n"
+    assert RunPlan(load_config(write(tmp_path, ok))).experience_topic == "shared.experiences"
 
 
 def test_to_yaml_round_trips(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ printable = st.text(
     temperature=st.floats(0.0, 2.0),
     staleness=st.none() | st.integers(0, 100),
     sync_style=st.sampled_from(["fixed", "dynamic_by_explorer", "trainer_driven", "fully_async"]),
-    generator_args=st.dictionaries(
+    workflow_args=st.dictionaries(
         st.text("abcdefgh_", min_size=1, max_size=8), st.integers() | st.booleans() | printable
     ),
 )
@@ -121,7 +121,7 @@ def test_to_yaml_round_trips(
     temperature: float,
     staleness: int | None,
     sync_style: str,
-    generator_args: dict[str, object],
+    workflow_args: dict[str, object],
 ) -> None:
     cfg = config_from_dict(base())
     taskset = cfg.buffer.explorer_input.taskset
@@ -129,7 +129,7 @@ def test_to_yaml_round_trips(
     taskset.format.system_prompt = system_prompt
     taskset.format.prompt_key = prompt_key
     taskset.rollout_args.temperature = temperature
-    taskset.generator_args = generator_args
+    taskset.workflow_args = workflow_args  # free-form: carried to workflows, not name-checked
     cfg.trainer.optim.lr = lr
     cfg.buffer.trainer_input.max_staleness = staleness
     cfg.synchronizer.sync_style = sync_style  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""TaskPublisher: task ids, seeded per-epoch shuffles, eval handling and the summary."""
+"""TaskPublisher: task ids, task selectors (per-epoch order), eval handling and the summary."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from producers.task_publisher import TaskPublisher, epoch_order, publish_tasksets
 from producers.taskset_reader import load_taskset
 from rft.cli.main import main
-from rft.config.schema import FormatConfig, TasksetConfig
+from rft.config.schema import FormatConfig, TaskSelectorConfig, TasksetConfig
 from rft.events.models import Task
 from rft.events.topics import TopicNames
 
@@ -41,7 +41,9 @@ def arithmetic(num_tasks: int = 10, **kwargs: object) -> TasksetConfig:
 
 
 def test_epochs_are_seeded_shuffles_with_stable_ids() -> None:
-    loaded = load_taskset(arithmetic(repeat_times=4))
+    loaded = load_taskset(
+        arithmetic(repeat_times=4, task_selector=TaskSelectorConfig(selector_type="shuffle"))
+    )
     sink = RecordingSink()
     summary = TaskPublisher(sink, clock=lambda: 123).publish(loaded, "p.n.tasks", epochs=3, seed=7)
     assert summary.counts == {"arith": {0: 10, 1: 10, 2: 10}}
@@ -61,12 +63,38 @@ def test_epochs_are_seeded_shuffles_with_stable_ids() -> None:
         assert not task.is_eval
     per_epoch = [[t.index for t in tasks if t.epoch == e] for e in range(3)]
     assert all(sorted(order) == list(range(10)) for order in per_epoch)
-    assert per_epoch == [epoch_order(10, 7, e) for e in range(3)]
+    assert per_epoch == [epoch_order(loaded, 7, e) for e in range(3)]
     assert per_epoch[0] != per_epoch[1]  # seed + epoch reshuffles
 
     again = RecordingSink()
     TaskPublisher(again, clock=lambda: 123).publish(loaded, "p.n.tasks", epochs=3, seed=7)
     assert [t for _, t, _ in again.sent] == tasks
+
+
+def test_sequential_selector_publishes_file_order_every_epoch() -> None:
+    loaded = load_taskset(arithmetic())  # Trinity-RFT's default selector: sequential
+    sink = RecordingSink()
+    TaskPublisher(sink).publish(loaded, "p.n.tasks", epochs=2, seed=7)
+    assert [(t.epoch, t.index) for _, t, _ in sink.sent] == [
+        (e, i) for e in range(2) for i in range(10)
+    ]
+
+
+def test_random_selector_draws_with_replacement_and_keeps_ids_unique() -> None:
+    selector = TaskSelectorConfig(selector_type="random")
+    loaded = load_taskset(arithmetic(40, task_selector=selector))
+    sink = RecordingSink()
+    TaskPublisher(sink).publish(loaded, "p.n.tasks", epochs=1, seed=3)
+    indices = [t.index for _, t, _ in sink.sent]
+    assert len(indices) == 40
+    assert len(set(indices)) < 40  # 40 draws from 40 rows repeat some (seeded, so stable)
+    ids = [t.task_id for _, t, _ in sink.sent]
+    assert len(set(ids)) == 40
+    for _, task, _ in sink.sent:
+        assert task.payload == loaded.rows[task.index].payload
+    again = RecordingSink()
+    TaskPublisher(again).publish(loaded, "p.n.tasks", epochs=1, seed=3)
+    assert [t.task_id for _, t, _ in again.sent] == ids
 
 
 def test_eval_taskset_one_epoch_in_file_order() -> None:
