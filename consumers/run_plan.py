@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from consumers.experience_mirror import mirror_target
 from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
 from rft.events.topics import TopicNames
@@ -45,7 +46,10 @@ class RunPlan:
 
     @property
     def experience_topic(self) -> str:
-        return self.cfg.buffer.trainer_input.experience_buffer.path or self.topics.experiences
+        buffer = self.cfg.buffer.trainer_input.experience_buffer
+        if mirror_target(self.cfg) is not None:  # `path` is the SQL mirror's URL, not a topic
+            return self.topics.experiences
+        return buffer.path or self.topics.experiences
 
     @property
     def repeat_times(self) -> int:
