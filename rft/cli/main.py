@@ -23,6 +23,7 @@ COMMANDS: tuple[str, ...] = (
     "run_cmd",
     "explore_cmd",
     "train_cmd",
+    "bench_cmd",
 )
 
 

@@ -280,13 +280,13 @@ class ExplorerConfig:
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
     eval_interval: int = bounded(100, ge=1)
     eval_on_startup: bool = True
+    bench_on_latest_checkpoint: bool = False  # mode bench: only the newest version, not each one
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "auxiliary_models": "auxiliary models are not supported yet",
         "over_rollout": "explorers commit each task as it finishes; no batch waits to trim",
         "dynamic_timeout": "timeouts are fixed by max_timeout",
         "runner_state_report_interval": "runner state is reported through metrics",
-        "bench_on_latest_checkpoint": "bench mode evaluates the versions it is given",
         "service_status_check_interval": _RAY,
     }
 
