@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from opentelemetry import trace
 
+from consumers.evaluation import correctness, evaluate_tasksets, read_eval_tasks
 from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import WeightFollower
@@ -54,18 +55,6 @@ class ExplorerSummary:
     generated_tokens: int = 0
     rollout_seconds: float = 0.0
     eval_accuracy: dict[int, dict[str, float]] = field(default_factory=dict)
-
-
-def correctness(results: list[WorkflowResult]) -> np.ndarray:
-    """1.0 per correct rollout: the reward's `correct` info where given, else the reward itself."""
-    return np.array(
-        [
-            float(info.get("correct", reward))
-            for res in results
-            for reward, info in zip(res.rewards, res.infos, strict=True)
-        ],
-        dtype=np.float64,
-    )
 
 
 def default_explorer_id() -> str:
@@ -335,58 +324,25 @@ class Explorer:
 
     def _load_eval_tasks(self) -> dict[str, list[Task]]:
         """Read the eval-tasks topic to its end once (it is published before explorers start)."""
-        if self._eval_tasks is not None:
-            return self._eval_tasks
-        found: dict[str, list[Task]] = {}
-        group = f"{self.plan.run_id}.eval-reader.{self.explorer_id}"
-        with EventReader.open(
-            self.cfg.stack.kafka, group, [self.plan.topics.eval_tasks], from_beginning=True
-        ) as reader:
-            quiet_since = None
-            deadline = time.monotonic() + 60.0
-            while time.monotonic() < deadline:
-                got = reader.poll(500, timeout_s=1.0)
-                for env in got:
-                    if isinstance(env.event, Task):
-                        found.setdefault(env.event.taskset, []).append(env.event)
-                if got:
-                    quiet_since = None
-                elif found or self.cfg.buffer.explorer_input.eval_tasksets == []:
-                    quiet_since = quiet_since or time.monotonic()
-                    if time.monotonic() - quiet_since > 2.0:
-                        break
-        self._eval_tasks = found
-        return found
+        if self._eval_tasks is None:
+            self._eval_tasks = read_eval_tasks(
+                self.cfg.stack.kafka,
+                self.plan.topics.eval_tasks,
+                f"{self.plan.run_id}.eval-reader.{self.explorer_id}",
+                expect_tasks=bool(self.cfg.buffer.explorer_input.eval_tasksets),
+            )
+        return self._eval_tasks
 
     def _evaluate(self, engine: RolloutEngine, metrics: MetricEmitter, step: int) -> None:
         if not self.cfg.buffer.explorer_input.eval_tasksets:
             return
         with tracer.start_as_current_span("explorer.eval") as span:
             span.set_attribute("rft.step", step)
-            results_by_set: dict[str, float] = {}
-            for name, tasks in sorted(self._load_eval_tasks().items()):
-                runnable, _ = split_runnable(tasks)
-                params = SamplingParams(
-                    max_tokens=self.cfg.model.max_response_tokens, temperature=0.0, n=1
-                )
-                started = time.monotonic()
-                results = run_workflows(runnable, engine, params)
-                correct = correctness(results)
-                acc = float(correct.mean()) if correct.size else 0.0
-                results_by_set[name] = acc
-                log.info(
-                    "eval %s at step %d (weights v%d): accuracy %.3f on %d tasks (%.1fs)",
-                    name,
-                    step,
-                    engine.model_version,
-                    acc,
-                    len(correct),
-                    time.monotonic() - started,
-                )
-        self.summary.eval_accuracy[step] = results_by_set
-        metrics.emit(
-            step,
-            {f"eval/{k}/accuracy": v for k, v in results_by_set.items()}
-            | {"eval_accuracy": float(np.mean(list(results_by_set.values())))}
-            | {"model_version": float(engine.model_version)},
-        )
+            result = evaluate_tasksets(
+                engine,
+                self._load_eval_tasks(),
+                self.cfg.model.max_response_tokens,
+                at=f"step {step}",
+            )
+        self.summary.eval_accuracy[step] = result.accuracy
+        metrics.emit(step, result.metric_values())

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from opentelemetry import trace
 
+from consumers.experience_mirror import experience_mirror
 from consumers.run_plan import RunPlan
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from producers.metric_emitter import MetricEmitter
@@ -189,6 +190,7 @@ class Trainer:
                 kafka, control_group, [topics.control], from_beginning=True
             ) as control,
             EventWriter.open(kafka) as writer,
+            experience_mirror(self.cfg, tokenizer.decode) as mirror,
         ):
             for tp, offset in resume_offsets.items():
                 reader.seek(tp[0], tp[1], offset)
@@ -205,6 +207,8 @@ class Trainer:
                         )
                         last_published, pending_request = step, False
                 got = reader.poll(500, timeout_s=1.0)
+                if mirror is not None:
+                    mirror.write(e.event for e in got if isinstance(e.event, Experience))
                 for env in got:
                     self._admit(env, step, ledger, batcher)
                 if got:

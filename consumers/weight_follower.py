@@ -25,6 +25,20 @@ from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
 log = logging.getLogger(__name__)
 
 
+def load_version(
+    engine: RolloutEngine, checkpoints: CheckpointStore, version: int, workdir: Path
+) -> None:
+    """Download `version` (every file's size and sha256 verified, the trainer state left out)
+    into `workdir` and load it into `engine`; CheckpointError if it is refused."""
+    target = workdir / f"v{version}"
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        path = checkpoints.download(version, target, skip_prefixes=(TRAINER_STATE_DIR,))
+        engine.load_state_dict(read_safetensors_dir(path), version)
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
 class WeightFollower:
     def __init__(
         self,
@@ -77,13 +91,9 @@ class WeightFollower:
         return self.load(engine, latest.version)
 
     def load(self, engine: RolloutEngine, version: int) -> bool:
-        target = self.workdir / f"v{version}"
-        shutil.rmtree(target, ignore_errors=True)
         started = time.monotonic()
         try:
-            path = self.checkpoints.download(version, target, skip_prefixes=(TRAINER_STATE_DIR,))
-            tensors = read_safetensors_dir(path)
-            engine.load_state_dict(tensors, version)
+            load_version(engine, self.checkpoints, version, self.workdir)
         except CheckpointError as exc:
             self.refused[version] = str(exc)
             log.error(
@@ -93,8 +103,6 @@ class WeightFollower:
                 exc,
             )
             return False
-        finally:
-            shutil.rmtree(target, ignore_errors=True)
         log.info("loaded weight version %d in %.1fs", version, time.monotonic() - started)
         return True
 

@@ -19,13 +19,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def read_jsonl(path: Path) -> Iterator[TasksetRow | BadRow]:
-    """Every non-blank line of `path` as a TasksetRow or BadRow, in file order."""
+def read_jsonl(path: Path, start_index: int = 0) -> Iterator[TasksetRow | BadRow]:
+    """Every non-blank line of `path` as a TasksetRow or BadRow, in file order; taskset indices
+    start at `start_index` (a shard of a split continues the count of the shards before it)."""
     try:
         handle = path.open("rb")
     except OSError as exc:
         raise TasksetError(f"{path}: cannot open taskset file: {exc.strerror or exc}") from exc
-    index = 0
+    index = start_index
     with handle:
         for line_number, raw in enumerate(handle, start=1):
             if not raw.strip():

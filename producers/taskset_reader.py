@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args
 from producers.arrow_reader import read_arrow_ipc, read_parquet
 from producers.generators import TASK_GENERATORS
 from producers.hf_dataset_reader import read_hf_dataset_dir
+from producers.json_reader import read_json
 from producers.jsonl_reader import read_jsonl
 from producers.taskset_rows import BadRow, TasksetRow
 from rft.config.schema import TasksetConfig
@@ -47,6 +48,7 @@ TASKSET_SOURCES: Registry[TasksetSourceFn] = Registry("storage_type")
 FileReader = Callable[[Path], Iterator[TasksetRow | BadRow]]
 FILE_READERS: dict[str, FileReader] = {
     ".jsonl": read_jsonl,
+    ".json": read_json,
     ".parquet": read_parquet,
     ".arrow": read_arrow_ipc,
 }
@@ -54,10 +56,14 @@ FILE_READERS: dict[str, FileReader] = {
 
 @TASKSET_SOURCES.register("file")
 def file_source(taskset: TasksetConfig) -> TasksetSource:
-    """A JSONL/Parquet/Arrow file, or a local Hugging Face dataset directory."""
+    """A JSONL/JSON/Parquet/Arrow file, or a local Hugging Face dataset directory."""
     path = Path(taskset.path).expanduser()
     if path.is_dir():
-        return TasksetSource(read_hf_dataset_dir(path, taskset.split, taskset.subset_name))
+        try:
+            rows = read_hf_dataset_dir(path, taskset.split, taskset.subset_name)
+        except TasksetError as exc:
+            raise TasksetError(f"taskset {taskset.name!r}: {exc}") from exc
+        return TasksetSource(rows)
     if not path.exists():
         raise TasksetError(f"{path}: taskset {taskset.name!r} path does not exist")
     reader = FILE_READERS.get(path.suffix.lower())

@@ -24,6 +24,7 @@ COMMANDS: tuple[str, ...] = (
     "explore_cmd",
     "train_cmd",
     "config_cmd",
+    "bench_cmd",
 )
 
 

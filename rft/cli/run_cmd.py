@@ -2,7 +2,8 @@
 
 mode both: bring the local stack up if needed, publish the tasksets, run the explorer and trainer
 as separate processes and print progress and a summary. mode explore / train: run that side only,
-in this process (Trinity-RFT's split setup: two configs differing only in `mode`).
+in this process (Trinity-RFT's split setup: two configs differing only in `mode`). mode bench:
+evaluate the run's checkpoint versions on its eval tasksets and print a table (`rft bench`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ def run(args: argparse.Namespace) -> int:
 
         args.idle_timeout = None
         return train_cmd.run(args)
+    if cfg.mode == "bench":
+        from rft.cli import bench_cmd
+
+        return bench_cmd.run_bench(cfg, args, versions=None)
     import signal
 
     from rft.supervisor.run_supervisor import RunSupervisor

@@ -198,9 +198,7 @@ def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
                 f"{buf.path!r} is not a legal Kafka topic name (1-249 of a-z A-Z 0-9 . _ -){hint}",
             )
         ]
-    if buf.storage_type == "sql":
-        if not buf.path:
-            return [Issue(f"{where}.path", "storage_type sql needs a SQLAlchemy URL here")]
+    if buf.storage_type == "sql" and buf.path:
         from sqlalchemy.engine import make_url
         from sqlalchemy.exc import ArgumentError
 

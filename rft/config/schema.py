@@ -206,7 +206,8 @@ class ExperienceBufferConfig:
     `path` is a topic name for storage_type kafka (default: the run's `experiences` topic). For
     Trinity-RFT's `queue` and `sql` it is a SQLAlchemy URL, never a topic: experiences still flow
     through the run's topic, and with `sql` the trainer also mirrors each one it reads into the
-    table `name` of that database (`consumers.experience_mirror`).
+    table `name` of that database (default: a SQLite file in the run's job directory;
+    `consumers.experience_mirror`).
     """
 
     name: str = "experience_buffer"
@@ -223,11 +224,6 @@ class ExperienceBufferConfig:
     def topic(self) -> str | None:
         """The topic named by this section, or None for the run's own experience topic."""
         return self.path if self.storage_type == "kafka" else None
-
-    @property
-    def mirror_url(self) -> str | None:
-        """The SQLAlchemy URL the trainer mirrors experiences into (storage_type sql only)."""
-        return self.path if self.storage_type == "sql" else None
 
 
 @dataclass
@@ -304,13 +300,13 @@ class ExplorerConfig:
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
     eval_interval: int = bounded(100, ge=1)
     eval_on_startup: bool = True
+    bench_on_latest_checkpoint: bool = False  # mode bench: only the newest version, not each one
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "auxiliary_models": "auxiliary models are not supported yet",
         "over_rollout": "explorers commit each task as it finishes; no batch waits to trim",
         "dynamic_timeout": "timeouts are fixed by max_timeout",
         "runner_state_report_interval": "runner state is reported through metrics",
-        "bench_on_latest_checkpoint": "bench mode evaluates the versions it is given",
         "service_status_check_interval": _RAY,
     }
 

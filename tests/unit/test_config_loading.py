@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from consumers.experience_mirror import mirror_target
 from consumers.run_plan import RunPlan
 from rft.config import (
     ConfigValidationError,
@@ -207,7 +208,7 @@ def test_trinity_queue_buffer_is_the_run_topic_and_its_sql_path_never_a_topic(
         cfg = load_config(write(tmp_path, text))
     plan = RunPlan(cfg)
     assert plan.experience_topic == plan.topics.experiences
-    assert cfg.buffer.trainer_input.experience_buffer.mirror_url is None
+    assert mirror_target(cfg) is None
 
 
 def test_sql_buffer_is_the_run_topic_plus_a_mirror_url(tmp_path: Path) -> None:
@@ -218,7 +219,8 @@ def test_sql_buffer_is_the_run_topic_plus_a_mirror_url(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, text))
     plan = RunPlan(cfg)
     assert plan.experience_topic == plan.topics.experiences
-    assert cfg.buffer.trainer_input.experience_buffer.mirror_url == "sqlite:///exp.db"
+    target = mirror_target(cfg)
+    assert target is not None and target.url == "sqlite:///exp.db"
 
 
 def test_a_path_that_is_not_a_topic_name_never_becomes_one(tmp_path: Path) -> None:

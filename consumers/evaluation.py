@@ -1,0 +1,110 @@
+"""Evaluation of a rollout engine on a run's eval tasksets: reading them from the `eval-tasks`
+topic, rolling each task out greedily once, and scoring the replies.
+
+Explorers evaluate every `explorer.eval_interval` steps; `mode: bench` evaluates checkpoint
+versions. Both use these functions, so their accuracies are the same measure.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from rft.config.connections import KafkaSettings
+from rft.engines.rollout import RolloutEngine, SamplingParams
+from rft.events.models import Task
+from rft.events.reader import EventReader
+from rft.workflows.runner import WorkflowResult, run_workflows, split_runnable
+
+log = logging.getLogger(__name__)
+
+
+def correctness(results: list[WorkflowResult]) -> np.ndarray:
+    """1.0 per correct rollout: the reward's `correct` info where given, else the reward itself."""
+    return np.array(
+        [
+            float(info.get("correct", reward))
+            for res in results
+            for reward, info in zip(res.rewards, res.infos, strict=True)
+        ],
+        dtype=np.float64,
+    )
+
+
+def read_eval_tasks(
+    kafka: KafkaSettings,
+    topic: str,
+    group: str,
+    *,
+    expect_tasks: bool,
+    timeout_s: float = 60.0,
+    quiet_s: float = 2.0,
+) -> dict[str, list[Task]]:
+    """Every Task on the eval topic, by taskset, read to its end once.
+
+    The topic is published before anyone evaluates, so its end is where it stays quiet for
+    `quiet_s`. With `expect_tasks`, an empty topic is waited on until `timeout_s`.
+    """
+    found: dict[str, list[Task]] = {}
+    with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
+        quiet_since = None
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = reader.poll(500, timeout_s=1.0)
+            for env in got:
+                if isinstance(env.event, Task):
+                    found.setdefault(env.event.taskset, []).append(env.event)
+            if got:
+                quiet_since = None
+            elif found or not expect_tasks:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since > quiet_s:
+                    break
+    return found
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """Accuracy per eval taskset of one engine state (its weights version)."""
+
+    model_version: int
+    accuracy: dict[str, float]
+    tasks: dict[str, int]  # rollouts scored per taskset
+
+    def metric_values(self) -> dict[str, float]:
+        """The values of the eval Metric event: per-taskset and mean accuracy, model version."""
+        mean = float(np.mean(list(self.accuracy.values()))) if self.accuracy else float("nan")
+        return (
+            {f"eval/{name}/accuracy": acc for name, acc in self.accuracy.items()}
+            | {"eval_accuracy": mean}
+            | {"model_version": float(self.model_version)}
+        )
+
+
+def evaluate_tasksets(
+    engine: RolloutEngine, eval_tasks: dict[str, list[Task]], max_tokens: int, *, at: str
+) -> EvalResult:
+    """Greedy accuracy of `engine` on each taskset; `at` says when, for the log lines."""
+    accuracy: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, n=1)
+    for name, tasks in sorted(eval_tasks.items()):
+        runnable, _ = split_runnable(tasks)
+        started = time.monotonic()
+        results = run_workflows(runnable, engine, params)
+        correct = correctness(results)
+        accuracy[name] = float(correct.mean()) if correct.size else 0.0
+        counts[name] = int(correct.size)
+        log.info(
+            "eval %s at %s (weights v%d): accuracy %.3f on %d tasks (%.1fs)",
+            name,
+            at,
+            engine.model_version,
+            accuracy[name],
+            len(correct),
+            time.monotonic() - started,
+        )
+    return EvalResult(engine.model_version, accuracy, counts)
