@@ -172,7 +172,9 @@ def check_args(
         )
 
 
-def resolve_algorithm(cfg: Any, repeat_times: int | None = None) -> AlgorithmSpec:
+def resolve_algorithm(
+    cfg: Any, repeat_times: int | None = None, *, check_repeat_times: bool = True
+) -> AlgorithmSpec:
     """Overlay an `algorithm` config section (mapping or object) on its algorithm_type's preset.
 
     Keys read: algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, kl_penalty_fn,
@@ -180,7 +182,8 @@ def resolve_algorithm(cfg: Any, repeat_times: int | None = None) -> AlgorithmSpe
     None/absent keeps the preset's value; a given *_args dict is merged over the preset's args.
     Every name is looked up in its registry and every arg checked against the function's
     signature, so a typo fails here with a ConfigError naming the key. `repeat_times` (default:
-    cfg.repeat_times) is checked against the preset's minimum.
+    cfg.repeat_times) is checked against the preset's minimum unless `check_repeat_times` is
+    False (a config that never trains, such as mode bench).
     """
     algorithm_type = _read(cfg, "algorithm_type") or "grpo"
     preset = ALGORITHM_TYPES.get(algorithm_type)
@@ -213,7 +216,7 @@ def resolve_algorithm(cfg: Any, repeat_times: int | None = None) -> AlgorithmSpe
     validate_spec(spec)
     if repeat_times is None:
         repeat_times = _read(cfg, "repeat_times")
-    if repeat_times is not None and repeat_times < spec.min_repeat_times:
+    if check_repeat_times and repeat_times is not None and repeat_times < spec.min_repeat_times:
         raise ConfigError(
             f"algorithm.repeat_times: {algorithm_type!r} needs at least "
             f"{spec.min_repeat_times} rollouts per task, got {repeat_times}"

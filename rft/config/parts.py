@@ -137,7 +137,8 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         if name is not None:
             c.name(f"algorithm.{key}", registry, name, key=key)
     if not c.issues:  # the preset's parts and every *_args against the functions' signatures
-        spec = c.look("algorithm", lambda: resolve_algorithm(algo))
+        trains = cfg.mode != "bench"  # bench never trains: group sizes do not matter there
+        spec = c.look("algorithm", lambda: resolve_algorithm(algo, check_repeat_times=trains))
         if spec is not None:
             strategy = c.name("algorithm.sample_strategy", SAMPLE_STRATEGIES, spec.sample_strategy)
             c.args(
