@@ -3,8 +3,8 @@
 `TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
 entropy over the response positions (each row at the temperature its old logprobs were recorded
 at), calls the algorithm's loss, accumulates gradients, clips and steps AdamW plus the LR
-schedule. It also exports weights under HF names and writes / reads
-HF directories for checkpoints and resume.
+schedule. It also exports weights under HF names and writes / reads HF directories for
+checkpoints and resume.
 """
 
 from __future__ import annotations
