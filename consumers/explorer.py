@@ -280,6 +280,8 @@ class Explorer:
                     response_text=rollout.text,
                     info={k: str(v) for k, v in info.items()},
                     truncated=rollout.finish_reason == "length",
+                    logprob_temperature=rollout.logprob_temperature,
+                    explorer_group=self.plan.explorer_group,
                 )
             )
         return out

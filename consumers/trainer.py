@@ -95,7 +95,6 @@ def trainer_engine_config(cfg: RftConfig, total_steps: int, use_ref: bool) -> To
         min_lr_ratio=optim.min_lr_ratio,
         grad_clip=cfg.trainer.grad_clip,
         micro_batch_size=cfg.trainer.micro_batch_size,
-        temperature=1.0,
         use_ref_model=use_ref,
     )
 
@@ -337,6 +336,8 @@ class Trainer:
                     ],
                 ),
                 advantages=[],
+                # each row is recomputed at the temperature its logprobs were sampled at
+                temperatures=[e.logprob_temperature for e in batch],
             )
             adv_metrics = self._set_advantages(train_batch, rewards, group_index, engine)
             values = engine.train_step(train_batch, EngineLoss(self.loss))

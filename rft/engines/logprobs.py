@@ -2,16 +2,21 @@
 
 The rollout engine reports, the trainer optimises and the tests verify logprobs under exactly
 this convention: log_softmax(logits / temperature) in float32 over the unfiltered vocabulary.
+The temperature is one number for every row or one per row (sequence): a training batch mixes
+experiences sampled at different temperatures, and each is recomputed at its own.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
 DEFAULT_CHUNK_TOKENS = 1024
+
+Temperature: TypeAlias = float | torch.Tensor
+"""A scalar for every row, or a [B] tensor: one temperature per row (sequence) of the batch."""
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -23,15 +28,27 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def logprobs_and_entropy_from_logits(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float
+    logits: torch.Tensor, targets: torch.Tensor, temperature: Temperature
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pure math: logits [..., V], targets [...] -> (logprob [...], entropy [...]), float32+.
+    """Pure math: logits [B, ..., V], targets [B, ...] -> (logprob [B, ...], entropy [B, ...]).
 
-    logp = log_softmax(logits / temperature); logprob = logp[target];
-    entropy = -sum_v exp(logp_v) * logp_v.
-    Inputs in float64 stay float64 (for reference tests); lower precisions are raised to float32.
+    With T_b the temperature of row b (the scalar, or temperature[b] for a [B] tensor):
+    logp[b, ..., v] = log_softmax_v(logits[b, ..., v] / T_b); logprob = logp[target];
+    entropy = -sum_v exp(logp_v) * logp_v, the entropy of the distribution at T_b.
+    Inputs in float64 stay float64 (for reference tests); lower precisions are raised to float32,
+    and a tensor temperature is cast to that dtype too.
     """
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+    if isinstance(temperature, torch.Tensor):
+        if temperature.dim() != 1 or temperature.shape[0] != logits.shape[0]:
+            raise ValueError(
+                f"a temperature tensor must be [B] = [{logits.shape[0]}] (one per row), "
+                f"got shape {tuple(temperature.shape)}"
+            )
+        # [B] -> [B, 1, ..., 1]: each row's logits over every position and the vocabulary
+        temperature = temperature.to(device=logits.device, dtype=dtype).reshape(
+            -1, *([1] * (logits.dim() - 1))
+        )
     logp = torch.log_softmax(logits.to(dtype) / temperature, dim=-1)
     picked = logp.gather(-1, targets.unsqueeze(-1).long()).squeeze(-1)
     entropy = -(logp.exp() * logp).sum(-1)
@@ -42,7 +59,7 @@ def token_logprobs(
     model: Any,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
+    temperature: Temperature = 1.0,
     *,
     start: int = 0,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
@@ -53,14 +70,14 @@ def token_logprobs(
     Returns (logprobs, entropy), both [B, T-1-start] float32: entry j belongs to predicting token
     `input_ids[:, start + j + 1]` from the prefix before it. `start` lets callers skip prompt
     positions whose logits they don't need (the trainer asks only for the response window).
+    temperature: a scalar, or a [B] tensor giving each row its own (finite, > 0).
 
     Memory: logits are built `chunk_tokens` positions at a time from the final hidden states, and
     under autograd each chunk is recomputed in backward instead of kept, so the [B, T, V] tensor
     never exists at once. Models without a separable head (get_decoder/get_output_embeddings)
     or with logit soft-capping fall back to one full forward.
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 for logprobs, got {temperature}")
+    _check_temperature(temperature)
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
     if attention_mask is None:
@@ -104,6 +121,12 @@ def token_logprobs(
         pieces_lp.append(lp)
         pieces_ent.append(ent)
     return torch.cat(pieces_lp, dim=1), torch.cat(pieces_ent, dim=1)
+
+
+def _check_temperature(temperature: Temperature) -> None:
+    values = temperature if isinstance(temperature, torch.Tensor) else torch.tensor(temperature)
+    if not bool((torch.isfinite(values) & (values > 0)).all()):
+        raise ValueError(f"temperature must be finite and > 0 for logprobs, got {temperature}")
 
 
 def _split_head(model: Any) -> tuple[Any, Any]:

@@ -65,6 +65,7 @@ class Rollout:
 
     logprobs[i] = log p(response_ids[i]) under log_softmax(logits / T) of the full, unfiltered
     distribution (T = SamplingParams.logprob_temperature), i.e. what `token_logprobs` recomputes.
+    logprob_temperature is that T, which the experience carries so the trainer recomputes at it.
     response_ids include the eos token when finish_reason == "stop" by eos; pads are stripped.
     """
 
@@ -73,6 +74,7 @@ class Rollout:
     logprobs: np.ndarray  # float32 [R]
     text: str
     finish_reason: str  # "stop" | "length"
+    logprob_temperature: float
 
 
 class RolloutEngine(abc.ABC):
@@ -313,6 +315,7 @@ class HFRolloutEngine(RolloutEngine):
             logprobs=logprobs[:end].astype(np.float32),
             text=text,
             finish_reason=finish,
+            logprob_temperature=params.logprob_temperature,
         )
 
 

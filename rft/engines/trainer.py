@@ -1,9 +1,10 @@
 """The `torch` trainer engine: optimizer steps on a transformers model from batches of rollouts.
 
 `TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
-entropy over the response positions, calls the algorithm's loss, accumulates gradients, clips
-and steps AdamW plus the LR schedule. It also exports weights under HF names and writes / reads
-HF directories for checkpoints and resume.
+entropy over the response positions (each row at the temperature its old logprobs were recorded
+at), calls the algorithm's loss, accumulates gradients, clips and steps AdamW plus the LR
+schedule. It also exports weights under HF names and writes / reads HF directories for
+checkpoints and resume.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +50,8 @@ class TorchTrainerConfig:
     accumulation: how micro-batch losses combine into the batch loss. "token": each micro loss is
     weighted by its share of the batch's action tokens (exact for token-mean losses); "sequence":
     by its share of sequences (exact for per-sequence-mean losses).
+    There is no temperature here: it belongs to each sequence (`TrainBatch.temperatures`), since
+    one batch may mix tasksets sampled at different temperatures.
     """
 
     lr: float = 1e-6
@@ -60,7 +64,6 @@ class TorchTrainerConfig:
     min_lr_ratio: float = 0.0
     grad_clip: float = 1.0
     micro_batch_size: int = 8
-    temperature: float = 1.0
     use_ref_model: bool = False
     ref_in_loss: bool = True  # False: the reference serves only reference_logprobs (KL penalty)
     accumulation: str = "token"
@@ -70,8 +73,6 @@ class TorchTrainerConfig:
     def __post_init__(self) -> None:
         if self.micro_batch_size < 1:
             raise ConfigError(f"trainer.micro_batch_size must be >= 1, got {self.micro_batch_size}")
-        if self.temperature <= 0:
-            raise ConfigError(f"trainer.temperature must be > 0, got {self.temperature}")
         if self.accumulation not in ("token", "sequence"):
             raise ConfigError(
                 f"trainer.accumulation must be 'token' or 'sequence', got {self.accumulation!r}"
@@ -133,6 +134,9 @@ class TrainBatch:
     """One optimizer step's sequences, as python lists / numpy arrays (one entry per sequence).
 
     advantages: a float per sequence or an array per token (one per response token).
+    temperatures: the T each row's old_logprobs were recorded at (log_softmax(logits / T)); the
+    engine recomputes that row's logprobs, entropy and reference logprobs at the same T, so the
+    ratio exp(logprob - old_logprob) is 1 on-policy. None: every row at T = 1.0.
     extras: more per-sequence floats or per-token arrays the loss wants (padded like the others).
     """
 
@@ -142,6 +146,7 @@ class TrainBatch:
     action_mask: list[Sequence[int]]
     advantages: list[Any]
     token_rewards: list[Sequence[float]] | None = None
+    temperatures: list[float] | None = None
     extras: dict[str, list[Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -155,11 +160,17 @@ class TrainBatch:
             "action_mask": self.action_mask,
             "advantages": self.advantages,
             **({"token_rewards": self.token_rewards} if self.token_rewards is not None else {}),
+            **({"temperatures": self.temperatures} if self.temperatures is not None else {}),
             **self.extras,
         }
         for name, column in columns.items():
             if len(column) != n:
                 raise EngineError(f"TrainBatch.{name} has {len(column)} rows, prompt_ids has {n}")
+        for i, t in enumerate(self.temperatures or ()):
+            if not (isinstance(t, numbers.Real) and math.isfinite(t) and t > 0):
+                raise EngineError(
+                    f"TrainBatch row {i}: temperature must be finite and > 0, got {t!r}"
+                )
         for i in range(n):
             r = len(self.response_ids[i])
             if r == 0 or len(self.prompt_ids[i]) == 0:
@@ -241,8 +252,11 @@ class TorchTrainerEngine:
             input_ids = tensors.pop("input_ids")
             attention_mask = tensors.pop("attention_mask")
             start = int(tensors.pop("response_start").item())
+            temperature = tensors.pop("temperature")
             with self._autocast():
-                loss, metrics = self._micro_loss(loss_fn, input_ids, attention_mask, start, tensors)
+                loss, metrics = self._micro_loss(
+                    loss_fn, input_ids, attention_mask, start, temperature, tensors
+                )
             if loss.dim() != 0:
                 raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
             (loss * weights[k]).backward()
@@ -280,13 +294,18 @@ class TorchTrainerEngine:
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
 
     def _logprobs(
-        self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, start: int
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        start: int,
+        temperature: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return token_logprobs(
             model,
             input_ids,
             attention_mask,
-            self.config.temperature,
+            temperature,
             start=start,
             chunk_tokens=self.config.logprob_chunk_tokens,
         )
@@ -297,14 +316,17 @@ class TorchTrainerEngine:
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
         start: int,
+        temperature: torch.Tensor,
         tensors: dict[str, torch.Tensor],
     ) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The loss of one micro-batch; the policy, its entropy and the reference all at each
+        row's temperature (see `reference_logprobs` for why the reference too)."""
         if self.ref_model is not None and self.config.ref_in_loss:
             with torch.no_grad():
                 tensors["ref_logprobs"], _ = self._logprobs(
-                    self.ref_model, input_ids, attention_mask, start
+                    self.ref_model, input_ids, attention_mask, start, temperature
                 )
-        logprob, entropy = self._logprobs(self.model, input_ids, attention_mask, start)
+        logprob, entropy = self._logprobs(self.model, input_ids, attention_mask, start, temperature)
         if self.config.autocast_dtype is not None:
             # the loss math runs in float32 whatever the forward's precision
             logprob, entropy = logprob.float(), entropy.float()
@@ -316,6 +338,11 @@ class TorchTrainerEngine:
 
         Returns [B, R] float tensors on the CPU, R the longest response, zero-padded:
         `ref_logprobs`, and `old_logprobs` and `action_mask` padded the same way.
+
+        Each row is scored at its own temperature, the one its old logprobs were recorded at: a
+        KL estimate compares log π_old (at T) with log π_ref, and only with both at the same T is
+        it zero when the weights agree. A reference at T = 1 against a rollout at T = 0.7 would
+        count the temperature itself as divergence and penalise the policy for its own weights.
         """
         if self.ref_model is None:
             raise EngineError("reference_logprobs needs a reference model (use_ref_model)")
@@ -334,6 +361,7 @@ class TorchTrainerEngine:
                     tensors["input_ids"],
                     tensors["attention_mask"],
                     int(tensors["response_start"].item()),
+                    tensors["temperature"],
                 )
             r = ref.shape[1]
             padded = ref.float() * tensors["response_mask"].float()
@@ -355,7 +383,10 @@ class TorchTrainerEngine:
         return [len(g) / len(batch) for g in groups]
 
     def _collate(self, batch: TrainBatch, idx: list[int]) -> dict[str, torch.Tensor]:
-        """Prompts left padded to P, responses right padded to R: response j is column P + j."""
+        """Prompts left padded to P, responses right padded to R: response j is column P + j.
+
+        `temperature` is [b], one per row; every other float tensor is [b, R].
+        """
         p_len = max(len(batch.prompt_ids[i]) for i in idx)
         r_len = max(len(batch.response_ids[i]) for i in idx)
         b = len(idx)
@@ -385,6 +416,10 @@ class TorchTrainerEngine:
             "input_ids": input_ids,
             "attention_mask": attention,
             "response_start": torch.tensor(p_len - 1),
+            "temperature": torch.tensor(
+                [1.0 if batch.temperatures is None else batch.temperatures[i] for i in idx],
+                dtype=fdtype,
+            ),
             "old_logprobs": per_token(batch.old_logprobs),
             "action_mask": per_token(batch.action_mask) * response_mask,
             "response_mask": response_mask,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,13 @@ def _check_float(event: str, name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, float | int | np.floating | np.integer):
         raise _fail(event, name, f"expected float, got {type(value).__name__} {value!r:.80}")
     return float(value)
+
+
+def _check_temperature(event: str, name: str, value: float) -> float:
+    # a logprob temperature divides the logits: 0, negative, inf or NaN has no meaning there
+    if not (math.isfinite(value) and value > 0.0):
+        raise _fail(event, name, f"must be finite and > 0, got {value!r}")
+    return value
 
 
 def _check_bool(event: str, name: str, value: object) -> bool:
@@ -276,6 +284,10 @@ class Experience:
     Token arrays are numpy: prompt_ids / response_ids int32, logprobs float32 and action_mask bool
     (one per response token), token_rewards float32 (one per response token) or None. Lists are
     accepted and converted. Equality compares arrays bit for bit.
+
+    logprob_temperature: the T of `logprobs` = log_softmax(logits / T) (finite, > 0); the trainer
+    recomputes at the same T. explorer_group: the consumer group of the explorer that made it.
+    Events written before schema v3 read as T = 1.0 and explorer_group "".
     """
 
     SCHEMA: ClassVar[str] = "rft.events.Experience"
@@ -297,6 +309,8 @@ class Experience:
     info: dict[str, str] = field(default_factory=dict)
     truncated: bool = False
     metrics: dict[str, float] = field(default_factory=dict)
+    logprob_temperature: float = 1.0
+    explorer_group: str = ""
     created_at: int = field(default_factory=now_ms)
 
     def __post_init__(self) -> None:
@@ -335,6 +349,9 @@ class Experience:
         put(self, "info", _check_str_map(e, "info", self.info))
         _check_bool(e, "truncated", self.truncated)
         put(self, "metrics", _check_float_map(e, "metrics", self.metrics))
+        temperature = _check_float(e, "logprob_temperature", self.logprob_temperature)
+        put(self, "logprob_temperature", _check_temperature(e, "logprob_temperature", temperature))
+        _check_str(e, "explorer_group", self.explorer_group)
         put(self, "created_at", _check_int(e, "created_at", self.created_at))
 
     @property
@@ -399,6 +416,8 @@ class Experience:
             "info": self.info,
             "truncated": self.truncated,
             "metrics": self.metrics,
+            "logprob_temperature": self.logprob_temperature,
+            "explorer_group": self.explorer_group,
             "created_at": self.created_at,
         }
 
@@ -408,7 +427,9 @@ class Experience:
 
         The record's scalar types are already guaranteed by the schema, so this skips the
         per-field type checks of `__init__` (the decode hot path) and checks only what Avro
-        cannot: packed-array sizes, mask bytes, int32 range and matching lengths.
+        cannot: packed-array sizes, mask bytes, int32 range, matching lengths and a usable
+        logprob temperature. Fields missing from the record (an old reader schema) take the
+        defaults that events written before them mean.
         """
         response_ids = np.frombuffer(record["response_ids"], dtype=ID_DTYPE)
         n = response_ids.shape[0]
@@ -426,6 +447,9 @@ class Experience:
                 "logprobs",
                 f"{logprobs.shape[0]} logprobs and {mask.shape[0]} mask values for {n} tokens",
             )
+        temperature = _check_temperature(
+            "Experience", "logprob_temperature", record.get("logprob_temperature", 1.0)
+        )
         group_size = record["group_size"]
         if not _INT32[0] <= group_size <= _INT32[1]:
             raise _fail("Experience", "group_size", f"{group_size} does not fit int32")
@@ -448,6 +472,8 @@ class Experience:
         put(obj, "info", record["info"])
         put(obj, "truncated", record.get("truncated", False))
         put(obj, "metrics", record.get("metrics", {}))
+        put(obj, "logprob_temperature", temperature)
+        put(obj, "explorer_group", record.get("explorer_group", ""))
         put(obj, "created_at", record["created_at"])
         return obj
 

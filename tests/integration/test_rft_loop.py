@@ -4,7 +4,8 @@ Kafka and MinIO, with the tiny model.
 Checks that every announced weight version is picked up by the explorer, and that each
 experience's `model_version` is honest: its logprobs are recomputed under the announced weights
 of that version (downloaded and verified from the checkpoint store) and must match, while the
-weights of the neighbouring version must not.
+weights of the neighbouring version must not. The taskset samples at temperature 0.8: each
+experience must say so, and the trainer must recompute at it (on-policy PPO ratios of 1).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rft.config.connections import StackSettings
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import load_model
 from rft.engines.weights import load_weights_into, read_safetensors_dir
-from rft.events.models import Experience, WeightVersion
+from rft.events.models import Experience, Metric, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
@@ -32,6 +33,7 @@ from rft.events.writer import EventWriter
 pytestmark = pytest.mark.integration
 
 STEPS = 4
+TEMPERATURE = 0.8
 
 
 def run_config(
@@ -63,6 +65,7 @@ def run_config(
                     "path": "arithmetic",
                     "generator_args": {"digits": 1, "operators": ["+"], "num_tasks": 16},
                     "format": {"prompt_key": "question", "response_key": "answer"},
+                    "rollout_args": {"temperature": TEMPERATURE},
                 },
             },
         },
@@ -109,10 +112,12 @@ def read_all(cfg, topic: str, group: str) -> list:
     return events
 
 
-def recomputed_logprobs(model, exp: Experience) -> torch.Tensor:
+def recomputed_logprobs(model, exp: Experience, temperature: float | None = None) -> torch.Tensor:
+    """At the experience's own logprob temperature unless `temperature` says otherwise."""
     ids = torch.tensor([list(exp.prompt_ids) + list(exp.response_ids)], dtype=torch.long)
+    t = exp.logprob_temperature if temperature is None else temperature
     with torch.no_grad():
-        logprobs, _ = token_logprobs(model, ids, start=len(exp.prompt_ids) - 1)
+        logprobs, _ = token_logprobs(model, ids, temperature=t, start=len(exp.prompt_ids) - 1)
     return logprobs[0, : len(exp.response_ids)]
 
 
@@ -152,12 +157,27 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
         e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
     ]
     assert len(experiences) == STEPS * 2 * 4
+    assert {e.logprob_temperature for e in experiences} == {TEMPERATURE}
+    assert {e.explorer_group for e in experiences} == {plan.explorer_group}
     used = {e.model_version for e in experiences}
     if sync_style == "fixed":
         # interval 1, offset 0: explorer step s runs on version s-1, so every announced version
         # but the last one generated experiences
         assert announced == list(range(1, STEPS + 1)), outputs["trainer"][-2000:]
         assert used == set(range(STEPS))
+        # and every step trains fully on-policy, so its PPO ratios are 1 up to float32 noise:
+        # only if the trainer recomputes at the sampling temperature
+        steps = [
+            m
+            for m in read_all(cfg, plan.topics.metrics, unique + "-m")
+            if isinstance(m, Metric) and m.component == "trainer" and "ratio_max" in m.values
+        ]
+        assert len(steps) == STEPS
+        for m in steps:
+            assert m.values["staleness_max"] == 0.0, m
+            assert (
+                abs(m.values["ratio_min"] - 1) < 1e-3 and abs(m.values["ratio_max"] - 1) < 1e-3
+            ), m
     else:
         # the explorer asked before step 3; the trainer answered with its newest step, and
         # published its final one at the end
@@ -171,7 +191,7 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
     for v in announced:
         weights[v] = read_safetensors_dir(store.download(v, tmp_path / f"v{v}"))
 
-    checked = 0
+    checked, gap_at_one = 0, 0.0
     for exp in experiences[:: max(1, len(experiences) // 8)]:
         v = exp.model_version
         load_weights_into(model, weights[v])
@@ -182,5 +202,10 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
         assert not torch.allclose(
             recomputed_logprobs(model, exp), torch.tensor(exp.logprobs), atol=2e-4
         ), f"version {other} reproduces the logprobs of version {v}: the check is blind"
+        load_weights_into(model, weights[v])
+        at_one = recomputed_logprobs(model, exp, temperature=1.0)
+        gap_at_one = max(gap_at_one, float((at_one - torch.tensor(exp.logprobs)).abs().max()))
         checked += 1
     assert checked >= 4
+    # a trainer recomputing at 1.0 would see log-ratios this large, far outside the 1e-3 above
+    assert gap_at_one > 1e-2, f"temperature 1.0 nearly reproduces the 0.8 logprobs: {gap_at_one}"

@@ -14,6 +14,10 @@ i64 = st.integers(-(2**63), 2**63 - 1)
 text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
 # Experience equality compares these with ==; NaN bit patterns come through packed_array
 floats = st.floats(allow_nan=False, width=64)
+# what a logprob temperature may be: finite and > 0, from tiny to huge and the usual 0.x - 2.0
+temperatures = st.floats(min_value=0.0, exclude_min=True, allow_infinity=False) | st.sampled_from(
+    [0.7, 1.0, 1.3]
+)
 
 
 def packed_array(draw: st.DrawFn, n: int, dtype: str) -> np.ndarray:
@@ -45,5 +49,7 @@ def experiences(draw: st.DrawFn) -> Experience:
         info=draw(st.dictionaries(text, text, max_size=70)),
         truncated=draw(st.booleans()),
         metrics=draw(st.dictionaries(text, floats, max_size=5)),
+        logprob_temperature=draw(temperatures),
+        explorer_group=draw(text),
         created_at=draw(i64 | st.just(1_767_225_600_000)),
     )

@@ -135,6 +135,9 @@ def test_large_experience_round_trips_zero_copy_readonly() -> None:
 OLD_EXPERIENCE = EventCodec(
     SchemaCatalog.default(), write_versions={"Experience": 1}, read_versions={"Experience": 1}
 )
+V2_EXPERIENCE = EventCodec(
+    SchemaCatalog.default(), write_versions={"Experience": 2}, read_versions={"Experience": 2}
+)
 OLD_METRIC = EventCodec(
     SchemaCatalog.default(), write_versions={"Metric": 1}, read_versions={"Metric": 1}
 )
@@ -142,14 +145,38 @@ OLD_METRIC = EventCodec(
 
 @FAST
 @given(experiences())
-def test_experience_v1_bytes_read_as_v2_with_defaults(event: Experience) -> None:
+def test_experience_v1_bytes_read_as_latest_with_defaults(event: Experience) -> None:
     data = OLD_EXPERIENCE.encode(event)
     assert data[2:10] == SchemaCatalog.default().get("Experience", 1).fingerprint
     decoded = CODEC.decode(data)
     assert decoded.truncated is False
     assert decoded.metrics == {}
+    # what every trainer before v3 recomputed at, and no group
+    assert decoded.logprob_temperature == 1.0 and decoded.explorer_group == ""
     assert decoded.response_ids.tobytes() == event.response_ids.tobytes()
     assert decoded.info == event.info
+
+
+@FAST
+@given(experiences())
+def test_experience_v2_bytes_read_as_latest_with_v3_defaults(event: Experience) -> None:
+    data = V2_EXPERIENCE.encode(event)
+    assert data[2:10] == SchemaCatalog.default().get("Experience", 2).fingerprint
+    decoded = CODEC.decode(data)
+    assert decoded.logprob_temperature == 1.0 and decoded.explorer_group == ""
+    assert decoded.truncated == event.truncated
+    assert decoded.logprobs.tobytes() == event.logprobs.tobytes()
+
+
+@FAST
+@given(experiences())
+def test_experience_v3_round_trip_keeps_temperature_and_group(event: Experience) -> None:
+    data = CODEC.encode(event)
+    assert data[2:10] == SchemaCatalog.default().get("Experience", 3).fingerprint
+    decoded = CODEC.decode(data)
+    assert decoded == event
+    assert decoded.logprob_temperature == event.logprob_temperature
+    assert decoded.explorer_group == event.explorer_group
 
 
 @FAST
@@ -158,8 +185,9 @@ def test_experience_v2_bytes_read_by_a_v1_reader(event: Experience) -> None:
     data = CODEC.encode(event)
     decoded = OLD_EXPERIENCE.decode(data)
     assert isinstance(decoded, Experience)
-    # the v1 reader never sees the v2 fields; the model fills its own defaults
+    # the v1 reader never sees the v2 and v3 fields; the model fills its own defaults
     assert decoded.truncated is False and decoded.metrics == {}
+    assert decoded.logprob_temperature == 1.0 and decoded.explorer_group == ""
     assert decoded.logprobs.tobytes() == event.logprobs.tobytes()
     assert decoded.reward == event.reward
 
@@ -198,6 +226,9 @@ def test_golden_bytes_decode_and_reencode_identically(schema) -> None:  # type: 
 
 
 def test_golden_experience_fields() -> None:
+    v3 = CODEC.decode(golden_path("rft.events.Experience", 3).read_bytes())
+    assert v3.logprob_temperature == 0.7
+    assert v3.explorer_group == "demo.run1.explorer.explorer"
     decoded = CODEC.decode(golden_path("rft.events.Experience", 2).read_bytes())
     assert decoded.prompt_ids.tolist() == [1, 2040, 33, -1, 2**31 - 1]
     assert decoded.action_mask.tolist() == [True, True, False]
@@ -205,6 +236,9 @@ def test_golden_experience_fields() -> None:
     assert decoded.response_text == "42 ✓"
     v1 = CODEC.decode(golden_path("rft.events.Experience", 1).read_bytes())
     assert v1.truncated is False and v1.metrics == {} and v1.reward == 1.0
+    # events written before v3 were trained at temperature 1.0, so that is what they read as
+    for old in (v1, decoded):
+        assert old.logprob_temperature == 1.0 and old.explorer_group == ""
 
 
 # --- bad bytes ---------------------------------------------------------------------------------
@@ -287,6 +321,17 @@ def test_body_that_breaks_the_model_is_corrupt_naming_the_field() -> None:
         CODEC.decode(bytes(data))
 
 
+@pytest.mark.parametrize("temperature", [0.0, -0.7, float("inf"), float("nan")])
+def test_unusable_logprob_temperature_on_the_wire_is_corrupt(temperature: float) -> None:
+    event = SAMPLES["rft.events.Experience"]
+    data = CODEC.encode(event)
+    good = np.float64(event.logprob_temperature).tobytes()
+    assert data.count(good) == 1
+    forged = data.replace(good, np.float64(temperature).tobytes())
+    with pytest.raises(CorruptEventError, match="logprob_temperature"):
+        CODEC.decode(forged)
+
+
 def test_non_utf8_string_is_corrupt() -> None:
     data = bytearray(CODEC.encode(SyncRequest("abc", 1, 2, 3)))
     data[11] = 0xFF
@@ -341,6 +386,30 @@ def test_decode_rejects_non_bytes() -> None:
         (lambda: Experience("e", "t", "g", 1, "x", 0, [2**40], [], []), "prompt_ids"),
         (lambda: Experience("e", "t", "g", 1, "x", 0, [0.5], [], []), "prompt_ids"),
         (lambda: Experience("e", "t", "g", 1, "x", 0, [], [1], [0.0], reward="1"), "reward"),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], logprob_temperature=0.0),
+            "logprob_t",
+        ),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], logprob_temperature=-1),
+            "logprob_t",
+        ),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], logprob_temperature=np.inf),
+            "logprob_temperature",
+        ),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], logprob_temperature=np.nan),
+            "logprob_temperature",
+        ),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], logprob_temperature="1"),
+            "logprob_temperature",
+        ),
+        (
+            lambda: Experience("e", "t", "g", 1, "x", 0, [], [], [], explorer_group=3),
+            "explorer_group",
+        ),
         (lambda: WeightVersion(1, 1, "u", manifest=("a",)), "manifest[0]"),  # type: ignore[arg-type]
     ],
 )

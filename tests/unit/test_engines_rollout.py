@@ -57,8 +57,10 @@ def test_logprobs_match_recomputation(engine, prompts, params) -> None:
             assert r.logprobs.dtype == np.float32
             assert r.prompt_ids.tolist() == prompt
             assert len(r.logprobs) == len(r.response_ids) >= 1
+            # the rollout says which temperature its logprobs are at; greedy ones are at 1.0
+            assert r.logprob_temperature == params.logprob_temperature
             np.testing.assert_allclose(
-                r.logprobs, _recomputed(engine, r, params.logprob_temperature), atol=1e-4
+                r.logprobs, _recomputed(engine, r, r.logprob_temperature), atol=1e-4
             )
 
 

@@ -106,3 +106,62 @@ def test_gradients_equal_with_and_without_chunking(model64) -> None:
     model64.zero_grad()
     assert grads[0].abs().sum() > 0
     assert torch.allclose(grads[0], grads[1], atol=1e-10)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    temperatures=st.lists(st.floats(0.05, 5.0), min_size=1, max_size=5),
+    positions=st.integers(1, 4),
+    vocab=st.integers(2, 30),
+    seed=st.integers(0, 10_000),
+)
+def test_per_row_temperature_is_each_rows_own_formula(
+    temperatures: list[float], positions: int, vocab: int, seed: int
+) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    rows = len(temperatures)
+    logits = torch.randn(rows, positions, vocab, generator=gen, dtype=torch.float64) * 4
+    targets = torch.randint(0, vocab, (rows, positions), generator=gen)
+    lp, ent = logprobs_and_entropy_from_logits(
+        logits, targets, torch.tensor(temperatures, dtype=torch.float64)
+    )
+    assert lp.dtype == torch.float64 and lp.shape == (rows, positions)
+    for b, t in enumerate(temperatures):
+        for j in range(positions):
+            # the formula by hand: x/T - log Σ exp(x/T), entropy -Σ p log p
+            x = [float(v) / t for v in logits[b, j]]
+            top = max(x)
+            norm = top + math.log(sum(math.exp(v - top) for v in x))
+            logp = [v - norm for v in x]
+            assert lp[b, j].item() == pytest.approx(logp[targets[b, j]], abs=1e-12)
+            want_ent = -sum(math.exp(v) * v for v in logp)
+            assert ent[b, j].item() == pytest.approx(want_ent, abs=1e-12)
+        # and a row alone at its scalar temperature gives the same numbers
+        alone_lp, alone_ent = logprobs_and_entropy_from_logits(
+            logits[b : b + 1], targets[b : b + 1], t
+        )
+        assert torch.equal(alone_lp[0], lp[b]) and torch.equal(alone_ent[0], ent[b])
+
+
+def test_temperature_tensor_must_be_one_per_row() -> None:
+    logits = torch.zeros(3, 2, 5, dtype=torch.float64)
+    targets = torch.zeros(3, 2, dtype=torch.long)
+    for bad in (torch.ones(2), torch.ones(3, 1), torch.tensor(1.0)):
+        with pytest.raises(ValueError, match=r"one per row"):
+            logprobs_and_entropy_from_logits(logits, targets, bad)
+
+
+def test_token_logprobs_with_per_row_temperatures(model64) -> None:
+    ids = torch.randint(3, 250, (3, 11), generator=torch.Generator().manual_seed(4))
+    temps = [0.7, 1.3, 0.7]
+    for chunk in (2, 4096):
+        lp, ent = token_logprobs(model64, ids, temperature=torch.tensor(temps), chunk_tokens=chunk)
+        for b, t in enumerate(temps):
+            ref_lp, ref_ent = _naive(model64, ids[b : b + 1], t)
+            assert torch.allclose(lp[b], ref_lp[0], atol=1e-10)
+            assert torch.allclose(ent[b], ref_ent[0], atol=1e-10)
+    for bad in (float("nan"), float("inf"), -0.5):
+        with pytest.raises(ValueError, match="temperature"):
+            token_logprobs(model64, ids, temperature=bad)
+        with pytest.raises(ValueError, match="temperature"):
+            token_logprobs(model64, ids, temperature=torch.tensor([0.7, bad, 1.0]))

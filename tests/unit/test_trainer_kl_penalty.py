@@ -1,6 +1,6 @@
 """The trainer's reward KL penalty: rewards lose kl_coef × Σ_t mask · KL_t(rollout ‖ reference)
 before group normalisation; checked against a float64 computation that scores each sequence on
-its own (no padding) with the reference model."""
+its own (no padding) with the reference model, at the temperature the sequence was sampled at."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 from consumers.trainer import Trainer
 from rft.config import load_config
 from rft.engines.logprobs import token_logprobs
-from rft.engines.models import load_model
+from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from tests.unit.config_samples import MINIMAL
 
@@ -26,7 +26,7 @@ def trainer(tmp_path: Path, *overrides: str) -> Trainer:
     return Trainer(load_config(path, list(overrides)))
 
 
-def random_batch(rows: int, seed: int) -> TrainBatch:
+def random_batch(rows: int, seed: int, temperatures: list[float] | None = None) -> TrainBatch:
     rng = np.random.default_rng(seed)
     responses = [rng.integers(3, 250, rng.integers(2, 9)) for _ in range(rows)]
     masks = []
@@ -40,6 +40,7 @@ def random_batch(rows: int, seed: int) -> TrainBatch:
         old_logprobs=[(-rng.random(len(r)) * 4).astype(np.float32) for r in responses],
         action_mask=masks,
         advantages=[0.0] * rows,
+        temperatures=temperatures,
     )
 
 
@@ -48,8 +49,11 @@ def expected_advantages(engine, batch, rewards, groups) -> list[np.ndarray]:
     for i in range(len(batch)):
         prompt, response = list(batch.prompt_ids[i]), list(batch.response_ids[i])
         ids = torch.tensor([prompt + response])
+        temperature = 1.0 if batch.temperatures is None else batch.temperatures[i]
         with torch.no_grad():
-            ref, _ = token_logprobs(engine.ref_model, ids, start=len(prompt) - 1)
+            ref, _ = token_logprobs(
+                engine.ref_model, ids, temperature=temperature, start=len(prompt) - 1
+            )
         kl = np.asarray(batch.old_logprobs[i], np.float64) - ref[0].double().numpy()  # k1
         penalised.append(rewards[i] - COEF * float((kl * batch.action_mask[i]).sum()))
     penalised = np.array(penalised)
@@ -61,8 +65,12 @@ def expected_advantages(engine, batch, rewards, groups) -> list[np.ndarray]:
     return out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_kl_penalty_lowers_rewards_before_grpo_normalisation(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "temperatures"), [(0, None), (1, [0.7, 1.3] * 4), (2, [1.3] * 4 + [0.7] * 4)]
+)
+def test_kl_penalty_lowers_rewards_before_grpo_normalisation(
+    tmp_path: Path, seed: int, temperatures: list[float] | None
+) -> None:
     t = trainer(
         tmp_path,
         "algorithm.kl_loss_fn=none",  # the penalty alone: the reference serves only the rewards
@@ -76,7 +84,7 @@ def test_kl_penalty_lowers_rewards_before_grpo_normalisation(tmp_path: Path, see
         TorchTrainerConfig(micro_batch_size=3, use_ref_model=True, ref_in_loss=False),
         tokenizer=tok,
     )
-    batch = random_batch(8, seed)
+    batch = random_batch(8, seed, temperatures)
     rng = np.random.default_rng(seed + 100)
     rewards = rng.integers(0, 2, 8).astype(np.float64)
     groups = np.repeat(np.arange(2), 4)
@@ -87,6 +95,42 @@ def test_kl_penalty_lowers_rewards_before_grpo_normalisation(tmp_path: Path, see
     want = expected_advantages(engine, batch, rewards, groups)
     for got, expect in zip(batch.advantages, want, strict=True):
         np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+
+
+def test_on_policy_rollouts_at_any_temperature_pay_no_penalty(tmp_path: Path) -> None:
+    """Rollouts of the reference's own weights have KL 0 when the reference is scored at each
+    row's sampling temperature, so the penalised advantages equal the unpenalised ones."""
+    penalised = trainer(
+        tmp_path,
+        "algorithm.kl_loss_fn=none",
+        "algorithm.kl_penalty_fn=k1",
+        f"algorithm.kl_penalty_fn_args={{kl_coef: {COEF}}}",
+    )
+    plain = trainer(tmp_path)
+    model, tok = load_model(ModelSpec("tiny", dtype="float64"))
+    engine = TorchTrainerEngine(
+        model, TorchTrainerConfig(use_ref_model=True, ref_in_loss=False), tokenizer=tok
+    )
+    temps = [0.7, 1.3, 1.3, 0.7]
+    batch = random_batch(4, 5, temps)
+    for i, t in enumerate(temps):
+        ids = torch.tensor([list(batch.prompt_ids[i]) + list(batch.response_ids[i])])
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, ids, temperature=t, start=len(batch.prompt_ids[i]) - 1)
+        batch.old_logprobs[i] = lp[0].numpy()
+    rewards, groups = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    metrics = penalised._set_advantages(batch, rewards, groups, engine)
+    assert abs(metrics["kl_penalty_seq_mean"]) < 1e-5
+    got = [np.asarray(a) for a in batch.advantages]
+    plain._set_advantages(batch, rewards, groups, engine)
+    for i, g in enumerate(got):
+        want = batch.advantages[i] * np.asarray(batch.action_mask[i], np.float64)
+        np.testing.assert_allclose(g, want, atol=1e-4)
+    # the same rollouts against a reference at 1.0 would be penalised for the temperature alone
+    batch.temperatures = None
+    assert (
+        abs(penalised._set_advantages(batch, rewards, groups, engine)["kl_penalty_seq_mean"]) > 1e-2
+    )
 
 
 def test_without_penalty_advantages_are_one_float_per_sequence(tmp_path: Path) -> None:

@@ -63,10 +63,10 @@ class CannedEngine(RolloutEngine):
             text = self._tokenizer.decode(list(prompt))
             replies = next(v for k, v in self.script.items() if k in text)
             n = params.n + (1 if self.wrong_count else 0)
-            out.append([self._rollout(prompt, replies[i % len(replies)]) for i in range(n)])
+            out.append([self._rollout(prompt, replies[i % len(replies)], params) for i in range(n)])
         return out
 
-    def _rollout(self, prompt: Sequence[int], text: str) -> Rollout:
+    def _rollout(self, prompt: Sequence[int], text: str, params: SamplingParams) -> Rollout:
         ids = np.asarray(self._tokenizer.encode(text, add_special_tokens=False), dtype=np.int32)
         return Rollout(
             prompt_ids=np.asarray(prompt, dtype=np.int32),
@@ -74,6 +74,7 @@ class CannedEngine(RolloutEngine):
             logprobs=np.zeros(len(ids), dtype=np.float32),
             text=text,
             finish_reason="stop",
+            logprob_temperature=params.logprob_temperature,
         )
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:

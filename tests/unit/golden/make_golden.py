@@ -59,6 +59,8 @@ SAMPLES = {
         info={"finish_reason": "stop"},
         truncated=True,
         metrics={"format_reward": 0.5, "generate_s": 0.125},
+        logprob_temperature=0.7,
+        explorer_group="demo.run1.explorer.explorer",
         created_at=CREATED_AT,
     ),
     "rft.events.WeightVersion": WeightVersion(
