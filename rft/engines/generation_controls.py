@@ -23,6 +23,7 @@ class RowRepetitionPenalty(LogitsProcessor):
     """
 
     def __init__(self, penalty: float, starts: torch.Tensor) -> None:
+        """`starts`: [B] long, on the device of the input ids."""
         if penalty <= 0:
             raise ValueError(f"repetition penalty must be > 0, got {penalty}")
         self.penalty = penalty
@@ -30,7 +31,7 @@ class RowRepetitionPenalty(LogitsProcessor):
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-        real = (positions[None, :] >= self.starts.to(input_ids.device)[:, None]).to(torch.int32)
+        real = (positions[None, :] >= self.starts[:, None]).to(torch.int32)
         # scatter_add, not scatter: a token id can sit at a pad and at a real position at once
         counts = torch.zeros(scores.shape, dtype=torch.int32, device=scores.device)
         counts.scatter_add_(1, input_ids, real)

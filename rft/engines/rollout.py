@@ -320,7 +320,7 @@ class HFRolloutEngine(RolloutEngine):
         recorder = _SampledLogprobRecorder(params.logprob_temperature, width)
         processors: list[Any] = [recorder]
         if params.repetition_penalty != 1.0:
-            starts = torch.tensor([width - len(r) for r in rows], dtype=torch.long)
+            starts = torch.tensor([width - len(r) for r in rows], dtype=torch.long, device=device)
             processors.append(RowRepetitionPenalty(params.repetition_penalty, starts))
         if params.min_tokens > 0:
             processors.append(

@@ -40,6 +40,7 @@ def call_with_timeout(fn: Callable[[], T], timeout_s: float | None, name: str = 
     Python cannot stop a thread, so a call that overruns is abandoned: it keeps running until `fn`
     returns (holding whatever CPU and memory it uses), its result is dropped, and as a daemon it
     does not keep the process alive at exit. `abandoned_calls()` counts those still running.
+    `fn` runs off the main thread, so a signal-based timeout inside it (signal.alarm) cannot work.
     """
     if timeout_s is None:
         return fn()

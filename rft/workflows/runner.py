@@ -113,8 +113,12 @@ class PreparedTask:
 
     @property
     def chat_template(self) -> str | None:
-        """The task's own chat template (its taskset's `format.chat_template`), if any."""
-        return self.task.format.get("chat_template") or None
+        return task_chat_template(self.task)
+
+
+def task_chat_template(task: Task) -> str | None:
+    """The task's own chat template (its taskset's `format.chat_template`), if any."""
+    return task.format.get("chat_template") or None
 
 
 def prepare_task(
@@ -122,8 +126,7 @@ def prepare_task(
 ) -> PreparedTask:
     """Build `task`'s prompt with its workflow and its sampling settings from `params`."""
     workflow = workflow_for(task, cache)
-    template = task.format.get("chat_template") or None
-    prompt = engine.chat_prompt_ids(workflow.messages(task), chat_template=template)
+    prompt = engine.chat_prompt_ids(workflow.messages(task), chat_template=task_chat_template(task))
     prefix = workflow.reply_prefix(task)
     prompt = prompt + reply_prefix_ids(engine, prefix)
     return PreparedTask(task, workflow, prompt, prefix, sampling_params_for(task, params))

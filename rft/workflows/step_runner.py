@@ -67,7 +67,7 @@ class StepOutcome:
     )  # task_id -> the dead letter's error
     retries: int = 0  # attempts after a task's first
     timeouts: int = 0  # attempts that ran out of time
-    failed_tasks: int = 0  # given up after every attempt failed
+    failed_tasks: int = 0  # given up: every attempt failed, or the prompt could not be built
     truncated_prompts: int = 0
     refused_prompts: int = 0  # given up: the prompt does not fit the model's limits
     clamped_responses: int = 0  # max_tokens lowered to fit model.max_model_len
@@ -159,6 +159,7 @@ def _prepare(
             continue
         except Exception as exc:
             # building a prompt is deterministic (payload, format, template): no retry helps
+            outcome.failed_tasks += 1
             outcome.given_up[task.task_id] = WorkflowFailedError(
                 f"task {task.task_id}: its prompt could not be built: {describe_failure(exc)}"
             )

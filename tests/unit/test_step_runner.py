@@ -237,3 +237,17 @@ def test_chat_templates_from_the_engine_and_from_the_task_format() -> None:
     for prompts, _ in engine.calls:
         texts = [engine.tokenizer.decode(p) for p in prompts]
         assert texts == ["<user>q1#reply/think#", "[q2]"]
+
+
+def test_a_task_whose_prompt_cannot_be_built_is_given_up_without_retries() -> None:
+    engine = CannedEngine({"": ["1"]})
+    broken = task("broken", format={**QA, "chat_template": "{% if %}"})
+    outcome = run_step(
+        [task("ok"), broken], engine, SamplingParams(), StepLimits(max_retry_times=3)
+    )
+    assert [r.task.task_id for r in outcome.results] == ["ok"]
+    assert [len(p) for p, _ in engine.calls] == [1]
+    error = outcome.given_up["broken"]
+    assert isinstance(error, WorkflowFailedError)
+    assert "its prompt could not be built: EngineError: cannot apply chat template" in str(error)
+    assert (outcome.failed_tasks, outcome.retries) == (1, 0)
