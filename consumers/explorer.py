@@ -1,10 +1,13 @@
 """Explorer: a consumer-group member that turns Task events into Experience events.
 
 Each step polls `buffer.batch_size` tasks, rolls every one out `repeat_times` times on the rollout
-engine in one batched call, scores the replies, and writes one Experience per rollout tagged with
-the weight version that produced it. The experiences and the task offsets commit in one Kafka
-transaction: a task is explored again only if its explorer died before that commit. Between steps
-the explorer follows the synchronizer's sync style to load new weight versions.
+engine in batched calls of `explorer.runner_per_model` tasks, scores the replies, and writes one
+Experience per rollout tagged with the weight version that produced it. A task whose workflow
+keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
+parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
+offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
+that commit. Between steps the explorer follows the synchronizer's sync style to load new weight
+versions.
 """
 
 from __future__ import annotations
@@ -21,25 +24,29 @@ import numpy as np
 from opentelemetry import trace
 
 from consumers.evaluation import correctness, evaluate_tasksets, read_eval_tasks
+from consumers.explorer_env import apply_env_vars
 from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
 from rft.config import RftConfig
+from rft.engines.chat_template import check_chat_template, configured_chat_template
+from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import (
     RolloutEngine,
     RolloutEngineConfig,
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import TasksetError
+from rft.errors import RftError, TasksetError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, SyncRequest, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.synchronizer import build_sync_style
-from rft.workflows.runner import WorkflowResult, run_workflows, split_runnable
+from rft.workflows.runner import WorkflowResult, split_runnable
+from rft.workflows.step_runner import StepLimits, run_step
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.explorer")
@@ -93,11 +100,52 @@ class Explorer:
             rm.engine_type, RolloutEngineConfig(model=spec, num_threads=threads)
         )
 
+    def _configure_chat(self, engine: RolloutEngine) -> None:
+        """The configured chat templates replace the tokenizer's; each is checked here, so a bad
+        one stops the explorer naming its key instead of failing every task."""
+        model = self.cfg.model
+        template = configured_chat_template(model.custom_chat_template, model.chat_template_path)
+        if template is not None:
+            key = (
+                "model.chat_template_path"
+                if model.chat_template_path
+                else "model.custom_chat_template"
+            )
+            check_chat_template(engine, template, key)
+        engine.set_chat_template(
+            template, enable_thinking=self.cfg.explorer.rollout_model.enable_thinking
+        )
+        inputs = self.cfg.buffer.explorer_input
+        tasksets = [("buffer.explorer_input.taskset", inputs.taskset)] + [
+            (f"buffer.explorer_input.eval_tasksets[{i}]", t)
+            for i, t in enumerate(inputs.eval_tasksets)
+        ]
+        for path, taskset in tasksets:
+            if taskset is not None and taskset.format.chat_template:
+                check_chat_template(
+                    engine, taskset.format.chat_template, f"{path}.format.chat_template"
+                )
+
     def _base_params(self, step: int) -> SamplingParams:
         rm = self.cfg.explorer.rollout_model
+        model = self.cfg.model
         return SamplingParams(
-            max_tokens=self.cfg.model.max_response_tokens,
+            max_tokens=model.max_response_tokens,
             seed=rm.seed * 1_000_003 + step,
+            repetition_penalty=model.repetition_penalty,
+            min_tokens=model.min_response_tokens,
+        )
+
+    def _step_limits(self) -> StepLimits:
+        ex, model = self.cfg.explorer, self.cfg.model
+        assert model.max_model_len is not None  # filled when the config is loaded
+        return StepLimits(
+            runner_per_model=ex.runner_per_model,
+            max_timeout=ex.max_timeout,
+            max_retry_times=ex.max_retry_times,
+            prompts=PromptLimits(
+                model.max_prompt_tokens, model.max_model_len, model.enable_prompt_truncation
+            ),
         )
 
     # -- the loop -----------------------------------------------------------------------------
@@ -107,7 +155,9 @@ class Explorer:
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
         ensure_topics(kafka, topics)
+        apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()
+        self._configure_chat(engine)
         total_steps = self.plan.total_steps
         weights_group = f"{self.plan.run_id}.weights.{self.explorer_id}"
         with (
@@ -220,43 +270,49 @@ class Explorer:
                     by_id[env.event.task_id] = env
             runnable, rejected = split_runnable([by_id[k].event for k in by_id])  # type: ignore[misc]
             started = time.monotonic()
-            results = run_workflows(runnable, engine, self._base_params(step)) if runnable else []
+            outcome = run_step(runnable, engine, self._base_params(step), self._step_limits())
+            results = outcome.results
             rollout_s = time.monotonic() - started
             version = engine.model_version
+            given_up: dict[str, RftError] = {
+                task_id: TasksetError(f"task {task_id} rejected by its workflow: {why}")
+                for task_id, why in rejected.items()
+            }
+            given_up.update(outcome.given_up)
             tx.begin()
             sent = 0
             for result in results:
                 for exp in self._experiences(result, version):
                     tx.send(self.plan.experience_topic, exp, key=exp.task_id)
                     sent += 1
-            for task_id, why in rejected.items():
-                env = by_id[task_id]
-                tx.send(
-                    self.plan.topics.dead_letter,
-                    DeadLetter.for_error(
-                        TasksetError(f"task {task_id} rejected by its workflow: {why}"),
-                        topic=env.topic,
-                        partition=env.partition,
-                        offset=env.offset,
-                        payload=EventCodec.default().encode(env.event),
-                        consumer=self.plan.explorer_group,
-                        key=env.key,
-                        headers=env.headers,
-                    ),
-                    key=env.key,
-                )
-                log.warning(
-                    "%s[%d]@%d: task %s rejected by its workflow (%s); parked in dead-letter",
-                    env.topic,
-                    env.partition,
-                    env.offset,
-                    task_id,
-                    why,
-                )
+            for task_id, error in given_up.items():
+                self._dead_letter(tx, by_id[task_id], error)
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
             tx.commit()
             span.set_attribute("rft.experiences", sent)
-        self._record_step(step, results, rollout_s, version, len(rejected), metrics)
+        self._record_step(
+            step, results, rollout_s, version, len(given_up), metrics, outcome.metrics()
+        )
+
+    def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
+        """Park a task that gets no experiences, inside the step's transaction."""
+        tx.send(
+            self.plan.topics.dead_letter,
+            DeadLetter.for_error(
+                error,
+                topic=env.topic,
+                partition=env.partition,
+                offset=env.offset,
+                payload=EventCodec.default().encode(env.event),
+                consumer=self.plan.explorer_group,
+                key=env.key,
+                headers=env.headers,
+            ),
+            key=env.key,
+        )
+        log.warning(
+            "%s[%d]@%d: %s; parked in dead-letter", env.topic, env.partition, env.offset, error
+        )
 
     def _experiences(self, result: WorkflowResult, version: int) -> list[Experience]:
         task = result.task
@@ -294,6 +350,7 @@ class Explorer:
         version: int,
         rejected: int,
         metrics: MetricEmitter,
+        limits: dict[str, float] | None = None,
     ) -> None:
         rewards = np.array([r for res in results for r in res.rewards], dtype=np.float64)
         correct = correctness(results)
@@ -311,7 +368,7 @@ class Explorer:
             "rejected_tasks": float(rejected),
             "rollout_time_s": rollout_s,
             "rollout_tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
-        }
+        } | (limits or {})
         if rewards.size:
             values |= {
                 "reward_mean": float(rewards.mean()),

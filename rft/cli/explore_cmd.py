@@ -6,7 +6,11 @@ import argparse
 import json
 import signal
 import threading
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rft.config import RftConfig
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
@@ -53,11 +57,24 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from consumers.explorer import Explorer
+def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
+    """The run config, with `explorer.env_vars` set in this process's environment.
+
+    The variables are set before anything imports torch or transformers (the config's registry
+    checks do, right after): some of them (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES,
+    HF_HUB_OFFLINE) are read only when a library starts.
+    """
+    from consumers.explorer_env import apply_env_vars
     from rft.config import load_config
 
-    cfg = load_config(args.config, args.override)
+    # the load's registry checks import torch: the variables are set before that
+    return load_config(path, overrides, before_parts=lambda c: apply_env_vars(c.explorer.env_vars))
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_explorer_config(args.config, args.override)
+    from consumers.explorer import Explorer
+
     start_tracing("explorer")
     explorer = Explorer(cfg, explorer_id=args.explorer_id, idle_timeout_s=args.idle_timeout)
     summary = explorer.run(stop_on_signals())

@@ -8,7 +8,7 @@ and Trinity-RFT keys that rft ignores only warn (ConfigWarning), so carried-over
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,10 +77,17 @@ class _Source:
         return [Problem(i.path, i.message, self.where(i.path)) for i in issues]
 
 
-def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RftConfig:
+def load_config(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    before_parts: Callable[[RftConfig], None] | None = None,
+) -> RftConfig:
     """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
 
     `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
+    `before_parts` sees the bound config before plugins and the registries' modules are imported
+    (they import torch): the place to act on settings read when a library starts (env_vars).
     """
     file = Path(path)
     try:
@@ -97,7 +104,8 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> RftConfig:
         raise ConfigError(f"{file}: cannot be read as a config: {exc}") from exc
     if not isinstance(base, DictConfig):
         raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
-    return _build(base, _Source(str(file), text, overrides), overrides, base_dir=file.parent)
+    source = _Source(str(file), text, overrides)
+    return _build(base, source, overrides, base_dir=file.parent, before_parts=before_parts)
 
 
 def config_from_dict(
@@ -112,7 +120,11 @@ def config_from_dict(
 
 
 def _build(
-    base: DictConfig, source: _Source, overrides: Sequence[str], base_dir: Path | None = None
+    base: DictConfig,
+    source: _Source,
+    overrides: Sequence[str],
+    base_dir: Path | None = None,
+    before_parts: Callable[[RftConfig], None] | None = None,
 ) -> RftConfig:
     merged = _apply_overrides(base, overrides)
     try:
@@ -140,6 +152,8 @@ def _build(
     issues = check_consistency(cfg)
     if issues:
         raise ConfigValidationError(source.place(issues))
+    if before_parts is not None:
+        before_parts(cfg)
     issues = import_plugins(cfg, base_dir)
     issues += check_parts(cfg)
     if issues:

@@ -292,7 +292,7 @@ class ExplorerConfig:
     """`explorer`: rollout workers (one consumer-group member each) and evaluation."""
 
     name: str = "explorer"
-    runner_per_model: int = bounded(1, ge=1)
+    runner_per_model: int = bounded(8, ge=1)  # tasks in one batched engine call
     runner_num: int | None = bounded(None, ge=1)  # default: engine_num * runner_per_model
     max_timeout: float = bounded(900.0, gt=0)  # seconds a workflow may run
     max_retry_times: int = bounded(2, ge=0)

@@ -2,14 +2,17 @@
 
 `RolloutEngine` is the interface explorers call; `ROLLOUT_ENGINES` maps config names to
 factories `(RolloutEngineConfig) -> RolloutEngine`. "hf" runs transformers `generate` over the
-whole batch (prompts x n) in one call. Logprob convention: see `Rollout`.
+whole batch (prompts x n) in one call. Logprob convention: see `Rollout`. Chat prompts are
+rendered with the tokenizer's template, one set with `set_chat_template`, or a per-call one.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -25,9 +28,12 @@ from rft.registry import Registry
 class SamplingParams:
     """How to sample. temperature <= 0 means greedy decoding.
 
-    top_p / top_k (0 = off) shape only which token is drawn, never the reported logprobs.
-    `stop` strings end a response after the token that completes them (that token is kept);
-    `stop_token_ids` add to the tokenizer's eos. `seed` makes a generate call reproducible.
+    top_p / top_k (0 = off), `repetition_penalty` (1.0 = off) and `min_tokens` shape only which
+    token is drawn, never the reported logprobs. `stop` strings end a response after the token
+    that completes them (that token is kept); `stop_token_ids` add to the tokenizer's eos. No eos
+    or stop token ends a response before `min_tokens` tokens. `seed` makes a generate call
+    reproducible. `timeout_s` is the wall-clock budget of one generate call: when it runs out,
+    every unfinished response ends with finish_reason "timeout" (engines must honour it).
     """
 
     temperature: float = 1.0
@@ -38,6 +44,9 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.n < 1:
@@ -48,6 +57,14 @@ class SamplingParams:
             raise ConfigError(f"rollout top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ConfigError(f"rollout top_k must be >= 0, got {self.top_k}")
+        if self.repetition_penalty <= 0:
+            raise ConfigError(
+                f"rollout repetition_penalty must be > 0, got {self.repetition_penalty}"
+            )
+        if self.min_tokens < 0:
+            raise ConfigError(f"rollout min_tokens must be >= 0, got {self.min_tokens}")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise ConfigError(f"rollout timeout_s must be > 0, got {self.timeout_s}")
 
     @property
     def greedy(self) -> bool:
@@ -63,22 +80,26 @@ class SamplingParams:
 class Rollout:
     """One sampled response.
 
-    logprobs[i] = log p(response_ids[i]) under log_softmax(logits / T) of the full, unfiltered
-    distribution (T = SamplingParams.logprob_temperature), i.e. what `token_logprobs` recomputes.
-    logprob_temperature is that T, which the experience carries so the trainer recomputes at it.
-    response_ids include the eos token when finish_reason == "stop" by eos; pads are stripped.
+    logprobs[i] = log p(response_ids[i]) under log_softmax(logits / T) of the full, unfiltered,
+    unpenalised distribution (T = SamplingParams.logprob_temperature), i.e. what `token_logprobs`
+    recomputes. logprob_temperature is that T, which the experience carries so the trainer
+    recomputes at it. response_ids include the eos token when finish_reason == "stop" by eos;
+    pads are stripped. "timeout": the call's `timeout_s` ran out before the response ended.
     """
 
     prompt_ids: np.ndarray  # int32 [P]
     response_ids: np.ndarray  # int32 [R]
     logprobs: np.ndarray  # float32 [R]
     text: str
-    finish_reason: str  # "stop" | "length"
+    finish_reason: str  # "stop" | "length" | "timeout"
     logprob_temperature: float
 
 
 class RolloutEngine(abc.ABC):
     """What an explorer needs from a rollout engine."""
+
+    # extra variables every chat template rendering gets (e.g. enable_thinking)
+    _chat_template_kwargs: Mapping[str, Any] = MappingProxyType({})
 
     @property
     @abc.abstractmethod
@@ -88,18 +109,33 @@ class RolloutEngine(abc.ABC):
     @abc.abstractmethod
     def model_version(self) -> int: ...
 
+    def set_chat_template(self, template: str | None = None, **template_kwargs: Any) -> None:
+        """Replace the tokenizer's chat template (None keeps it) and set the extra variables
+        every later rendering gets; a None value is left out, so templates see it undefined."""
+        if template is not None:
+            self.tokenizer.chat_template = template
+        kwargs = {k: v for k, v in template_kwargs.items() if v is not None}
+        self._chat_template_kwargs = MappingProxyType(kwargs)
+
     def chat_prompt_ids(
-        self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[dict[str, str]],
+        add_generation_prompt: bool = True,
+        chat_template: str | None = None,
     ) -> list[int]:
-        """Token ids of `messages` rendered with the tokenizer's chat template."""
+        """Token ids of `messages` rendered with `chat_template`, else the tokenizer's."""
+        from jinja2 import TemplateError
+
         try:
             ids = self.tokenizer.apply_chat_template(
                 list(messages),
                 tokenize=True,
                 add_generation_prompt=add_generation_prompt,
                 return_dict=False,
+                chat_template=chat_template,
+                **self._chat_template_kwargs,
             )
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, TemplateError) as exc:
             raise EngineError(f"cannot apply chat template: {exc}") from exc
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
@@ -142,8 +178,9 @@ def create_rollout_engine(engine_type: str, config: RolloutEngineConfig) -> Roll
 class _SampledLogprobRecorder:
     """Logits processor that records log p(sampled token) at each step, O(batch x vocab) memory.
 
-    transformers runs user logits processors before its temperature/top-k/top-p warpers, so this
-    sees the raw logits. At step t it keeps log_softmax(logits_t / T); at step t+1 (or in
+    transformers runs its own penalty/min-length processors, then user processors, then its
+    temperature/top-k/top-p warpers. The engine leaves transformers' own processors off and puts
+    this recorder first in its list, so it sees the raw logits. At step t it keeps log_softmax(logits_t / T); at step t+1 (or in
     `finish`) the token drawn at t is known and its logprob is picked out.
     """
 
@@ -223,12 +260,13 @@ class HFRolloutEngine(RolloutEngine):
                 raise EngineError(f"prompt {i} is empty")
         rows = [p for p in prompts for _ in range(params.n)]
         step = self._max_batch_size or len(rows) or 1
+        deadline = None if params.timeout_s is None else time.monotonic() + params.timeout_s
         flat: list[Rollout] = []
         with torch.random.fork_rng(devices=self._rng_devices()):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
             for lo in range(0, len(rows), step):
-                flat.extend(self._generate_rows(rows[lo : lo + step], params))
+                flat.extend(self._generate_rows(rows[lo : lo + step], params, deadline))
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def _rng_devices(self) -> list[Any]:
@@ -240,8 +278,17 @@ class HFRolloutEngine(RolloutEngine):
         base = [eos] if isinstance(eos, int) else list(eos or [])
         return list(dict.fromkeys([*base, *params.stop_token_ids]))
 
-    def _generate_rows(self, rows: list[list[int]], params: SamplingParams) -> list[Rollout]:
-        from transformers import GenerationConfig, LogitsProcessorList
+    def _generate_rows(
+        self, rows: list[list[int]], params: SamplingParams, deadline: float | None
+    ) -> list[Rollout]:
+        from transformers import (
+            GenerationConfig,
+            LogitsProcessorList,
+            MinNewTokensLengthLogitsProcessor,
+            StoppingCriteriaList,
+        )
+
+        from rft.engines.generation_controls import DeadlineStop, RowRepetitionPenalty
 
         device = next(self._model.parameters()).device
         pad = int(self._tokenizer.pad_token_id)
@@ -253,7 +300,8 @@ class HFRolloutEngine(RolloutEngine):
             mask[i, width - len(r) :] = 1
         eos_ids = self._eos_ids(params)
         # Every knob that shapes sampling is set explicitly: generate() fills unset ones from the
-        # model's generation_config and library defaults (e.g. top_k=50).
+        # model's generation_config and library defaults (e.g. top_k=50). The repetition penalty
+        # and min_tokens are ours, after the recorder (see _SampledLogprobRecorder).
         gen_config = GenerationConfig(
             do_sample=not params.greedy,
             temperature=1.0 if params.greedy else params.temperature,
@@ -272,21 +320,34 @@ class HFRolloutEngine(RolloutEngine):
             use_cache=True,
         )
         recorder = _SampledLogprobRecorder(params.logprob_temperature, width)
+        processors: list[Any] = [recorder]
+        if params.repetition_penalty != 1.0:
+            starts = torch.tensor([width - len(r) for r in rows], dtype=torch.long, device=device)
+            processors.append(RowRepetitionPenalty(params.repetition_penalty, starts))
+        if params.min_tokens > 0:
+            processors.append(
+                MinNewTokensLengthLogitsProcessor(
+                    width, params.min_tokens, torch.tensor(eos_ids, device=device), device=device
+                )
+            )
+        stop = DeadlineStop(deadline) if deadline is not None else None
         try:
             with torch.inference_mode():
                 out = self._model.generate(
                     input_ids=input_ids.to(device),
                     attention_mask=mask.to(device),
                     generation_config=gen_config,
-                    logits_processor=LogitsProcessorList([recorder]),
+                    logits_processor=LogitsProcessorList(processors),
+                    stopping_criteria=StoppingCriteriaList([stop] if stop else []),
                 )
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"generation failed: {exc}") from exc
         sequences = out.sequences.cpu()
         logprobs = recorder.finish(out.sequences).float().cpu().numpy()
         generated = sequences[:, width:].numpy()
+        out_of_time = stop is not None and stop.fired and generated.shape[1] < params.max_tokens
         return [
-            self._to_rollout(rows[i], generated[i], logprobs[i], eos_ids, params)
+            self._to_rollout(rows[i], generated[i], logprobs[i], eos_ids, params, out_of_time)
             for i in range(len(rows))
         ]
 
@@ -297,14 +358,15 @@ class HFRolloutEngine(RolloutEngine):
         logprobs: np.ndarray,
         eos_ids: list[int],
         params: SamplingParams,
+        out_of_time: bool,
     ) -> Rollout:
         end = len(generated)
-        finish = "length"
+        finish = "timeout" if out_of_time else "length"
         hits = np.flatnonzero(np.isin(generated, eos_ids))
         if hits.size:
             end, finish = int(hits[0]) + 1, "stop"
         if params.stop:
-            cut = _stop_string_cut(self._tokenizer, generated[:end], params.stop)
+            cut = _stop_string_cut(self._tokenizer, generated[:end], params.stop, params.min_tokens)
             if cut is not None:
                 end, finish = cut, "stop"
         response = generated[:end].astype(np.int32)
@@ -319,12 +381,15 @@ class HFRolloutEngine(RolloutEngine):
         )
 
 
-def _stop_string_cut(tokenizer: Any, ids: np.ndarray, stops: tuple[str, ...]) -> int | None:
-    """Length of the shortest prefix of `ids` whose text contains a stop string, if any."""
+def _stop_string_cut(
+    tokenizer: Any, ids: np.ndarray, stops: tuple[str, ...], min_len: int = 0
+) -> int | None:
+    """Length of the shortest prefix of `ids`, at least `min_len` long, whose text contains a stop
+    string, if any (a stop string, like eos, cannot end a response before min_tokens)."""
     full = tokenizer.decode(ids.tolist(), skip_special_tokens=True)
     if not any(s in full for s in stops):
         return None
-    for k in range(1, len(ids) + 1):
+    for k in range(max(1, min_len), len(ids) + 1):
         text = tokenizer.decode(ids[:k].tolist(), skip_special_tokens=True)
         if any(s in text for s in stops):
             return k

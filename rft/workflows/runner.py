@@ -1,21 +1,27 @@
 """`run_workflows`: roll out a whole batch of tasks with as few engine calls as possible.
 
-Every task's prompt is built by its workflow, then `engine.generate` runs once for all tasks ×
-`repeat_times` (once per distinct (repeat_times, sampling settings) pair when tasks differ), and
-each reply is scored. Tasks whose payload their workflow rejects are refused before any generation.
+Every task's prompt is built by its workflow (with its format's `chat_template` when it names one),
+then `engine.generate` runs once for all tasks × `repeat_times` (once per distinct (repeat_times,
+sampling settings) pair when tasks differ), and each reply is scored. Tasks whose payload their
+workflow rejects are refused before any generation. `prepare_task` and `roll_out` are the pieces;
+`rft.workflows.step_runner` runs an explorer step with them under its limits.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
 from rft.errors import EngineError, RftError, TasksetError
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS, RewardInfo
+from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
 from rft.workflows.registry import WORKFLOWS
 from rft.workflows.workflow import Workflow
 
@@ -95,57 +101,161 @@ def sampling_params_for(task: Task, base: SamplingParams) -> SamplingParams:
     return dataclasses.replace(base, n=task.repeat_times, **overrides)
 
 
+@dataclass
+class PreparedTask:
+    """A task with its workflow, prompt ids (reply prefix included) and sampling settings."""
+
+    task: Task
+    workflow: Workflow
+    prompt: list[int]
+    prefix: str
+    params: SamplingParams
+
+    @property
+    def chat_template(self) -> str | None:
+        return task_chat_template(self.task)
+
+
+def task_chat_template(task: Task) -> str | None:
+    """The task's own chat template (its taskset's `format.chat_template`), if any."""
+    return task.format.get("chat_template") or None
+
+
+def prepare_task(
+    task: Task, engine: RolloutEngine, params: SamplingParams, cache: dict[str, Workflow]
+) -> PreparedTask:
+    """Build `task`'s prompt with its workflow and its sampling settings from `params`."""
+    workflow = workflow_for(task, cache)
+    prompt = engine.chat_prompt_ids(workflow.messages(task), chat_template=task_chat_template(task))
+    prefix = workflow.reply_prefix(task)
+    prompt = prompt + reply_prefix_ids(engine, prefix)
+    return PreparedTask(task, workflow, prompt, prefix, sampling_params_for(task, params))
+
+
+def reply_prefix_ids(engine: RolloutEngine, prefix: str) -> list[int]:
+    if not prefix:
+        return []
+    return [int(i) for i in engine.tokenizer.encode(prefix, add_special_tokens=False)]
+
+
+def salted(params: SamplingParams, salt: int) -> SamplingParams:
+    """`params` with a seed of its own for call `salt` (salt 0 keeps the seed as it is)."""
+    if not salt or params.seed is None:
+        return params
+    return dataclasses.replace(params, seed=(params.seed + (salt << 32)) % (1 << 63))
+
+
+def roll_out(
+    items: Sequence[PreparedTask],
+    engine: RolloutEngine,
+    *,
+    timeout_s: float | None = None,
+    seed_salt: int = 0,
+) -> list[WorkflowResult | Exception]:
+    """Generate and score `items`; per item, in order, its result or the exception that ended it.
+
+    One engine call per distinct SamplingParams. With `timeout_s`, the items are one batch in
+    flight together, each with that much time: generation shares the clock (the engine stops
+    at the deadline, and every item times out if generation reaches it, since none has time left
+    to be scored); then each item's scoring gets the time left, its own, in a worker thread.
+    """
+    started = time.monotonic()
+    outcomes: list[WorkflowResult | Exception | None] = [None] * len(items)
+    rollouts: list[list[Rollout]] = [[] for _ in items]
+    groups: dict[SamplingParams, list[int]] = {}
+    for position, item in enumerate(items):
+        groups.setdefault(item.params, []).append(position)
+    for group_params, positions in groups.items():
+        call_params = salted(group_params, seed_salt)
+        if timeout_s is not None:
+            left = timeout_s - (time.monotonic() - started)
+            if left <= 0:
+                break
+            call_params = dataclasses.replace(call_params, timeout_s=left)
+        try:
+            outputs = _generate(engine, [items[p].prompt for p in positions], call_params)
+            for position, produced in zip(positions, outputs, strict=True):
+                if len(produced) != group_params.n:
+                    raise EngineError(
+                        f"task {items[position].task.task_id}: engine returned {len(produced)} "
+                        f"rollouts, expected {group_params.n}"
+                    )
+                rollouts[position] = list(produced)
+        except Exception as exc:  # the group's tasks failed; the caller decides on retries
+            for position in positions:
+                outcomes[position] = exc
+    generation_s = time.monotonic() - started
+    out_of_time = timeout_s is not None and (
+        generation_s >= timeout_s
+        or any(r.finish_reason == "timeout" for group in rollouts for r in group)
+    )
+    for position, item in enumerate(items):
+        if outcomes[position] is not None:
+            continue
+        if out_of_time:
+            outcomes[position] = WorkflowTimeoutError(
+                f"task {item.task.task_id}: timed out after {timeout_s:g} s in generation"
+            )
+            continue
+        scoring_s = None if timeout_s is None else timeout_s - generation_s
+        try:
+            outcomes[position] = call_with_timeout(
+                functools.partial(_score, item, rollouts[position]), scoring_s, "reward-fn"
+            )
+        except CallTimedOut:
+            outcomes[position] = WorkflowTimeoutError(
+                f"task {item.task.task_id}: timed out after {timeout_s:g} s while its reward fn "
+                f"{item.workflow.reward_fn_name(item.task)!r} scored it"
+            )
+        except Exception as exc:
+            outcomes[position] = exc
+    done = [o for o in outcomes if o is not None]
+    assert len(done) == len(items), "every item ends with a result or an error"
+    return done
+
+
+def _generate(
+    engine: RolloutEngine, prompts: list[list[int]], params: SamplingParams
+) -> list[list[Rollout]]:
+    outputs = engine.generate(prompts, params)
+    if len(outputs) != len(prompts):
+        raise EngineError(
+            f"engine returned {len(outputs)} rollout lists for {len(prompts)} prompts"
+        )
+    return outputs
+
+
+def _score(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResult:
+    task = item.task
+    rewards: list[float] = []
+    infos: list[RewardInfo] = []
+    for rollout in rollouts:
+        try:
+            reward, info = item.workflow.score(task, item.prefix + rollout.text)
+        except TasksetError as exc:
+            raise TasksetError(f"task {task.task_id}: {exc}") from exc
+        rewards.append(reward)
+        infos.append(info)
+    return WorkflowResult(task, rollouts, rewards, infos)
+
+
 def run_workflows(
     tasks: Sequence[Task], engine: RolloutEngine, params: SamplingParams
 ) -> list[WorkflowResult]:
     """Roll out and score `tasks`; results follow the order of `tasks`.
 
     Raises RejectedTasksError (before generating anything) if any task's payload does not fit
-    its workflow; use `split_runnable` first to set such tasks aside.
+    its workflow; use `split_runnable` first to set such tasks aside. Any other failure of a task
+    is raised as it happened.
     """
     runnable, rejected = split_runnable(tasks)
     if rejected:
         raise RejectedTasksError(rejected)
     cache: dict[str, Workflow] = {}
-    prompts: list[list[int]] = []
-    prefixes: list[str] = []
-    groups: dict[SamplingParams, list[int]] = {}
-    for position, task in enumerate(tasks):
-        workflow = workflow_for(task, cache)
-        prompt = engine.chat_prompt_ids(workflow.messages(task))
-        prefix = workflow.reply_prefix(task)
-        if prefix:
-            prompt = prompt + list(engine.tokenizer.encode(prefix, add_special_tokens=False))
-        prompts.append(prompt)
-        prefixes.append(prefix)
-        groups.setdefault(sampling_params_for(task, params), []).append(position)
-
-    rollouts: list[list[Rollout]] = [[] for _ in tasks]
-    for group_params, positions in groups.items():
-        outputs = engine.generate([prompts[p] for p in positions], group_params)
-        if len(outputs) != len(positions):
-            raise EngineError(
-                f"engine returned {len(outputs)} rollout lists for {len(positions)} prompts"
-            )
-        for position, produced in zip(positions, outputs, strict=True):
-            if len(produced) != group_params.n:
-                raise EngineError(
-                    f"task {tasks[position].task_id}: engine returned {len(produced)} rollouts, "
-                    f"expected {group_params.n}"
-                )
-            rollouts[position] = list(produced)
-
+    items = [prepare_task(task, engine, params, cache) for task in tasks]
     results = []
-    for position, task in enumerate(tasks):
-        workflow = workflow_for(task, cache)
-        rewards: list[float] = []
-        infos: list[RewardInfo] = []
-        for rollout in rollouts[position]:
-            try:
-                reward, info = workflow.score(task, prefixes[position] + rollout.text)
-            except TasksetError as exc:
-                raise TasksetError(f"task {task.task_id}: {exc}") from exc
-            rewards.append(reward)
-            infos.append(info)
-        results.append(WorkflowResult(task, rollouts[position], rewards, infos))
+    for outcome in roll_out(items, engine):
+        if isinstance(outcome, Exception):
+            raise outcome
+        results.append(outcome)
     return results

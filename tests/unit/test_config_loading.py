@@ -68,7 +68,7 @@ def test_derived_defaults(tmp_path: Path) -> None:
     assert cfg.model.max_model_len == cfg.model.max_prompt_tokens + cfg.model.max_response_tokens
     assert cfg.algorithm.advantage_fn is None  # the algorithm_type preset decides
     assert cfg.explorer.rollout_model.dtype == cfg.model.dtype
-    assert cfg.explorer.runner_num == 1
+    assert cfg.explorer.runner_num == 8  # engine_num 1 x runner_per_model 8 (the default)
     taskset = cfg.buffer.explorer_input.taskset
     assert taskset is not None
     assert taskset.repeat_times == 3

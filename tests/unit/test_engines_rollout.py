@@ -216,3 +216,108 @@ def test_smollm2_rollout_logprobs_match_recomputation() -> None:
     for group in engine.generate(prompts, params):
         for r in group:
             np.testing.assert_allclose(r.logprobs, _recomputed(engine, r, 0.8), atol=1e-3)
+
+
+def _penalised_logprobs(engine, rollout, penalty: float) -> np.ndarray:
+    """log_softmax of the logits after the repetition penalty, at each response position."""
+    ids = np.concatenate([rollout.prompt_ids, rollout.response_ids]).astype(np.int64)
+    with torch.inference_mode():
+        logits = engine.model(input_ids=torch.from_numpy(ids)[None]).logits[0].double()
+    out = []
+    for j in range(len(rollout.response_ids)):
+        pos = len(rollout.prompt_ids) - 1 + j
+        row = logits[pos].clone()
+        seen = torch.tensor(sorted(set(ids[: pos + 1].tolist())))
+        row[seen] = torch.where(row[seen] > 0, row[seen] / penalty, row[seen] * penalty)
+        out.append(float(torch.log_softmax(row, -1)[ids[pos + 1]]))
+    return np.array(out)
+
+
+def test_repetition_penalty_changes_sampling_but_not_the_reported_logprobs(engine, prompts) -> None:
+    plain = engine.generate(prompts, SamplingParams(temperature=0.0, max_tokens=12))
+    penalised = engine.generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=12, repetition_penalty=3.0)
+    )
+    assert [r.response_ids.tolist() for g in plain for r in g] != [
+        r.response_ids.tolist() for g in penalised for r in g
+    ]
+    sampled = engine.generate(
+        prompts, SamplingParams(temperature=0.8, max_tokens=12, n=2, seed=4, repetition_penalty=3.0)
+    )
+    for out, temperature in ((penalised, 1.0), (sampled, 0.8)):
+        for r in (r for group in out for r in group):
+            np.testing.assert_allclose(r.logprobs, _recomputed(engine, r, temperature), atol=1e-4)
+    # the check above can tell: the penalised distribution is measurably another one
+    r = penalised[0][0]
+    assert np.abs(r.logprobs - _penalised_logprobs(engine, r, 3.0)).max() > 1e-2
+
+
+def test_greedy_under_repetition_penalty_never_picks_below_the_penalised_argmax(
+    engine, prompts
+) -> None:
+    (r,), _ = engine.generate(
+        prompts, SamplingParams(temperature=0.0, max_tokens=10, repetition_penalty=2.0)
+    )
+    ids = np.concatenate([r.prompt_ids, r.response_ids]).astype(np.int64)
+    with torch.inference_mode():
+        logits = engine.model(input_ids=torch.from_numpy(ids)[None]).logits[0]
+    for j, token in enumerate(r.response_ids.tolist()):
+        pos = len(r.prompt_ids) - 1 + j
+        row = logits[pos].clone()
+        seen = torch.tensor(sorted(set(ids[: pos + 1].tolist())))
+        row[seen] = torch.where(row[seen] > 0, row[seen] / 2.0, row[seen] * 2.0)
+        assert token == int(row.argmax())
+
+
+def test_min_tokens_keeps_eos_and_stop_tokens_away_until_then(engine, prompts) -> None:
+    first = engine.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8))[0][0]
+    stop_id = int(first.response_ids[0])  # greedy's first token, made a stop token
+    eos = engine.tokenizer.eos_token_id
+    for min_tokens in (1, 3):
+        params = SamplingParams(
+            temperature=0.0, max_tokens=8, stop_token_ids=(stop_id,), min_tokens=min_tokens
+        )
+        r = engine.generate(prompts[:1], params)[0][0]
+        assert len(r.response_ids) > min_tokens
+        assert not {stop_id, eos} & set(r.response_ids[:min_tokens].tolist())
+        np.testing.assert_allclose(r.logprobs, _recomputed(engine, r, 1.0), atol=1e-4)
+        # the masked token was the likeliest: its mass is in the reported distribution
+        assert r.logprobs[0] < first.logprobs[0]
+    sampled = engine.generate(
+        prompts, SamplingParams(max_tokens=6, n=8, seed=0, min_tokens=4, stop_token_ids=(stop_id,))
+    )
+    for group in sampled:
+        for r in group:
+            assert stop_id not in r.response_ids[:4].tolist()
+
+
+def test_timeout_ends_every_row_with_finish_reason_timeout(engine, prompts) -> None:
+    # the deadline passes during the first forward pass, so generation ends after one token
+    out = engine.generate(prompts, SamplingParams(max_tokens=10, n=2, seed=0, timeout_s=1e-6))
+    for group in out:
+        for r in group:
+            assert r.finish_reason == "timeout"
+            assert 1 <= len(r.response_ids) < 10
+            np.testing.assert_allclose(r.logprobs, _recomputed(engine, r, 1.0), atol=1e-4)
+    free = engine.generate(prompts, SamplingParams(max_tokens=10, n=2, seed=0, timeout_s=600))
+    assert {r.finish_reason for g in free for r in g} <= {"length", "stop"}
+
+
+def test_chat_templates_per_engine_and_per_call(engine) -> None:
+    model, tok = load_model(ModelSpec("tiny", seed=5))
+    own = HFRolloutEngine(model, tok)
+    chat = [{"role": "user", "content": "hi"}]
+    default = own.tokenizer.decode(own.chat_prompt_ids(chat))
+    assert default.endswith("<|im_start|>assistant\n")
+    template = (
+        "{% for m in messages %}[{{ m.role }}|{{ m.content }}]{% endfor %}"
+        "{% if add_generation_prompt %}A{% if enable_thinking %}+think{% endif %}:{% endif %}"
+    )
+    own.set_chat_template(template, enable_thinking=True)
+    assert own.tokenizer.decode(own.chat_prompt_ids(chat)) == "[user|hi]A+think:"
+    own.set_chat_template(None, enable_thinking=None)  # keeps the template, drops the flag
+    assert own.tokenizer.decode(own.chat_prompt_ids(chat)) == "[user|hi]A:"
+    per_call = own.chat_prompt_ids(chat, chat_template="<{{ messages[0].content }}>")
+    assert own.tokenizer.decode(per_call) == "<hi>"
+    with pytest.raises(EngineError, match="cannot apply chat template"):
+        own.chat_prompt_ids(chat, chat_template="{% for %}")
