@@ -153,7 +153,6 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
         "synchronizer:\n"
         "  sync_method: nccl\n"
         "monitor:\n"
-        "  monitor_type: wandb\n"
         "  enable_ray_timeline: false\n"
     )
     text = text.replace(
@@ -169,14 +168,12 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
         "monitor.enable_ray_timeline",
         "buffer.explorer_input.taskset.enable_progress_bar",
         "synchronizer.sync_method: nccl",
-        "monitor.monitor_type: wandb",
     ):
         assert key in messages
     assert "ignored" in messages
     assert cfg.trainer.optim.lr == pytest.approx(2e-6)  # algorithm.optimizer moved to trainer.optim
     assert cfg.trainer.optim.warmup_style == "cosine"
     assert cfg.synchronizer.sync_method == "memory"
-    assert cfg.monitor.monitor_type == "console"
 
 
 def test_trainer_optim_wins_over_trinity_algorithm_optimizer(tmp_path: Path) -> None:
