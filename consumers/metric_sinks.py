@@ -23,9 +23,9 @@ class's constructor; `check_sinks` refuses unknown names and settings at load ti
 | console     | none                                               |                  |
 | jsonl       | path (`metrics.jsonl`)                             |                  |
 | sql         | url, any SQLAlchemy URL (`sqlite:///…/metrics.db`) |                  |
-| tensorboard | log_dir (`tensorboard/`, one run dir per component)| tensorboard      |
+| tensorboard | log_dir (`tensorboard/`, a run dir per component)  | tensorboard      |
 | wandb       | dir (the monitor directory); offline mode only     | wandb            |
-| mlflow      | tracking_uri (the `file:` URI of `mlruns/`)        | mlflow           |
+| mlflow      | tracking_uri (`sqlite:///…/mlflow.db`)             | mlflow           |
 
 TensorBoard, W&B and MLflow are imported only when selected. A sink is written to with `write`,
 made durable with `flush` (the follower commits topic offsets only after it), and `close`d once.
@@ -312,7 +312,8 @@ class WandbSink:
 @METRIC_SINKS.register("mlflow")
 class MlflowSink:
     """An MLflow run named after the config's `name` in experiment `project`; keys
-    `<component>/<name>`. The default tracking URI is a local `file:` store."""
+    `<component>/<name>`. The default tracking URI is a local SQLite file, so nothing leaves the
+    machine (`mlflow ui --backend-store-uri sqlite:///…/mlflow.db` shows it)."""
 
     requires: ClassVar[OptionalPackage | None] = OptionalPackage("mlflow", "mlflow")
 
@@ -323,9 +324,10 @@ class MlflowSink:
         from mlflow.tracking import MlflowClient
 
         if not tracking_uri:
-            store = context.monitor_dir / "mlruns"
-            store.mkdir(parents=True, exist_ok=True)
-            tracking_uri = store.resolve().as_uri()
+            # a local SQLite store: recent MLflow refuses a `file:` store unless the
+            # MLFLOW_ALLOW_FILE_STORE environment variable opts in (it still works when given)
+            context.monitor_dir.mkdir(parents=True, exist_ok=True)
+            tracking_uri = f"sqlite:///{(context.monitor_dir / 'mlflow.db').resolve()}"
         self._metric_class = MlflowMetric
         self._client = MlflowClient(tracking_uri=tracking_uri)
         experiment = self._client.get_experiment_by_name(context.project)
@@ -355,6 +357,15 @@ class MlflowSink:
             self._client.set_terminated(self._run_id)
 
 
+class SinkConfigError(ConfigError):
+    """A problem in the `monitor` section; `key` is the dotted config key at fault, so the loader
+    can name the file and line."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def sink_options(cls: type[Any]) -> dict[str, Any]:
     """The settings a sink class takes: its constructor's keyword-only parameters and their types."""
     hints = typing.get_type_hints(cls.__init__)
@@ -366,29 +377,32 @@ def sink_settings(names: Sequence[str], args: Mapping[str, Any]) -> dict[str, di
     """Each selected sink's settings from `monitor_args`, checked and converted to their types.
 
     `args` is either per sink (`{tensorboard: {log_dir: x}}`) or, with exactly one sink, flat
-    (`{log_dir: x}`). Raises ConfigError naming the `monitor.monitor_args` key at fault.
+    (`{log_dir: x}`). Raises SinkConfigError naming the `monitor.monitor_args` key at fault.
     """
     args = dict(args or {})
     per_sink = [k for k in args if k in METRIC_SINKS]
     flat = [k for k in args if k not in METRIC_SINKS]
     if per_sink and flat:
-        raise ConfigError(
+        raise SinkConfigError(
+            ARGS_KEY,
             f"{ARGS_KEY} mixes per-sink sections ({', '.join(per_sink)}) with plain settings "
-            f"({', '.join(flat)}); put every setting under the name of its sink"
+            f"({', '.join(flat)}); put every setting under the name of its sink",
         )
     if flat:
         if len(names) != 1:
             example = f"{names[0] if names else '<sink>'}: {{{flat[0]}: ...}}"
-            raise ConfigError(
+            raise SinkConfigError(
+                ARGS_KEY,
                 f"{ARGS_KEY}: with {len(names)} sinks ({', '.join(names) or 'none'}) selected, "
-                f"give each sink's settings under its name (`{example}`)"
+                f"give each sink's settings under its name (`{example}`)",
             )
         args = {names[0]: args}
     for name in args:
         if name not in names:
-            raise ConfigError(
+            raise SinkConfigError(
+                f"{ARGS_KEY}.{name}",
                 f"{ARGS_KEY}.{name}: settings for sink {name!r}, which {TYPE_KEY} does not select "
-                f"(selected: {', '.join(names) or 'none'})"
+                f"(selected: {', '.join(names) or 'none'})",
             )
     binder = ConfigBinder()
     settings: dict[str, dict[str, Any]] = {}
@@ -396,20 +410,22 @@ def sink_settings(names: Sequence[str], args: Mapping[str, Any]) -> dict[str, di
         raw = args.get(name) or {}
         path = f"{ARGS_KEY}.{name}" if not flat else ARGS_KEY
         if not isinstance(raw, Mapping):
-            raise ConfigError(f"{path}: expected a mapping of settings, got {raw!r}")
+            raise SinkConfigError(path, f"{path}: expected a mapping of settings, got {raw!r}")
         options = sink_options(METRIC_SINKS.get(name))
         converted: dict[str, Any] = {}
         for key, value in raw.items():
             if key not in options:
                 close = difflib.get_close_matches(str(key), list(options), n=1, cutoff=0.6)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise ConfigError(
+                raise SinkConfigError(
+                    f"{path}.{key}",
                     f"{path}.{key}: sink {name!r} has no setting {key!r}{hint} "
-                    f"(its settings: {', '.join(options) or 'none'})"
+                    f"(its settings: {', '.join(options) or 'none'})",
                 )
             converted[key] = binder.convert(options[key], value, f"{path}.{key}")
         if binder.issues:
-            raise ConfigError("; ".join(f"{i.path}: {i.message}" for i in binder.issues))
+            first = binder.issues[0]
+            raise SinkConfigError(first.path, f"{first.path}: {first.message}")
         assert MISSING_VALUE not in converted.values()
         settings[name] = converted
     return settings
@@ -417,18 +433,23 @@ def sink_settings(names: Sequence[str], args: Mapping[str, Any]) -> dict[str, di
 
 def check_sinks(names: Sequence[str], args: Mapping[str, Any]) -> None:
     """Refuse at load what would fail when the sinks open: an unknown or repeated sink name, a sink
-    whose optional package is not installed, settings that no selected sink takes."""
+    whose optional package is not installed (naming the `pip install`), settings that no selected
+    sink takes. Raises SinkConfigError (a ConfigError) whose `key` is the config key at fault."""
     seen: set[str] = set()
     for name in names:
-        cls = METRIC_SINKS.get(name)  # ConfigError with the close match
+        try:
+            cls = METRIC_SINKS.get(name)
+        except ConfigError as exc:  # the registry's message names the close match
+            raise SinkConfigError(TYPE_KEY, str(exc)) from exc
         if name in seen:
-            raise ConfigError(f"{TYPE_KEY}: {name!r} is listed twice")
+            raise SinkConfigError(TYPE_KEY, f"{TYPE_KEY}: {name!r} is listed twice")
         seen.add(name)
         package: OptionalPackage | None = getattr(cls, "requires", None)
         if package is not None and importlib.util.find_spec(package.module) is None:
-            raise ConfigError(
+            raise SinkConfigError(
+                TYPE_KEY,
                 f"{TYPE_KEY}: sink {name!r} needs the package {package.pip!r}, which is not "
-                f"installed: pip install {package.pip}"
+                f"installed: pip install {package.pip}",
             )
     sink_settings(names, args)
 

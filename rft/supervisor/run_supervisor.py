@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.metric_sinks import MetricFanout
+from consumers.metric_sinks import MetricFanout, check_sinks
 from consumers.run_plan import RunPlan
 from rft.config import RftConfig
 from rft.events.models import Metric
@@ -152,6 +152,9 @@ class RunSupervisor:
     def run(self, republish: bool = False) -> RunSummary:
         started = time.monotonic()
         started_ms = int(time.time() * 1000)
+        check_sinks(
+            self.cfg.monitor.monitor_type, self.cfg.monitor.monitor_args
+        )  # before the stack
         self.ensure_stack()
         self.publish(republish)
         log_dir = Path(self.cfg.checkpoint_root_dir) / self.cfg.project / self.cfg.name / "logs"
