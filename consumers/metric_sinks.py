@@ -14,8 +14,8 @@ Configuration (the `monitor` section):
 
 With a single sink its settings may also be given flat (`monitor_type: sql` with
 `monitor_args: {url: "postgresql://..."}`). A sink's settings are the keyword-only parameters of its
-class's constructor; `check_sinks` refuses unknown names and settings at load time, and names the
-`pip install` a sink's missing optional package needs. Defaults live in the run's monitor directory
+class's constructor; `check_sinks` refuses unknown names and settings before any sink opens, and
+names the `pip install` a sink's missing optional package needs. Defaults live in the run's monitor directory
 `<job_dir>/monitor` (job_dir = `<checkpoint_root_dir>/<project>/<name>`):
 
 | sink        | settings (default)                                 | optional package |
