@@ -57,3 +57,7 @@ class TasksetError(RftError):
 
 class EngineError(RftError):
     """A rollout or trainer engine failed (model load, generation, optimizer step)."""
+
+
+class MetricSinkError(RftError):
+    """A metric sink (file, database, tracking client) could not open, write or close."""

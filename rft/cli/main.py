@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "topics_cmd",
     "publish_cmd",
     "tail_cmd",
+    "metrics_cmd",
     "run_cmd",
     "explore_cmd",
     "train_cmd",

@@ -2,13 +2,15 @@
 
 mode both: bring the local stack up if needed, publish the tasksets, run the explorer and trainer
 as separate processes and print progress and a summary. mode explore / train: run that side only,
-in this process (Trinity-RFT's split setup: two configs differing only in `mode`). mode bench:
+in this process (Trinity-RFT's split setup: two configs differing only in `mode`), with a thread
+that feeds that side's metrics to the configured sinks (`monitor.monitor_type`). mode bench:
 evaluate the run's checkpoint versions on its eval tasksets and print a table (`rft bench`).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +27,16 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from consumers.explorer_env import apply_env_vars
     from rft.config import load_config
 
-    cfg = load_config(args.config, args.override)
-    if cfg.mode == "explore":
-        from rft.cli import explore_cmd
+    def explorer_env(cfg: Any) -> None:  # before the load's registry checks import torch
+        if cfg.mode == "explore":
+            apply_env_vars(cfg.explorer.env_vars)
 
-        args.explorer_id, args.idle_timeout = None, 60.0
-        return explore_cmd.run(args)
-    if cfg.mode == "train":
-        from rft.cli import train_cmd
-
-        args.idle_timeout = None
-        return train_cmd.run(args)
+    cfg = load_config(args.config, args.override, before_parts=explorer_env)
+    if cfg.mode in ("explore", "train"):
+        return run_side(cfg, args)
     if cfg.mode == "bench":
         from rft.cli import bench_cmd
 
@@ -58,3 +57,23 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     failed = {k: v for k, v in summary.exit_codes.items() if v not in (0, None)}
     return 1 if failed else 0
+
+
+def run_side(cfg: Any, args: argparse.Namespace) -> int:
+    """Mode explore / train: that side in this process, its metrics fed to the configured sinks
+    by a follower thread beside it (mode both leaves the sinks to the supervisor)."""
+    from consumers.metric_follower import MODE_COMPONENTS, BackgroundMetricFollower
+    from rft.cli import explore_cmd, train_cmd
+
+    if cfg.mode == "explore":
+        args.explorer_id, args.idle_timeout = None, 60.0
+        side = explore_cmd.run
+    else:
+        args.idle_timeout = None
+        side = train_cmd.run
+    with BackgroundMetricFollower.for_component(cfg, MODE_COMPONENTS[cfg.mode]) as sinks:
+        code = side(args)
+    if sinks.error is not None:
+        print(f"rft run: metrics did not all reach the sinks: {sinks.error}", file=sys.stderr)
+        return code or 1
+    return code

@@ -265,6 +265,11 @@ class ConfigBinder:
             return MISSING_VALUE
         if origin is list:
             (item_hint,) = typing.get_args(hint) or (Any,)
+            if isinstance(raw, str | int | float | bool):
+                # a bare item stands for a list of one (`monitor_type: console`); a problem with
+                # it is reported at the key the user wrote, not at an index they did not
+                item = self.convert(item_hint, raw, path, bound)
+                return MISSING_VALUE if item is MISSING_VALUE else [item]
             if not isinstance(raw, list | tuple):
                 return self._fail(path, hint, raw)
             items = [

@@ -104,7 +104,7 @@ class _Checker:
 
 def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
-    from consumers.metric_sinks import METRIC_SINKS
+    from consumers.metric_sinks import SinkConfigError, check_sinks
     from producers.generators import TASK_GENERATORS
     from producers.task_selectors import TASK_SELECTORS
     from rft.algorithms.advantages import ADVANTAGE_FN
@@ -190,11 +190,14 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             c.args(f"{path}.generator_args", generator, taskset.generator_args, frozenset())
 
     rollout = cfg.explorer.rollout_model
-    c.look("explorer.rollout_model.engine_type", lambda: ROLLOUT_ENGINES.get(rollout.engine_type))
-    c.look("trainer.trainer_type", lambda: TRAINER_ENGINES.get(cfg.trainer.trainer_type))
-    c.look("trainer.optim.warmup_style", lambda: LR_SCHEDULES.get(cfg.trainer.optim.warmup_style))
-    c.look("synchronizer.sync_style", lambda: SYNC_STYLES.get(cfg.synchronizer.sync_style))
-    c.look("monitor.monitor_type", lambda: METRIC_SINKS.get(cfg.monitor.monitor_type))
+    c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type)
+    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.trainer_type)
+    c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
+    c.name("synchronizer.sync_style", SYNC_STYLES, cfg.synchronizer.sync_style)
+    try:  # names, optional packages (with the install command) and each sink's settings
+        check_sinks(cfg.monitor.monitor_type, cfg.monitor.monitor_args)
+    except SinkConfigError as exc:
+        c.issues.append(Issue(exc.key, str(exc)))
     c.look("stack.kafka.client", lambda: known_backend(cfg.stack.kafka.client))
     uri = cfg.stack.object_store.uri
     if uri is not None:

@@ -26,7 +26,6 @@ TasksetStorage = Literal["file", "generator"]
 ExperienceStorage = Literal["kafka", "queue", "sql"]
 PromptType = Literal["plaintext", "messages"]
 SyncMethod = Literal["checkpoint"]
-MonitorType = Literal["console", "tensorboard", "sql"]
 
 _RAY = "rft places components without Ray actors; coordination runs over Kafka"
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
@@ -392,19 +391,18 @@ class SynchronizerConfig:
 
 @dataclass
 class MonitorConfig:
-    """`monitor`: where metrics from the `metrics` topic are shown."""
+    """`monitor`: the sinks that metrics from the `metrics` topic are written to.
 
-    monitor_type: MonitorType = "console"
+    `monitor_type` names sinks of `consumers.metric_sinks.METRIC_SINKS` (one name or a list);
+    `monitor_args` holds their settings, per sink (`{tensorboard: {log_dir: ...}}`) or, with one
+    sink, flat. `consumers.metric_sinks.check_sinks` checks both.
+    """
+
+    monitor_type: list[str] = field(default_factory=lambda: ["console"])
     monitor_args: dict[str, Any] = field(default_factory=dict)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_ray_timeline": _RAY,
-    }
-    VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
-        "monitor_type": {
-            "wandb": Alias("console", "Weights & Biases is not supported; metrics go to console"),
-            "mlflow": Alias("console", "MLFlow is not supported; metrics go to console"),
-        }
     }
 
 

@@ -2,7 +2,8 @@
 
 The supervisor owns no training state: it brings the local stack up when the config points at it,
 publishes the tasksets once, starts the explorer and the trainer as separate processes, and follows
-the run through the `metrics` topic like any other sink. Ctrl-C stops the children in order.
+the run through the `metrics` topic, feeding the configured sinks (`monitor.monitor_type`) and its
+own summary. Ctrl-C stops the children in order.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.metric_sinks import METRIC_SINKS, MetricSink
+from consumers.metric_sinks import MetricFanout, check_sinks
 from consumers.run_plan import RunPlan
 from rft.config import RftConfig
 from rft.events.models import Metric
-from rft.events.reader import EventReader
+from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.supervisor.process_group import ProcessGroup
 
@@ -139,18 +140,28 @@ class RunSupervisor:
             argv += ["--override", item]
         return argv
 
+    @staticmethod
+    def _feed(batch: list[Envelope], sinks: MetricFanout, tracker: RunSummaryTracker) -> None:
+        for env in batch:
+            if isinstance(env.event, Metric):
+                sinks.write(env.event)
+                tracker.write(env.event)
+        if batch:
+            sinks.flush()
+
     def run(self, republish: bool = False) -> RunSummary:
         started = time.monotonic()
         started_ms = int(time.time() * 1000)
+        check_sinks(
+            self.cfg.monitor.monitor_type, self.cfg.monitor.monitor_args
+        )  # before the stack
         self.ensure_stack()
         self.publish(republish)
         log_dir = Path(self.cfg.checkpoint_root_dir) / self.cfg.project / self.cfg.name / "logs"
         group = ProcessGroup(log_dir=log_dir)
         summary = RunSummary()
         tracker = RunSummaryTracker(summary)
-        sink: MetricSink = METRIC_SINKS.get(self.cfg.monitor.monitor_type)(
-            **self.cfg.monitor.monitor_args
-        )
+        sinks = MetricFanout.for_config(self.cfg)
         print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
         group.start("trainer", self._child_argv("train"))
         group.start("explorer", self._child_argv("explore"))
@@ -161,15 +172,9 @@ class RunSupervisor:
             ) as metrics:
                 metrics.seek_to_timestamp(started_ms)
                 while group.running() and not group.failed():
-                    for env in metrics.poll(100, timeout_s=1.0):
-                        if isinstance(env.event, Metric):
-                            sink.write(env.event)
-                            tracker.write(env.event)
+                    self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker)
                 # drain what the children wrote just before exiting
-                for env in metrics.poll(500, timeout_s=2.0):
-                    if isinstance(env.event, Metric):
-                        sink.write(env.event)
-                        tracker.write(env.event)
+                self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker)
         except KeyboardInterrupt:
             print("\nrft run: interrupted, stopping explorer and trainer", flush=True)
             group.stop()
@@ -184,7 +189,7 @@ class RunSupervisor:
                         flush=True,
                     )
             group.stop()
-            sink.close()
+            sinks.close()
             summary.wall_s = time.monotonic() - started
             summary.peak_rss_bytes = group.peak_rss_bytes
             summary.exit_codes = {c.name: c.returncode for c in group.children}

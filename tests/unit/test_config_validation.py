@@ -139,13 +139,13 @@ def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     err = error_for(
         tmp_path,
         MINIMAL,
-        ("buffer.batch_size=0", "synchronizer.sync_interval=0", "monitor.monitor_type=grafana"),
+        ("buffer.batch_size=0", "synchronizer.sync_interval=0", "trainer.grad_clip=0"),
     )
     assert isinstance(err, ConfigValidationError)
     assert {p.path for p in err.problems} == {
         "buffer.batch_size",
         "synchronizer.sync_interval",
-        "monitor.monitor_type",
+        "trainer.grad_clip",
     }
     assert str(err).startswith("3 problems in the config")
 
