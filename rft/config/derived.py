@@ -59,8 +59,11 @@ def fill_derived(cfg: RftConfig) -> None:
     rollout = cfg.explorer.rollout_model
     if rollout.dtype is None:
         rollout.dtype = model.dtype
-    if cfg.explorer.runner_num is None:
-        cfg.explorer.runner_num = rollout.engine_num * cfg.explorer.runner_per_model
+    explorer = cfg.explorer
+    if explorer.runner_num is None:
+        explorer.runner_num = rollout.engine_num * explorer.runner_per_model
+    else:  # Trinity's older total over all engines: tasks in flight per engine follow from it
+        explorer.runner_per_model = max(1, explorer.runner_num // rollout.engine_num)
 
 
 def _fill_taskset(
@@ -130,6 +133,20 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 f"{model.min_response_tokens} exceeds model.max_response_tokens "
                 f"({model.max_response_tokens})",
             )
+        )
+
+    if cfg.stack.kafka.schema_registry_url is not None:
+        issues.append(
+            Issue(
+                "stack.kafka.schema_registry_url",
+                "the event plane does not use a schema registry yet: events carry Avro "
+                "single-object encoding with the schema fingerprint; remove this key",
+            )
+        )
+    betas = cfg.trainer.optim.betas
+    if len(betas) != 2:
+        issues.append(
+            Issue("trainer.optim.betas", f"needs two numbers (beta1, beta2), got {betas}")
         )
 
     inputs = cfg.buffer.explorer_input

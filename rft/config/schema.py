@@ -104,12 +104,15 @@ class FormatConfig:
     system_prompt: str | None = None
     system_prompt_key: str | None = None
     messages_key: str = "message"
-    tools_key: str = "tools"
-    chosen_key: str = "chosen"
-    rejected_key: str = "rejected"
     reply_prefix: str | None = None
     chat_template: str | None = None
-    enable_concatenated_multi_turn: bool = False
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "tools_key": "no rft workflow offers tools yet; tool definitions in rows are not read",
+        "chosen_key": "DPO is not built yet; preference pairs are not read",
+        "rejected_key": "DPO is not built yet; preference pairs are not read",
+        "enable_concatenated_multi_turn": "rft's workflows are single-turn; no turns are joined",
+    }
 
     def as_task_format(self) -> dict[str, str]:
         """The string map carried by Task events (unset entries left out)."""

@@ -48,7 +48,12 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
         o.offset for o in plan.checkpoint_store().read_manifest(STEPS // 2).consumed_offsets
     )
     assert at_end > trained_to  # the group is past experiences the first run never trained
-    second = run_verb("train", config_path, f"trainer.total_steps={STEPS}")
+    store = plan.checkpoint_store()
+    half = store.read_manifest(STEPS // 2)  # read now: the second run prunes old versions
+    second = run_verb(
+        "train", config_path, f"trainer.total_steps={STEPS}", "trainer.max_checkpoints_to_keep=2"
+    )
+    assert store.list_versions() == [STEPS - 1, STEPS]  # max_checkpoints_to_keep pruned the rest
 
     summaries = [json.loads(out.strip().splitlines()[-1]) for out, _ in (first, second)]
     assert summaries[0]["experiences"] == per_step * (STEPS // 2)
@@ -58,8 +63,6 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
         in second[1]
     )
 
-    store = plan.checkpoint_store()
-    half = store.read_manifest(STEPS // 2)
     full = store.read_manifest(STEPS)
     # offsets count transaction markers too, so compare positions, not event counts
     before = {(o.topic, o.partition): o.offset for o in half.consumed_offsets}
@@ -67,3 +70,15 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
     assert before and all(after[tp] >= offset for tp, offset in before.items())
     assert sum(after.values()) > sum(before.values())
     assert full.parent_version is not None and full.parent_version >= STEPS // 2
+
+    # continue_from_checkpoint: false starts from step 0 and ignores the checkpoints: it reads from
+    # its group's committed offsets (at the end), finds nothing, and stops after the read timeout
+    fresh_out, fresh_err = run_verb(
+        "train",
+        config_path,
+        "continue_from_checkpoint=false",
+        "buffer.trainer_input.experience_buffer.max_read_timeout=3",
+    )
+    fresh = json.loads(fresh_out.strip().splitlines()[-1])
+    assert fresh["steps"] == 0 and fresh["experiences"] == 0
+    assert "resumed from checkpoint" not in fresh_err

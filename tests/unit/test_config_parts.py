@@ -134,3 +134,15 @@ def test_replay_is_refused_until_it_exists(tmp_path: Path) -> None:
     override = "buffer.trainer_input.experience_buffer.replay_buffer.enable=true"
     with pytest.raises(ConfigValidationError, match="experience replay is not built yet"):
         load_config(write(tmp_path, MINIMAL), [override])
+
+
+def test_trinity_runner_num_sets_tasks_in_flight_per_engine(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, MINIMAL), ["explorer.runner_num=32"])
+    assert cfg.explorer.runner_per_model == 32  # one engine: all 32 runners on it
+    cfg = load_config(write(tmp_path, MINIMAL), ["explorer.runner_per_model=4"])
+    assert cfg.explorer.runner_num == 4
+
+
+def test_betas_need_two_numbers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigValidationError, match="needs two numbers"):
+        load_config(write(tmp_path, MINIMAL), ["trainer.optim.betas=0.9"])

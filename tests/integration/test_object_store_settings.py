@@ -1,0 +1,37 @@
+"""The object store's credentials and region reach the S3 client: the real MinIO accepts the right
+ones and refuses a wrong access key or a region it does not serve."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rft.config.connections import StackSettings
+from rft.errors import StorageError
+from rft.storage.object_store import S3ObjectStore
+
+pytestmark = pytest.mark.integration
+
+
+def test_access_key_and_region_are_what_the_client_signs_with(stack: StackSettings, unique: str):
+    good = dataclasses.replace(stack.object_store, bucket=unique, region="us-east-1")
+    store = S3ObjectStore(good, bucket=unique, prefix="p")
+    store.ensure_bucket()
+    store.put_bytes("k", b"v")
+    assert store.get_bytes("k") == b"v"
+    store.close()
+
+    wrong_key = S3ObjectStore(
+        dataclasses.replace(good, access_key="not-the-key"), bucket=unique, prefix="p"
+    )
+    with pytest.raises(StorageError):
+        wrong_key.get_bytes("k")
+    wrong_key.close()
+
+    wrong_region = S3ObjectStore(
+        dataclasses.replace(good, region="ap-south-2"), bucket=unique, prefix="p"
+    )
+    with pytest.raises(StorageError):
+        wrong_region.get_bytes("k")
+    wrong_region.close()
