@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.evaluation import evaluate_tasksets, read_eval_tasks
+from consumers.evaluation import eval_params, evaluate_tasksets, read_eval_tasks
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import load_version
 from producers.metric_emitter import MetricEmitter
@@ -153,7 +153,7 @@ class Bench:
                     result = evaluate_tasksets(
                         engine,
                         eval_tasks,
-                        self.cfg.model.max_response_tokens,
+                        eval_params(self.cfg.model),
                         at=f"version {version}",
                     )
                     metrics.emit(version, result.metric_values())

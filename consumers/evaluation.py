@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rft.config.connections import KafkaSettings
+from rft.config.schema import ModelConfig
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.events.models import Task
 from rft.events.reader import EventReader
@@ -84,13 +85,25 @@ class EvalResult:
         )
 
 
+def eval_params(model: ModelConfig) -> SamplingParams:
+    """Greedy, one rollout per task, under the model section's sampling limits (response length,
+    repetition penalty, minimum length): the same for explorers and bench."""
+    return SamplingParams(
+        max_tokens=model.max_response_tokens,
+        temperature=0.0,
+        n=1,
+        repetition_penalty=model.repetition_penalty,
+        min_tokens=model.min_response_tokens,
+    )
+
+
 def evaluate_tasksets(
-    engine: RolloutEngine, eval_tasks: dict[str, list[Task]], max_tokens: int, *, at: str
+    engine: RolloutEngine, eval_tasks: dict[str, list[Task]], params: SamplingParams, *, at: str
 ) -> EvalResult:
-    """Greedy accuracy of `engine` on each taskset; `at` says when, for the log lines."""
+    """Accuracy of `engine` on each taskset under `params` (see `eval_params`); `at` says when,
+    for the log lines."""
     accuracy: dict[str, float] = {}
     counts: dict[str, int] = {}
-    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, n=1)
     for name, tasks in sorted(eval_tasks.items()):
         runnable, _ = split_runnable(tasks)
         started = time.monotonic()

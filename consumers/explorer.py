@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from opentelemetry import trace
 
-from consumers.evaluation import correctness, evaluate_tasksets, read_eval_tasks
+from consumers.evaluation import correctness, eval_params, evaluate_tasksets, read_eval_tasks
 from consumers.explorer_env import apply_env_vars
 from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.run_plan import RunPlan
@@ -400,7 +400,7 @@ class Explorer:
             result = evaluate_tasksets(
                 engine,
                 self._load_eval_tasks(),
-                self.cfg.model.max_response_tokens,
+                eval_params(self.cfg.model),
                 at=f"step {step}",
             )
         self.summary.eval_accuracy[step] = result.accuracy

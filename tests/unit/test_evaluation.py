@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from consumers.evaluation import evaluate_tasksets
+from consumers.evaluation import eval_params, evaluate_tasksets
+from rft.config.schema import ModelConfig
 from rft.events.models import Task
 from tests.unit.test_workflows import CannedEngine, make_task
 
@@ -39,7 +40,10 @@ def test_accuracy_per_taskset_and_metric_values() -> None:
             eval_task("s4", "sub", "What is 2 - 2?", None),
         ],
     }
-    result = evaluate_tasksets(engine, tasks, max_tokens=8, at="version 3")
+    model = ModelConfig(
+        model_path="tiny", max_response_tokens=8, repetition_penalty=1.2, min_response_tokens=2
+    )
+    result = evaluate_tasksets(engine, tasks, eval_params(model), at="version 3")
     assert result.accuracy == {"add": 0.5, "sub": 2 / 3}
     assert result.tasks == {"add": 2, "sub": 3}
     # one greedy rollout per task, one generate call per taskset
@@ -47,6 +51,9 @@ def test_accuracy_per_taskset_and_metric_values() -> None:
         (2, 1, 0.0),
         (3, 1, 0.0),
     ]
+    # the model section's sampling limits apply to evaluation as to exploration
+    for _, params in engine.calls:
+        assert (params.max_tokens, params.repetition_penalty, params.min_tokens) == (8, 1.2, 2)
     values = result.metric_values()
     assert values == {
         "eval/add/accuracy": 0.5,
@@ -57,6 +64,7 @@ def test_accuracy_per_taskset_and_metric_values() -> None:
 
 
 def test_no_tasksets_give_no_mean() -> None:
-    result = evaluate_tasksets(CannedEngine({}), {}, max_tokens=8, at="step 0")
+    params = eval_params(ModelConfig(model_path="tiny"))
+    result = evaluate_tasksets(CannedEngine({}), {}, params, at="step 0")
     assert result.accuracy == {}
     assert math.isnan(result.metric_values()["eval_accuracy"])
