@@ -177,18 +177,20 @@ def test_bad_url_names_the_config_key() -> None:
 
 def config_with_mirror(tmp_path: Path, path: str | None) -> object:
     config = tmp_path / "run.yaml"
-    config.write_text(
+    text = (
         "project: p\nname: n\nmode: train\nmodel: {model_path: tiny}\n"
+        "algorithm: {repeat_times: 2}\n"
         f"checkpoint_root_dir: {tmp_path / 'ckpt'}\nbuffer: {{batch_size: 2, total_steps: 1}}\n"
     )
-    cfg = load_config(config)
-    buffer = cfg.buffer.trainer_input.experience_buffer
-    assert mirror_target(cfg) is None  # the default buffer: the topic only
-    # the config side (accepting `sql`) is written elsewhere; set what it will produce
-    buffer.storage_type = "sql"  # type: ignore[assignment]
-    buffer.name = "gsm8k_buffer"
-    buffer.path = path
-    return cfg
+    config.write_text(text)
+    assert mirror_target(load_config(config)) is None  # the default buffer: the topic only
+    buffer = "  trainer_input:\n    experience_buffer:\n      name: gsm8k_buffer\n"
+    buffer += "      storage_type: sql\n" + (f"      path: '{path}'\n" if path else "")
+    config.write_text(
+        text.replace("buffer: {batch_size: 2, total_steps: 1}\n", "")
+        + ("buffer:\n  batch_size: 2\n  total_steps: 1\n" + buffer)
+    )
+    return load_config(config)
 
 
 def test_config_turns_the_mirror_on_and_the_topic_stays(tmp_path: Path) -> None:

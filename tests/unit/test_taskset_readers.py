@@ -435,7 +435,8 @@ def test_trinity_config_without_split_reads_train(tmp_path: Path) -> None:
     root = gsm8k_folder(tmp_path / "gsm8k")
     config = tmp_path / "run.yaml"
     config.write_text(
-        "project: p\nname: n\nmodel: {model_path: tiny}\nbuffer:\n  batch_size: 2\n"
+        "project: p\nname: n\nmodel: {model_path: tiny}\nalgorithm: {repeat_times: 2}\n"
+        "buffer:\n  batch_size: 2\n"
         "  explorer_input:\n    default_workflow_type: math_workflow\n"
         "    taskset:\n      name: gsm8k\n      storage_type: file\n"
         f"      path: {root}\n      subset_name: main\n"
