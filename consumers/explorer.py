@@ -167,6 +167,7 @@ class Explorer:
                 [topics.tasks],
                 from_beginning=True,
                 dead_letter_topic=topics.dead_letter,
+                config=self.plan.consumer_config,
             ) as tasks,
             EventWriter.open(
                 kafka, transactional_id=f"{self.plan.explorer_group}.{self.explorer_id}"

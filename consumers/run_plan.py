@@ -48,6 +48,20 @@ class RunPlan:
         return self.cfg.buffer.trainer_input.experience_buffer.topic or self.topics.experiences
 
     @property
+    def consumer_config(self) -> dict[str, int]:
+        """Client settings of the explorer's and trainer's consumers.
+
+        Kafka drops a member that does not poll within `max.poll.interval.ms` (default 5 min),
+        and its commits then fail. A step, an evaluation or a retried rollout on a slow CPU can
+        take longer, so members get an hour, or more when explorer.max_timeout x
+        (max_retry_times + 1) needs it. A crashed process is still noticed within the session
+        timeout: heartbeats come from the client's own thread.
+        """
+        ex = self.cfg.explorer
+        worst_rollout_s = ex.max_timeout * (ex.max_retry_times + 1)
+        return {"max.poll.interval.ms": int(max(3600.0, 2 * worst_rollout_s) * 1000)}
+
+    @property
     def repeat_times(self) -> int:
         return self.cfg.algorithm.repeat_times
 

@@ -34,7 +34,7 @@ from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
-from rft.errors import ConfigError
+from rft.errors import ConfigError, TransportError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
@@ -182,6 +182,7 @@ class Trainer:
                 [self.plan.experience_topic],
                 from_beginning=True,
                 dead_letter_topic=topics.dead_letter,
+                config=self.plan.consumer_config,
             ) as reader,
             # From the beginning: a request sent before this group's first assignment must not be
             # lost; requests that a published version already answers are ignored below.
@@ -228,7 +229,7 @@ class Trainer:
                 self._train_step(step, [a.exp for a in batch], engine, metrics, wait_s)
                 for item in batch:
                     ledger.settled(item.tp, item.offset)
-                reader.commit()  # group offsets for monitoring only; resumes use manifests
+                self._commit_for_monitoring(reader)
                 if self.style.should_publish(step) or step == total_steps:
                     final = step == total_steps
                     self._publish(
@@ -251,6 +252,14 @@ class Trainer:
         return self.summary
 
     # -- pieces -------------------------------------------------------------------------------
+
+    def _commit_for_monitoring(self, reader: EventReader) -> None:
+        """Commit the group's offsets, which only tools like lag monitors read: resumes use the
+        manifest's offsets, so a failed commit (e.g. after a rebalance) costs nothing to say."""
+        try:
+            reader.commit()
+        except TransportError as exc:
+            log.warning("group offset commit failed (resumes use the manifest's offsets): %s", exc)
 
     def _sync_requested(self, control: EventReader, last_published: int) -> bool:
         """Whether an unanswered SyncRequest arrived: one from an explorer still on a version at

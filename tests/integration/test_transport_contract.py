@@ -343,3 +343,31 @@ def test_unreachable_broker_is_a_transport_error_not_a_hang(kafka: KafkaSettings
                 reader.poll(10, 0.5)
     with kafka_backend(nowhere).admin() as admin, pytest.raises(TransportError):
         admin.list_topics(timeout_s=2.0)
+
+
+def test_a_member_that_works_past_its_poll_interval_loses_its_commit(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    """`max.poll.interval.ms` given as reader config reaches both clients: a member that works
+    longer than it between polls is dropped, and its commit fails as a TransportError (which the
+    trainer survives and `RunPlan.consumer_config` sizes so a real step never hits)."""
+    topic = make_topic(kafka, f"{unique}.poll")
+    with EventWriter.open(kafka) as writer:
+        for step in range(3):
+            writer.send(topic, metric(step))
+        writer.flush()
+    short = {
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+        "max.poll.interval.ms": 7000,
+    }
+    with EventReader.open(kafka, f"{unique}-short", [topic], config=short) as reader:
+        assert len(read(reader, 3)) == 3
+        time.sleep(10)  # longer than max.poll.interval.ms: the client leaves the group
+        with pytest.raises(TransportError, match="commit"):
+            reader.commit()
+    roomy = {**short, "max.poll.interval.ms": 60000}
+    with EventReader.open(kafka, f"{unique}-roomy", [topic], config=roomy) as reader:
+        assert len(read(reader, 3)) == 3
+        time.sleep(10)
+        assert reader.commit()  # still a member: the same pause within its interval commits

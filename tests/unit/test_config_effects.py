@@ -111,3 +111,12 @@ def test_trainer_and_explorer_names_pick_their_consumer_groups(tmp_path: Path) -
     )
     assert base.trainer_group != other.trainer_group and other.trainer_group.endswith("trainer-b")
     assert other.explorer_group.endswith("explorer-b")
+
+
+def test_consumers_may_work_longer_than_a_rollout_can_take(tmp_path: Path) -> None:
+    default = RunPlan(load_config(write(tmp_path))).consumer_config["max.poll.interval.ms"]
+    assert default >= 3600 * 1000  # a slow step or a long eval keeps group membership
+    slow = RunPlan(
+        load_config(write(tmp_path), ["explorer.max_timeout=3000", "explorer.max_retry_times=2"])
+    ).consumer_config["max.poll.interval.ms"]
+    assert slow >= 3000 * 3 * 1000  # every try of a rollout fits between two polls
