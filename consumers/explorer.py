@@ -174,7 +174,11 @@ class Explorer:
             ) as tx,
             EventWriter.open(kafka) as plain,
             WeightFollower(
-                kafka, topics.weights, weights_group, self.plan.checkpoint_store()
+                kafka,
+                topics.weights,
+                weights_group,
+                self.plan.checkpoint_store(),
+                consumer_config=self.plan.consumer_config,
             ) as follower,
         ):
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)

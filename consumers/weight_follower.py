@@ -12,7 +12,9 @@ import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rft.config.connections import KafkaSettings
 from rft.engines.rollout import RolloutEngine
@@ -47,12 +49,15 @@ class WeightFollower:
         group_id: str,
         checkpoints: CheckpointStore,
         workdir: Path | None = None,
+        consumer_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
-        self._reader = EventReader.open(kafka, group_id, [weights_topic], from_beginning=True)
+        self._reader = EventReader.open(
+            kafka, group_id, [weights_topic], from_beginning=True, config=consumer_config
+        )
 
     def poll(self, timeout_s: float = 0.0) -> WeightVersion | None:
         """Read announcements that arrived; return the newest known one."""

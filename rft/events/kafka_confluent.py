@@ -483,6 +483,15 @@ class ConfluentRecordConsumer(RecordConsumer):
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError._MAX_POLL_EXCEEDED:
+                    # the member left its group while the application worked; this poll rejoins
+                    # it, and the group's committed offsets say where reading resumes
+                    log.warning(
+                        "%s: left the consumer group after working past max.poll.interval.ms; "
+                        "rejoining",
+                        self._topics,
+                    )
+                    continue
                 raise TransportError(
                     f"consuming {m.topic()}[{m.partition()}] failed: {err.name()}: {err.str()}"
                 )

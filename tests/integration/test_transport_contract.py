@@ -366,6 +366,12 @@ def test_a_member_that_works_past_its_poll_interval_loses_its_commit(
         time.sleep(10)  # longer than max.poll.interval.ms: the client leaves the group
         with pytest.raises(TransportError, match="commit"):
             reader.commit()
+        # the next poll rejoins the group (no error), and reading and committing go on
+        with EventWriter.open(kafka) as writer:
+            writer.send(topic, metric(3))
+            writer.flush()
+        assert read(reader, 1, timeout_s=60.0)
+        assert reader.commit()
     roomy = {**short, "max.poll.interval.ms": 60000}
     with EventReader.open(kafka, f"{unique}-roomy", [topic], config=roomy) as reader:
         assert len(read(reader, 3)) == 3
