@@ -124,7 +124,11 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
 
     c = _Checker()
     algo = cfg.algorithm
-    c.name("algorithm.algorithm_type", ALGORITHM_TYPES, algo.algorithm_type)
+    preset = c.name("algorithm.algorithm_type", ALGORITHM_TYPES, algo.algorithm_type)
+    if preset is not None and preset.unavailable is not None:  # registered, but needs more
+        c.issues.append(
+            Issue("algorithm.algorithm_type", f"{algo.algorithm_type!r} {preset.unavailable}")
+        )
     for key, registry in (
         ("advantage_fn", ADVANTAGE_FN),
         ("policy_loss_fn", POLICY_LOSS_FN),
