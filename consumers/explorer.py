@@ -6,8 +6,10 @@ Experience per rollout tagged with the weight version that produced it. A task w
 keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
 parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
 offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
-that commit. Between steps the explorer follows the synchronizer's sync style to load new weight
-versions.
+that commit. Weights follow the synchronizer (consumers.explorer_sync): before each step the
+explorer waits for the version its sync style and the η bound require, and under fully_async it
+also loads new versions between rollout chunks; each Experience carries the version that sampled
+it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from opentelemetry import trace
 from consumers.evaluation import correctness, eval_params, evaluate_tasksets, read_eval_tasks
 from consumers.explorer_env import apply_env_vars
 from consumers.explorer_progress import progress_metadata, resumed_step
+from consumers.explorer_sync import ExplorerSync
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
@@ -40,7 +43,7 @@ from rft.engines.rollout import (
 )
 from rft.errors import RftError, TasksetError
 from rft.events.codec import EventCodec
-from rft.events.models import DeadLetter, Experience, SyncRequest, Task
+from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
@@ -81,10 +84,9 @@ class Explorer:
         self.plan = RunPlan(cfg)
         self.explorer_id = explorer_id or default_explorer_id()
         self.idle_timeout_s = idle_timeout_s
+        sync = cfg.synchronizer
         self.style = build_sync_style(
-            cfg.synchronizer.sync_style,
-            cfg.synchronizer.sync_interval,
-            cfg.synchronizer.sync_offset,
+            sync.sync_style, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness
         )
         self._engine = engine
         self.summary = ExplorerSummary()
@@ -182,6 +184,14 @@ class Explorer:
             ) as follower,
         ):
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
+            sync = ExplorerSync(
+                self.cfg.synchronizer,
+                self.style,
+                follower,
+                explorer_id=self.explorer_id,
+                control_topic=topics.control,
+                weights_topic=topics.weights,
+            )
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
                 follower.load_newest(engine)
@@ -197,7 +207,7 @@ class Explorer:
                 self._evaluate(engine, metrics, step=step)
             idle_since = time.monotonic()
             while step < total_steps and not stop.is_set():
-                self._sync_before(step + 1, engine, follower, plain)
+                sync.before_step(step + 1, engine, plain)
                 batch = self._poll_batch(tasks, stop)
                 if not batch:
                     if time.monotonic() - idle_since > self.idle_timeout_s:
@@ -208,43 +218,12 @@ class Explorer:
                     continue
                 idle_since = time.monotonic()
                 step += 1
-                self._explore_step(step, batch, engine, tasks, tx, metrics)
+                self._explore_step(step, batch, engine, tasks, tx, metrics, sync)
                 if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
                     self._evaluate(engine, metrics, step)
             self.summary.steps = step
             plain.flush()
         return self.summary
-
-    def _sync_before(
-        self, step: int, engine: RolloutEngine, follower: WeightFollower, plain: EventWriter
-    ) -> None:
-        timeout = self.cfg.synchronizer.sync_timeout
-        need = self.style.required_version(step)
-        if self.style.should_request(step):
-            plain.send(
-                self.plan.topics.control,
-                SyncRequest(self.explorer_id, engine.model_version, step),
-                key=self.explorer_id,
-            )
-            plain.flush()
-            need = engine.model_version + 1
-        if need > engine.model_version:
-            started = time.monotonic()
-            latest = follower.wait_for(need, timeout)
-            if latest is None or latest.version < need:
-                if self.style.should_request(step):
-                    log.info("step %d: no newer weights within %.0fs, going on", step, timeout)
-                else:
-                    log.warning(
-                        "step %d needs weight version %d, still at %s after %.0fs; going on",
-                        step,
-                        need,
-                        None if latest is None else latest.version,
-                        time.monotonic() - started,
-                    )
-        else:
-            follower.poll()
-        follower.load_newest(engine)
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         """Up to batch_size tasks; waits a little for a full batch, returns what it has."""
@@ -265,6 +244,7 @@ class Explorer:
         tasks: EventReader,
         tx: EventWriter,
         metrics: MetricEmitter,
+        sync: ExplorerSync,
     ) -> None:
         with tracer.start_as_current_span("explorer.step", context=batch[0].trace_context) as span:
             span.set_attribute("rft.step", step)
@@ -275,10 +255,18 @@ class Explorer:
                     by_id[env.event.task_id] = env
             runnable, rejected = split_runnable([by_id[k].event for k in by_id])  # type: ignore[misc]
             started = time.monotonic()
-            outcome = run_step(runnable, engine, self._base_params(step), self._step_limits())
+            version = engine.model_version  # at the step's start; a task's own may be newer
+            outcome = run_step(
+                runnable,
+                engine,
+                self._base_params(step),
+                self._step_limits(),
+                before_rollout=lambda ids: sync.between_rollouts(engine, ids),
+            )
             results = outcome.results
             rollout_s = time.monotonic() - started
-            version = engine.model_version
+            step_sync = sync.current
+            task_versions = step_sync.task_versions if step_sync is not None else {}
             given_up: dict[str, RftError] = {
                 task_id: TasksetError(f"task {task_id} rejected by its workflow: {why}")
                 for task_id, why in rejected.items()
@@ -287,7 +275,8 @@ class Explorer:
             tx.begin()
             sent = 0
             for result in results:
-                for exp in self._experiences(result, version):
+                sampled_by = task_versions.get(result.task.task_id, version)
+                for exp in self._experiences(result, sampled_by):
                     tx.send(self.plan.experience_topic, exp, key=exp.task_id)
                     sent += 1
             for task_id, error in given_up.items():
@@ -295,8 +284,15 @@ class Explorer:
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
             tx.commit()
             span.set_attribute("rft.experiences", sent)
+        sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
         self._record_step(
-            step, results, rollout_s, version, len(given_up), metrics, outcome.metrics()
+            step,
+            results,
+            rollout_s,
+            version,
+            len(given_up),
+            metrics,
+            outcome.metrics() | sync_metrics | {"model_version_end": float(engine.model_version)},
         )
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:

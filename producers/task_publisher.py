@@ -1,8 +1,9 @@
 """`TaskPublisher`: turns loaded tasksets into Task events on the tasks (or eval-tasks) topic.
 
 Training tasksets are written `epochs` times, each epoch in the order of the taskset's task
-selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded random draws); eval
-tasksets once, in file order. Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
+selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded random draws, an
+offline easy-to-hard curriculum); eval tasksets once, in file order. A training taskset with an
+online selector (difficulty_based) is left to the task feeder (`producers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
 in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
 """
 
@@ -17,11 +18,12 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from producers.task_selectors import TASK_SELECTORS
+from producers.task_selectors import TASK_SELECTORS, is_online
 from producers.taskset_reader import LoadedTaskset, load_taskset
 from producers.taskset_rows import BadRow
 from rft.config.connections import KafkaSettings
 from rft.config.schema import RftConfig
+from rft.errors import ConfigError
 from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
@@ -43,6 +45,7 @@ class PublishSummary:
     counts: dict[str, dict[int, int]] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)
     bad_rows: dict[str, list[BadRow]] = field(default_factory=dict)
+    fed_online: list[str] = field(default_factory=list)  # tasksets left to the task feeder
 
     @property
     def total(self) -> int:
@@ -60,6 +63,11 @@ class PublishSummary:
             out.append(f"{name} -> {self.topics[name]}: {sum(per_epoch.values())} tasks ({epochs})")
         for name, rows in self.bad_rows.items():
             out.extend(f"{name}: skipped bad row {bad}" for bad in rows)
+        out.extend(
+            f"{name}: its online task selector publishes batch by batch from rewards: run "
+            "`rft feed` (rft run starts it)"
+            for name in self.fed_online
+        )
         return out
 
 
@@ -71,8 +79,16 @@ def epoch_order(taskset: LoadedTaskset, seed: int, epoch: int) -> list[int]:
     """Positions of the rows in the order epoch `epoch` publishes them (eval: file order)."""
     if taskset.is_eval:
         return list(range(len(taskset.rows)))
+    if is_online(taskset.selector):
+        raise ConfigError(
+            f"taskset {taskset.name!r}: task_selector {taskset.selector!r} chooses tasks from "
+            "observed rewards, batch by batch: its tasks come from the task feeder (`rft feed`), "
+            "not from an up-front publish"
+        )
     selector = TASK_SELECTORS.get(taskset.selector)
-    return selector(len(taskset.rows), epoch, seed, **taskset.selector_args)
+    return selector(
+        len(taskset.rows), epoch, seed, taskset.selector_features, **taskset.selector_args
+    )
 
 
 class TaskPublisher:
@@ -166,6 +182,9 @@ def publish_tasksets(
     """Training tasksets to `topics.tasks` (`epochs` epochs), eval ones to `topics.eval_tasks`."""
     summary = PublishSummary()
     for taskset in tasksets:
+        if not taskset.is_eval and is_online(taskset.selector):
+            summary.fed_online.append(taskset.name)  # the task feeder publishes it (rft feed)
+            continue
         topic = topics.eval_tasks if taskset.is_eval else topics.tasks
         publisher.publish(taskset, topic, epochs=epochs, seed=seed, summary=summary)
     return summary

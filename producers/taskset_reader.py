@@ -10,6 +10,7 @@ caller to report. Either way no row is dropped silently.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,8 +110,10 @@ class LoadedTaskset:
     repeat_times: int
     rollout_args: dict[str, Any]
     is_eval: bool
-    selector: str = "sequential"  # a name in producers.task_selectors.TASK_SELECTORS
+    selector: str = "sequential"  # a name in producers.task_selectors' registries
     selector_args: dict[str, Any] = field(default_factory=dict)
+    # per row (aligned with `rows`): its values of task_selector.feature_keys; None without keys
+    selector_features: list[tuple[float, ...]] | None = None
 
 
 class BadTasksetError(TasksetError):
@@ -149,7 +152,9 @@ def load_taskset(
         if isinstance(row, BadRow):
             bad_rows.append(row)
             continue
-        problem = workflow.check_payload(row.payload, fmt)
+        problem = workflow.check_payload(row.payload, fmt) or feature_problem(
+            row.payload, taskset.task_selector.feature_keys
+        )
         if problem:
             bad_rows.append(BadRow(row.index, row.origin, problem))
         else:
@@ -171,7 +176,27 @@ def load_taskset(
         is_eval=is_eval,
         selector=taskset.task_selector.selector_type,
         selector_args=dict(taskset.task_selector.kwargs),
+        selector_features=selector_features(rows, taskset.task_selector.feature_keys),
     )
+
+
+def feature_problem(payload: dict[str, Any], feature_keys: list[str]) -> str | None:
+    """Why a row cannot serve its selector's feature columns (missing or not a number)."""
+    for key in feature_keys:
+        value = payload.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"task_selector.feature_keys: column {key!r} must be a number, got {value!r}"
+        if not math.isfinite(value):
+            return f"task_selector.feature_keys: column {key!r} must be finite, got {value!r}"
+    return None
+
+
+def selector_features(
+    rows: list[TasksetRow], feature_keys: list[str]
+) -> list[tuple[float, ...]] | None:
+    if not feature_keys:
+        return None
+    return [tuple(float(r.payload[k]) for k in feature_keys) for r in rows]
 
 
 def task_format(

@@ -154,6 +154,43 @@ def reinforce_plus_plus_advantage(
     return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
 
 
+# Trinity-RFT's spelling; rft's first name stays an alias
+ADVANTAGE_FN.add("reinforceplusplus", reinforce_plus_plus_advantage)
+
+
+@ADVANTAGE_FN.register("reinforce")
+def reinforce_advantage(
+    rewards: torch.Tensor, group_index: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Plain REINFORCE: the reward itself is the advantage, A_i = r_i (no baseline).
+
+    TOPR's paper trains on it; its tapering of negative examples is in the loss (`topr`).
+    """
+    r = _checked_rewards(rewards, group_index)
+    stats = group_stats(r, group_index)
+    return r.to(_out_dtype(rewards)), _summary(r, r, stats.counts.numel())
+
+
+@ADVANTAGE_FN.register("asymre")
+def asymre_advantage(
+    rewards: torch.Tensor, group_index: torch.Tensor, baseline_shift: float = -0.1
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """AsymRE: REINFORCE with a group-mean baseline shifted by `baseline_shift`.
+
+    A_i = r_i - (mean_g + baseline_shift) for a group of two or more; a group of one has no
+    baseline (A_i = r_i). A negative shift (the default -0.1) lowers the baseline, so every
+    rollout is pushed up a little more than it is pushed down: the asymmetry that keeps
+    off-policy REINFORCE from collapsing.
+    """
+    r = _checked_rewards(rewards, group_index)
+    stats = group_stats(r, group_index)
+    baseline = torch.where(
+        stats.counts > 1, stats.mean + baseline_shift, torch.zeros_like(stats.mean)
+    )
+    adv = r - baseline[stats.inverse]
+    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+
+
 OpmdBaseline = Callable[[torch.Tensor, GroupStats, torch.Tensor, float], torch.Tensor]
 
 OPMD_BASELINES: Registry[OpmdBaseline] = Registry("algorithm.advantage_fn_args.opmd_baseline")

@@ -8,6 +8,7 @@ log-probabilities (and entropy) of a batch and gets one scalar to backpropagate:
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ import torch
 from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.kl import KL_FN, apply_kl_penalty
+from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec, resolve_algorithm, validate_spec
 from rft.algorithms.tensor_checks import AlgorithmInputError
@@ -25,15 +27,22 @@ from rft.algorithms.tensor_checks import AlgorithmInputError
 class LossBatch:
     """Per-token tensors [B, T] of a training batch that do not depend on the current weights.
 
-    old_logprob: log-probabilities under the rollout policy (from the Experience events).
+    old_logprob: log-probabilities under the rollout (behaviour) policy, from the Experience
+        events.
     advantages: token advantages (see compute_advantages); None for algorithms without them.
     ref_logprob: reference-model log-probabilities; needed only when spec.use_reference.
+    prox_logprob: log-probabilities under the proximal policy (the weights before this
+        optimizer step), for losses that declare `prox_logprob` (decoupled_ppo). None: the
+        loss takes the recomputed logprob.detach(), which is exact while the trainer takes one
+        optimizer step per batch; a trainer taking several must record them before its first
+        step and set them here.
     """
 
     action_mask: torch.Tensor
     old_logprob: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     ref_logprob: torch.Tensor | None = None
+    prox_logprob: torch.Tensor | None = None
 
 
 class AlgorithmLoss:
@@ -45,6 +54,7 @@ class AlgorithmLoss:
         self.loss_agg_mode = spec.effective_loss_agg_mode
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
+        self._takes_prox = "prox_logprob" in inspect.signature(self._policy_fn).parameters
         self._kl_fn = KL_FN.get(spec.kl_loss_fn)
         self._kl_args = spec.kl_loss_args()
         self._entropy_fn = ENTROPY_LOSS_FN.get(spec.entropy_loss_fn)
@@ -67,12 +77,14 @@ class AlgorithmLoss:
         `needs_reference` is False. Terms with a zero coefficient are skipped entirely.
         """
         mode = self.loss_agg_mode
+        extra = {"prox_logprob": batch.prox_logprob} if self._takes_prox else {}
         loss, metrics = self._policy_fn(
             logprob,
             batch.old_logprob,
             batch.advantages,
             batch.action_mask,
             mode,
+            **extra,
             **self._policy_args,
         )
         if self.needs_reference:
@@ -125,26 +137,62 @@ def compute_advantages(
     action_mask: torch.Tensor,
     logprob: torch.Tensor | None = None,
     ref_logprob: torch.Tensor | None = None,
+    *,
+    response_lengths: torch.Tensor | None = None,
+    max_response_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token advantages [B, T] for a batch: optional KL penalty on rewards, then advantage_fn.
+    """Token advantages [B, T] for a batch: reward shaping, then advantage_fn.
 
-    r' = r - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty; needs logprob and
-    ref_logprob), a = advantage_fn(r', group_index, **advantage_fn_args), A[b, t] = a[b] mask[b, t].
-    Algorithms without advantages (sft) get zeros.
+    r' = r + overlong_penalty(|y|) when spec.uses_overlong_penalty (dapo): |y| are
+    `response_lengths` [B] (the trainer passes each row's response token count) and the limit
+    is the spec's overlong_penalty.max_response_length or else `max_response_length` (the
+    trainer passes model.max_response_tokens); both are required then, never guessed from
+    the mask (a trainer may pass a one-column mask for sequence advantages);
+    r'' = r' - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty; needs logprob and
+    ref_logprob), a = advantage_fn(r'', group_index, **advantage_fn_args),
+    A[b, t] = a[b] mask[b, t]. Algorithms without advantages (raft) get zeros.
     """
     metrics: dict[str, float] = {}
     if spec.advantage_fn is None:
         return torch.zeros(action_mask.shape, dtype=torch.float32, device=action_mask.device), {}
+    if spec.uses_overlong_penalty:
+        rewards, metrics = _with_overlong_penalty(
+            spec, rewards, response_lengths, max_response_length
+        )
     if spec.uses_kl_penalty:
         if logprob is None or ref_logprob is None:
             raise AlgorithmInputError(
                 f"kl_penalty_fn {spec.kl_penalty_fn!r} needs logprob and ref_logprob"
             )
-        rewards, metrics = apply_kl_penalty(
+        rewards, kl_metrics = apply_kl_penalty(
             rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
         )
+        metrics.update(kl_metrics)
     adv, adv_metrics = ADVANTAGE_FN.get(spec.advantage_fn)(
         rewards, group_index, **spec.advantage_fn_args
     )
     metrics.update(adv_metrics)
     return broadcast_advantages(adv, action_mask), metrics
+
+
+def _with_overlong_penalty(
+    spec: AlgorithmSpec,
+    rewards: torch.Tensor,
+    response_lengths: torch.Tensor | None,
+    max_response_length: int | None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    args = dict(spec.overlong_penalty)
+    args.setdefault("max_response_length", max_response_length)
+    if args["max_response_length"] is None or response_lengths is None:
+        raise AlgorithmInputError(
+            f"{spec.algorithm_type}: the overlong penalty needs response_lengths (tokens per "
+            "response) and max_response_length (model.max_response_tokens) from the trainer"
+        )
+    penalty = overlong_penalty(response_lengths, **args)
+    shaped = (rewards.to(torch.float64) + penalty.to(rewards.device)).to(
+        rewards.dtype if rewards.dtype.is_floating_point else torch.float32
+    )
+    return shaped, {
+        "overlong_penalty_mean": float(penalty.mean()) if penalty.numel() else 0.0,
+        "overlong_frac": float((penalty < 0).to(torch.float64).mean()) if penalty.numel() else 0.0,
+    }

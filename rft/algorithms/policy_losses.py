@@ -2,12 +2,20 @@
 
 Signature of every entry: `fn(logprob[B, T], old_logprob[B, T], advantages[B, T],
 action_mask[B, T], loss_agg_mode, **policy_loss_fn_args) -> (loss scalar, metrics)`.
-`logprob` carries the gradient; `old_logprob` is what the rollout policy gave the same tokens.
+`logprob` carries the gradient; `old_logprob` is what the rollout (behaviour) policy gave the same
+tokens, as each Experience carries it. A loss that also needs the proximal policy (the weights
+before this optimizer step: `rft.algorithms.off_policy_losses`) declares a keyword parameter
+`prox_logprob`; `AlgorithmLoss` fills it and it is never a config arg.
+
+This module holds the PPO family and the plain losses; the off-policy corrections (decoupled
+PPO, TIS, masked IS) and the named algorithms' surrogates (GSPO, CISPO, TOPR, SAPO) register
+from their own modules, imported at the end of this one so the registry is always complete.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -28,7 +36,7 @@ POLICY_LOSS_FN: Registry[PolicyLossFn] = Registry("algorithm.policy_loss_fn")
 LOG_RATIO_BOUND = 20.0
 
 
-def _checked(
+def checked_inputs(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor | None,
     advantages: torch.Tensor | None,
@@ -69,7 +77,28 @@ def ppo_policy_loss(
     ppo_kl = masked mean of (old_logprob - logprob); ratio_mean/min/max over unmasked tokens;
     pg_clipfrac_lower (share cut by the dual clip) when clip_ratio_c is set.
     """
-    old, adv, m = _checked(logprob, old_logprob, advantages, action_mask, "ppo")
+    old, adv, m = checked_inputs(logprob, old_logprob, advantages, action_mask, "ppo")
+    low, high = clip_bounds(clip_range, clip_range_low, clip_range_high)
+    log_ratio = (logprob - old).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    ratio = torch.exp(log_ratio)
+    surrogate = clipped_surrogate(ratio, adv, low, high, clip_ratio_c)
+    loss = aggregate_loss(surrogate.loss, m, loss_agg_mode)
+    metrics = surrogate.metrics(m)
+    with torch.no_grad():
+        metrics.update(
+            {
+                "pg_loss": float(loss.detach()),
+                "ppo_kl": float(masked_mean(-log_ratio, m)),
+                **ratio_summary(ratio, m),
+            }
+        )
+    return loss, metrics
+
+
+def clip_bounds(
+    clip_range: float, clip_range_low: float | None, clip_range_high: float | None
+) -> tuple[float, float]:
+    """(eps_low, eps_high): the asymmetric ranges, each defaulting to clip_range."""
     low = clip_range if clip_range_low is None else clip_range_low
     high = clip_range if clip_range_high is None else clip_range_high
     if not (0 <= low < 1 and high >= 0):
@@ -77,38 +106,65 @@ def ppo_policy_loss(
             f"policy_loss_fn_args: need 0 <= clip_range_low < 1 and clip_range_high >= 0, "
             f"got low={low!r} high={high!r}"
         )
-    log_ratio = (logprob - old).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    ratio = torch.exp(log_ratio)
+    return low, high
+
+
+@dataclass(frozen=True)
+class ClippedSurrogate:
+    """Token losses of the PPO-clip surrogate, with which branch each token took."""
+
+    loss: torch.Tensor
+    clipped: torch.Tensor  # bool: the clipped branch is the max
+    dual_clipped: torch.Tensor | None  # bool: cut by the dual clip (None: no dual clip)
+
+    def metrics(self, mask: torch.Tensor) -> dict[str, float]:
+        with torch.no_grad():
+            out = {"pg_clipfrac": float(masked_mean(self.clipped.to(mask.dtype), mask))}
+            if self.dual_clipped is not None:
+                out["pg_clipfrac_lower"] = float(
+                    masked_mean(self.dual_clipped.to(mask.dtype), mask)
+                )
+        return out
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    low: float,
+    high: float,
+    clip_ratio_c: float | None = None,
+) -> ClippedSurrogate:
+    """L_t = max(-A_t rho_t, -A_t clip(rho_t, 1 - low, 1 + high)); with clip_ratio_c = c > 1,
+    tokens with A_t < 0 use min(L_t, -A_t c) (dual clip)."""
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1.0 - low, 1.0 + high)
-    loss_mat = torch.maximum(unclipped, clipped)
-    metrics: dict[str, float] = {}
+    loss = torch.maximum(unclipped, clipped)
+    dual_cut = None
     if clip_ratio_c is not None:
         if not clip_ratio_c > 1.0:
             raise AlgorithmInputError(
                 f"policy_loss_fn_args.clip_ratio_c: must be > 1, got {clip_ratio_c!r}"
             )
         lower = -adv * clip_ratio_c
-        dual = torch.where(adv < 0, torch.minimum(loss_mat, lower), loss_mat)
-        metrics["pg_clipfrac_lower"] = float(
-            masked_mean(((dual < loss_mat) & (adv < 0)).to(logprob.dtype), m)
-        )
-        loss_mat = dual
-    loss = aggregate_loss(loss_mat, m, loss_agg_mode)
+        dual = torch.where(adv < 0, torch.minimum(loss, lower), loss)
+        dual_cut = (dual < loss) & (adv < 0)
+        loss = dual
+    return ClippedSurrogate(loss, clipped > unclipped, dual_cut)
+
+
+def ratio_summary(
+    ratio: torch.Tensor, mask: torch.Tensor, prefix: str = "ratio"
+) -> dict[str, float]:
+    """Mean, min and max of `ratio` over the unmasked tokens (1.0 when there are none)."""
     with torch.no_grad():
-        valid = m > 0
-        ratios = ratio[valid]
-        metrics.update(
-            {
-                "pg_loss": float(loss.detach()),
-                "pg_clipfrac": float(masked_mean((clipped > unclipped).to(logprob.dtype), m)),
-                "ppo_kl": float(masked_mean(-log_ratio, m)),
-                "ratio_mean": float(ratios.mean()) if ratios.numel() else 1.0,
-                "ratio_min": float(ratios.min()) if ratios.numel() else 1.0,
-                "ratio_max": float(ratios.max()) if ratios.numel() else 1.0,
-            }
-        )
-    return loss, metrics
+        values = ratio[mask > 0]
+        if not values.numel():
+            return {f"{prefix}_mean": 1.0, f"{prefix}_min": 1.0, f"{prefix}_max": 1.0}
+        return {
+            f"{prefix}_mean": float(values.mean()),
+            f"{prefix}_min": float(values.min()),
+            f"{prefix}_max": float(values.max()),
+        }
 
 
 @POLICY_LOSS_FN.register("sft")
@@ -143,7 +199,7 @@ def opmd_policy_loss(
     loss = aggregate_loss(-A_t * logprob_t, mask, loss_agg_mode) / (1 + tau)
     The 1/(1 + tau) factor is the step size of the mirror-descent update regularised by tau.
     """
-    old, adv, m = _checked(logprob, old_logprob, advantages, action_mask, "opmd")
+    old, adv, m = checked_inputs(logprob, old_logprob, advantages, action_mask, "opmd")
     if not tau > 0:
         raise AlgorithmInputError(f"policy_loss_fn_args.tau: must be > 0, got {tau!r}")
     loss = aggregate_loss(-adv * logprob, m, loss_agg_mode) / (1.0 + tau)
@@ -151,3 +207,9 @@ def opmd_policy_loss(
         "pg_loss": float(loss.detach()),
         "ppo_kl": float(masked_mean((old - logprob).detach(), m)),
     }
+
+
+# The other loss families register into POLICY_LOSS_FN on import; importing them here (after the
+# registry exists) means every user of the registry sees every loss.
+from rft.algorithms import off_policy_losses as _off_policy_losses  # noqa: E402, F401
+from rft.algorithms import surrogate_losses as _surrogate_losses  # noqa: E402, F401

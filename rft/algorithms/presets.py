@@ -3,6 +3,10 @@
 An AlgorithmSpec names the parts of one algorithm (advantage fn, policy loss, KL, entropy) and their
 default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config section on the preset of
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
+
+Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
+(a critic, a preference or SFT dataset, a teacher) are registered with the reason, so selecting
+one fails when the config loads, saying what is missing, instead of training something else.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.aggregation import LOSS_AGG_MODES
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
+from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.errors import ConfigError
 from rft.registry import Registry, unknown_arguments
@@ -50,6 +55,11 @@ class AlgorithmSpec:
     kl_penalty_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     entropy_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     min_repeat_times: int = 1
+    # args of rft.algorithms.overlong.overlong_penalty (empty: no penalty); max_response_length
+    # may be left out here and given to compute_advantages
+    overlong_penalty: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # why this algorithm cannot run yet (what it needs that rft lacks); None: it can
+    unavailable: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -58,6 +68,7 @@ class AlgorithmSpec:
             "kl_loss_fn_args",
             "kl_penalty_fn_args",
             "entropy_loss_fn_args",
+            "overlong_penalty",
         ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
@@ -99,6 +110,10 @@ class AlgorithmSpec:
         return self.advantage_fn is not None
 
     @property
+    def uses_overlong_penalty(self) -> bool:
+        return bool(self.overlong_penalty)
+
+    @property
     def effective_loss_agg_mode(self) -> str:
         return str(self.policy_loss_fn_args.get("loss_agg_mode", self.loss_agg_mode))
 
@@ -118,10 +133,14 @@ ALGORITHM_TYPES: Registry[AlgorithmSpec] = Registry("algorithm.algorithm_type")
 
 
 def _policy_gradient_preset(
-    name: str, advantage_fn: str, policy_loss_fn: str = "ppo", min_repeat_times: int = 1
+    name: str,
+    advantage_fn: str,
+    policy_loss_fn: str = "ppo",
+    min_repeat_times: int = 1,
+    **changes: Any,
 ) -> AlgorithmSpec:
     """A preset with a k2 KL loss (kl_coef 0.001) and an entropy term that is off (coef 0)."""
-    return AlgorithmSpec(
+    spec = AlgorithmSpec(
         name,
         policy_loss_fn=policy_loss_fn,
         advantage_fn=advantage_fn,
@@ -131,16 +150,104 @@ def _policy_gradient_preset(
         entropy_loss_fn_args={"entropy_coef": 0.0},
         min_repeat_times=min_repeat_times,
     )
+    return replace(spec, **changes)
+
+
+def _unavailable(name: str, policy_loss_fn: str, why: str) -> AlgorithmSpec:
+    return AlgorithmSpec(name, policy_loss_fn=policy_loss_fn, unavailable=why)
 
 
 # Group-relative algorithms need >= 2 rollouts per task; a lone rollout gets advantage 0.
-ALGORITHM_TYPES.add("grpo", _policy_gradient_preset("grpo", "grpo", min_repeat_times=2))
-ALGORITHM_TYPES.add("rloo", _policy_gradient_preset("rloo", "rloo", min_repeat_times=2))
-ALGORITHM_TYPES.add(
-    "reinforce_plus_plus", _policy_gradient_preset("reinforce_plus_plus", "reinforce_plus_plus")
-)
-ALGORITHM_TYPES.add("opmd", _policy_gradient_preset("opmd", "opmd", "opmd", min_repeat_times=2))
-ALGORITHM_TYPES.add("sft", AlgorithmSpec("sft", policy_loss_fn="sft"))
+for _spec in (
+    _policy_gradient_preset("grpo", "grpo", min_repeat_times=2),
+    _policy_gradient_preset("rloo", "rloo", min_repeat_times=2),
+    _policy_gradient_preset("reinforceplusplus", "reinforceplusplus"),
+    _policy_gradient_preset("opmd", "opmd", "opmd", min_repeat_times=2),
+    # GSPO: sequence-level ratio, averaged per sequence
+    _policy_gradient_preset(
+        "gspo", "grpo", "gspo", min_repeat_times=2, loss_agg_mode="seq-mean-token-mean"
+    ),
+    # CISPO: clipped IS weights, every token keeps its gradient
+    _policy_gradient_preset("cispo", "grpo", "cispo", min_repeat_times=2),
+    # SAPO: a soft gate on the ratio instead of the clip
+    _policy_gradient_preset("sapo", "grpo", "sapo", min_repeat_times=2),
+    # TOPR: REINFORCE on the rewards, negatives tapered by their truncated ratio
+    _policy_gradient_preset("topr", "reinforce", "topr"),
+    # DAPO: clip-higher, token-level loss, soft overlong punishment and no KL. Its dynamic
+    # sampling (dropping groups whose rewards are all equal) is the trainer's group filter: set
+    # `sample_strategy` / `sample_strategy_args` to it; this preset keeps the default sampler.
+    _policy_gradient_preset(
+        "dapo",
+        "grpo",
+        "ppo",
+        min_repeat_times=2,
+        policy_loss_fn_args={"clip_range_low": 0.2, "clip_range_high": 0.28},
+        loss_agg_mode="token-mean",
+        kl_loss_fn="none",
+        kl_loss_fn_args={},
+        overlong_penalty={"penalty_factor": 1.0},
+    ),
+    # AsymRE: REINFORCE with a lowered group baseline, the OPMD surrogate, no KL or entropy
+    AlgorithmSpec("asymre", policy_loss_fn="opmd", advantage_fn="asymre"),
+    # RAFT: supervised loss on the explorer's own rollouts
+    AlgorithmSpec("raft", policy_loss_fn="sft"),
+    _unavailable(
+        "ppo",
+        "ppo",
+        "needs a critic (a value model trained beside the policy, for GAE advantages), which "
+        "rft does not have yet; critic-free choices: grpo, rloo, reinforceplusplus, dapo",
+    ),
+    _unavailable(
+        "dpo",
+        "dpo",
+        "trains on chosen/rejected response pairs from a preference dataset (a file or topic "
+        "of pairs as buffer.trainer_input.experience_buffer), which rft's trainer cannot read "
+        "yet: it reads rollout experiences only",
+    ),
+    _unavailable(
+        "sft",
+        "sft",
+        "trains on an SFT dataset (prompt/response rows as buffer.trainer_input.experience_buffer"
+        "), which rft's trainer cannot read yet; for the supervised loss on the explorer's own "
+        "rollouts use algorithm_type raft",
+    ),
+    _unavailable(
+        "mix",
+        "mix",
+        "mixes expert SFT rows into each RL batch (sample_strategy mix with "
+        "buffer.trainer_input.auxiliary_buffers) and needs the mix loss on those rows, which "
+        "the trainer does not provide yet",
+    ),
+    _unavailable(
+        "mix_chord",
+        "mix_chord",
+        "mixes expert SFT rows into each RL batch (sample_strategy mix with "
+        "buffer.trainer_input.auxiliary_buffers) and weights them by CHORD's schedule, which the "
+        "trainer does not provide yet",
+    ),
+    _unavailable(
+        "on_policy_distill",
+        "ppo",
+        "needs a teacher model's logprobs of every response token (advantage = teacher - "
+        "student logprob); rft has no teacher (auxiliary) model yet",
+    ),
+    _unavailable(
+        "jsd",
+        "ppo",
+        "needs a teacher model's logprobs of every response token (the JSD between teacher and "
+        "student); rft has no teacher (auxiliary) model yet",
+    ),
+):
+    ALGORITHM_TYPES.add(_spec.algorithm_type, _spec)
+# rft's first spelling of Trinity-RFT's reinforceplusplus; CHORD by its short name
+ALGORITHM_TYPES.add("reinforce_plus_plus", ALGORITHM_TYPES.get("reinforceplusplus"))
+ALGORITHM_TYPES.add("chord", ALGORITHM_TYPES.get("mix_chord"))
+
+
+def require_available(spec: AlgorithmSpec) -> None:
+    """Raise ConfigError naming what the algorithm needs, when rft cannot run it yet."""
+    if spec.unavailable is not None:
+        raise ConfigError(f"algorithm.algorithm_type: {spec.algorithm_type!r} {spec.unavailable}")
 
 
 def _read(cfg: Any, key: str) -> Any:
@@ -152,8 +259,9 @@ def _read(cfg: Any, key: str) -> Any:
 # Positional parameters each registry's functions take before their configurable args.
 _FIXED_PARAMS: dict[str, frozenset[str]] = {
     "advantage_fn": frozenset({"rewards", "group_index"}),
+    # prox_logprob: filled by AlgorithmLoss for the losses that declare it, never a config arg
     "policy_loss_fn": frozenset(
-        {"logprob", "old_logprob", "advantages", "action_mask", "loss_agg_mode"}
+        {"logprob", "old_logprob", "advantages", "action_mask", "loss_agg_mode", "prox_logprob"}
     ),
     "kl_loss_fn": frozenset({"logprob", "ref_logprob", "action_mask", "loss_agg_mode"}),
     "entropy_loss_fn": frozenset({"entropy", "action_mask", "loss_agg_mode"}),
@@ -187,6 +295,7 @@ def resolve_algorithm(
     """
     algorithm_type = _read(cfg, "algorithm_type") or "grpo"
     preset = ALGORITHM_TYPES.get(algorithm_type)
+    require_available(preset)
     changes: dict[str, Any] = {}
     for key in (
         "advantage_fn",
@@ -226,6 +335,7 @@ def resolve_algorithm(
 
 def validate_spec(spec: AlgorithmSpec) -> None:
     """Check every registry name and arg of `spec`; raise ConfigError naming the bad key."""
+    require_available(spec)
     if spec.advantage_fn is not None:
         adv_fn = ADVANTAGE_FN.get(spec.advantage_fn)
         check_args(adv_fn, spec.advantage_fn_args, "advantage_fn", _FIXED_PARAMS["advantage_fn"])
@@ -252,3 +362,12 @@ def validate_spec(spec: AlgorithmSpec) -> None:
     ):
         if isinstance(coef, bool) or not isinstance(coef, int | float):
             raise ConfigError(f"algorithm.{key}: expected a number, got {coef!r}")
+    if spec.overlong_penalty:
+        unknown, accepted = unknown_arguments(
+            overlong_penalty, spec.overlong_penalty, frozenset({"response_lengths"})
+        )
+        if unknown:
+            raise ConfigError(
+                f"overlong_penalty.{unknown[0]}: not an argument of the overlong penalty "
+                f"(accepts: {', '.join(accepted)})"
+            )

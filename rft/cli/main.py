@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "stack_cmd",
     "topics_cmd",
     "publish_cmd",
+    "feed_cmd",
     "tail_cmd",
     "metrics_cmd",
     "run_cmd",

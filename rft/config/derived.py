@@ -247,6 +247,17 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "store",
             )
         )
+    eta = cfg.synchronizer.max_head_offpolicyness
+    max_staleness = cfg.buffer.trainer_input.max_staleness
+    if eta is not None and max_staleness is not None and eta > max_staleness:
+        notices.append(
+            Notice(
+                "synchronizer.max_head_offpolicyness",
+                f"{eta} exceeds buffer.trainer_input.max_staleness ({max_staleness}): explorers "
+                "may produce experiences up to that many versions stale, which the trainer then "
+                "drops",
+            )
+        )
     rollout = cfg.explorer.rollout_model
     if rollout.engine_num > 1 or rollout.tensor_parallel_size > 1:
         notices.append(

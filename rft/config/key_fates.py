@@ -29,6 +29,7 @@ _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
 _PARTS = "rft/config/parts.py"
 _EXPLORER = "consumers/explorer.py"
+_EXPLORER_SYNC = "consumers/explorer_sync.py"
 _TRAINER = "consumers/trainer.py"
 _PRESETS = "rft/algorithms/presets.py"
 _SINKS = "consumers/metric_sinks.py"
@@ -250,6 +251,11 @@ KEY_FATES: dict[str, Fate] = {
         _READER,
         "tests/unit/test_taskset_publisher.py",
     ),
+    "TaskSelectorConfig.feature_keys": Fate(
+        "numeric row columns a selector reads (offline_easy2hard's order, difficulty_based's prior)",
+        _READER,
+        "tests/unit/test_task_selectors.py",
+    ),
     "TaskSelectorConfig.kwargs": Fate(
         "keyword args of the selector, checked at load", _READER, "tests/unit/test_config_parts.py"
     ),
@@ -459,7 +465,19 @@ KEY_FATES: dict[str, Fate] = {
         "tests/integration/test_rft_loop.py",
     ),
     "SynchronizerConfig.sync_timeout": Fate(
-        "how long an explorer waits for a version", _EXPLORER, "tests/integration/test_rft_loop.py"
+        "how long an explorer waits for a version before on_sync_timeout applies",
+        _EXPLORER_SYNC,
+        "tests/integration/test_explorer_sync.py",
+    ),
+    "SynchronizerConfig.on_sync_timeout": Fate(
+        "wait (warn, count sync_timeouts_total) or stop with an error; never older weights",
+        _EXPLORER_SYNC,
+        "tests/integration/test_explorer_sync.py",
+    ),
+    "SynchronizerConfig.max_head_offpolicyness": Fate(
+        "η: explorer step s waits for version >= s-1-η (checked against sync_interval at load)",
+        _EXPLORER_SYNC,
+        "tests/integration/test_sync_admission.py",
     ),
     # -- monitor
     "MonitorConfig.monitor_type": Fate(

@@ -10,6 +10,7 @@ imported first (`import_plugins`), so they can be selected like built-in ones.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
@@ -106,7 +107,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
     from consumers.metric_sinks import SinkConfigError, check_sinks
     from producers.generators import TASK_GENERATORS
-    from producers.task_selectors import TASK_SELECTORS
+    from producers.task_selectors import selector_part
     from rft.algorithms.advantages import ADVANTAGE_FN
     from rft.algorithms.aggregation import LOSS_AGG_MODES
     from rft.algorithms.entropy import ENTROPY_LOSS_FN
@@ -119,12 +120,16 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.events.transport import known_backend
     from rft.rewards import REWARD_FUNCTIONS
     from rft.storage.object_store import OBJECT_STORES
-    from rft.synchronizer import SYNC_STYLES
+    from rft.synchronizer import SYNC_STYLES, build_sync_style
     from rft.workflows import WORKFLOWS
 
     c = _Checker()
     algo = cfg.algorithm
-    c.name("algorithm.algorithm_type", ALGORITHM_TYPES, algo.algorithm_type)
+    preset = c.name("algorithm.algorithm_type", ALGORITHM_TYPES, algo.algorithm_type)
+    if preset is not None and preset.unavailable is not None:  # registered, but needs more
+        c.issues.append(
+            Issue("algorithm.algorithm_type", f"{algo.algorithm_type!r} {preset.unavailable}")
+        )
     for key, registry in (
         ("advantage_fn", ADVANTAGE_FN),
         ("policy_loss_fn", POLICY_LOSS_FN),
@@ -174,16 +179,15 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             c.name(
                 f"{path}.default_reward_fn_type", REWARD_FUNCTIONS, taskset.default_reward_fn_type
             )
-        selector = c.name(
+        selector = c.look(
             f"{path}.task_selector.selector_type",
-            TASK_SELECTORS,
-            taskset.task_selector.selector_type,
+            functools.partial(selector_part, taskset.task_selector.selector_type),
         )
         c.args(
             f"{path}.task_selector.kwargs",
             selector,
             taskset.task_selector.kwargs,
-            frozenset({"num_rows", "epoch", "seed"}),
+            frozenset({"num_rows", "epoch", "seed", "features"}),
         )
         if taskset.storage_type == "generator":
             generator = c.name(f"{path}.path", TASK_GENERATORS, taskset.path)
@@ -193,7 +197,16 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type)
     c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.trainer_type)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
-    c.name("synchronizer.sync_style", SYNC_STYLES, cfg.synchronizer.sync_style)
+    sync = cfg.synchronizer
+    if c.name("synchronizer.sync_style", SYNC_STYLES, sync.sync_style) is not None:
+        # the style checks the η bound against its publishing schedule (a deadlock otherwise)
+        key = "synchronizer.max_head_offpolicyness"
+        try:
+            build_sync_style(
+                sync.sync_style, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness
+            )
+        except ConfigError as exc:
+            c.issues.append(Issue(key, str(exc).removeprefix(f"{key}: ")))
     try:  # names, optional packages (with the install command) and each sink's settings
         check_sinks(cfg.monitor.monitor_type, cfg.monitor.monitor_args)
     except SinkConfigError as exc:

@@ -26,6 +26,7 @@ TasksetStorage = Literal["file", "generator"]
 ExperienceStorage = Literal["kafka", "queue", "sql"]
 PromptType = Literal["plaintext", "messages"]
 SyncMethod = Literal["checkpoint"]
+SyncTimeoutAction = Literal["wait", "stop"]
 
 _RAY = "rft places components without Ray actors; coordination runs over Kafka"
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
@@ -135,18 +136,18 @@ class RolloutArgs:
 
 @dataclass
 class TaskSelectorConfig:
-    """`task_selector` of a taskset: the order its tasks are published in, per epoch.
+    """`task_selector` of a taskset: which rows become tasks, in what order.
 
-    `selector_type` names a part of `producers.task_selectors.TASK_SELECTORS` (Trinity-RFT's names:
-    sequential, shuffle, random); `kwargs` are its arguments.
+    `selector_type` names a part of `producers.task_selectors` (Trinity-RFT's names): offline
+    ones (sequential, shuffle, random, offline_easy2hard) order each epoch in the publisher; the
+    online difficulty_based chooses batch by batch from observed rewards in the task feeder.
+    `feature_keys` names numeric row columns the selector reads (offline_easy2hard sorts by
+    them; difficulty_based takes the first as a prior pass rate); `kwargs` are its arguments.
     """
 
     selector_type: str = "sequential"
+    feature_keys: list[str] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
-
-    IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "feature_keys": "no selector of rft reads task features yet",
-    }
 
 
 @dataclass
@@ -375,6 +376,13 @@ class SynchronizerConfig:
     sync_interval: int = bounded(1, ge=1)  # trainer steps between weight versions
     sync_offset: int = bounded(0, ge=0)  # explorer steps taken before the trainer starts
     sync_timeout: float = bounded(1200.0, gt=0)  # seconds
+    # rft: what an explorer does when a version it needs has not arrived within sync_timeout:
+    # "wait" (warn, count it in the sync_timeouts_total metric, keep waiting) or "stop" (fail with
+    # the reason). It never rolls out on older weights than its style allows.
+    on_sync_timeout: SyncTimeoutAction = "wait"
+    # AReaL's η: explorer step s waits until it holds version >= s - 1 - η, so no rollout starts
+    # more than η versions ahead of the newest weights (None: no bound). Applies to every style.
+    max_head_offpolicyness: int | None = bounded(None, ge=0)
 
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "sync_style": {

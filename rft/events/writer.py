@@ -102,6 +102,17 @@ class EventWriter:
         self._producer.send_offsets_to_transaction(offsets, reader.group_metadata())
         self._offsets_sent.append((reader, offsets))
 
+    def send_offset_positions(
+        self, reader: EventReader, offsets: Sequence[TopicPartitionOffset]
+    ) -> None:
+        """Add explicit next-to-read `offsets` (each with its metadata) to the open transaction,
+        for `reader`'s group: for a consumer whose commit carries state in its metadata even when
+        it has read nothing new since the last one."""
+        if not offsets:
+            return
+        self._producer.send_offsets_to_transaction(list(offsets), reader.group_metadata())
+        self._offsets_sent.append((reader, list(offsets)))
+
     def commit(self) -> None:
         self._producer.commit_transaction()
         self._in_transaction = False

@@ -113,7 +113,9 @@ class RunSupervisor:
         kafka = self.cfg.stack.kafka
         with kafka_backend(kafka).admin() as admin:
             existing = set(admin.list_topics())
-        tasks = self.plan.topics.tasks
+        # with an online selector the feeder publishes the training tasks (and resumes itself):
+        # this publish holds only the eval tasks
+        tasks = self.plan.topics.eval_tasks if self.feeds_online() else self.plan.topics.tasks
         ensure_topics(kafka, self.plan.topics)
         # publishes are atomic, so one committed task means the whole taskset is there
         if tasks in existing and not republish and has_committed_tasks(kafka, tasks):
@@ -133,6 +135,13 @@ class RunSupervisor:
         )
         for line in summary.lines():
             print(f"rft run: {line}", flush=True)
+
+    def feeds_online(self) -> bool:
+        """Whether the training taskset's selector is online: a task feeder child publishes it."""
+        from producers.task_selectors import is_online
+
+        taskset = self.cfg.buffer.explorer_input.taskset
+        return taskset is not None and is_online(taskset.task_selector.selector_type)
 
     def _child_argv(self, verb: str) -> list[str]:
         argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(self.config_path)]
@@ -164,6 +173,8 @@ class RunSupervisor:
         sinks = MetricFanout.for_config(self.cfg)
         print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
         group.start("trainer", self._child_argv("train"))
+        if self.feeds_online():
+            group.start("feeder", self._child_argv("feed"))
         group.start("explorer", self._child_argv("explore"))
         metrics_group = f"{self.plan.run_id}.supervisor.{started_ms}"
         try:

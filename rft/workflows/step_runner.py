@@ -18,7 +18,7 @@ with either its experiences or its dead letter, in the one transaction of its st
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rft.engines.prompt_limits import PromptLimits, PromptTooLongError, generation_prompt_len
@@ -85,9 +85,18 @@ class StepOutcome:
 
 
 def run_step(
-    tasks: Sequence[Task], engine: RolloutEngine, params: SamplingParams, limits: StepLimits
+    tasks: Sequence[Task],
+    engine: RolloutEngine,
+    params: SamplingParams,
+    limits: StepLimits,
+    before_rollout: Callable[[list[str]], None] | None = None,
 ) -> StepOutcome:
-    """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`."""
+    """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`.
+
+    `before_rollout(task_ids)` runs before each engine call (a chunk, or one retry): the
+    explorer's sync loads weights announced since (fully_async) and records which version
+    samples those tasks.
+    """
     outcome = StepOutcome()
     ready = _prepare(tasks, engine, params, limits, outcome)
     done: dict[str, WorkflowResult] = {}
@@ -116,6 +125,8 @@ def run_step(
     salts = len(ready) + 1  # seed salts: chunk index on the first pass, then one per retry
     for chunk_index, lo in enumerate(range(0, len(ready), size)):
         chunk = ready[lo : lo + size]
+        if before_rollout is not None:
+            before_rollout([item.task.task_id for item in chunk])
         got = roll_out(chunk, engine, timeout_s=limits.max_timeout, seed_salt=chunk_index)
         for item, result in zip(chunk, got, strict=True):
             record(item, result, 0)
@@ -125,6 +136,8 @@ def run_step(
                 continue
             outcome.retries += 1
             salt = attempt * salts + position + 1
+            if before_rollout is not None:
+                before_rollout([item.task.task_id])
             (result,) = roll_out([item], engine, timeout_s=limits.max_timeout, seed_salt=salt)
             record(item, result, attempt)
     for item in ready:

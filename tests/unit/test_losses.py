@@ -279,8 +279,9 @@ def test_composed_loss_is_sum_of_parts() -> None:
         loss_fn(lp, ent, LossBatch(mask, old_logprob=lp, advantages=adv))
 
 
-def test_sft_preset_needs_no_advantages_reference_or_entropy() -> None:
-    loss_fn = build_loss("sft")
+def test_raft_preset_needs_no_advantages_reference_or_entropy() -> None:
+    """raft: the supervised loss on rollouts (what `sft` meant before it named dataset SFT)."""
+    loss_fn = build_loss("raft")
     assert not loss_fn.needs_reference and not loss_fn.needs_entropy
     lp = torch.tensor([[-1.0, -3.0]])
     loss, _ = loss_fn(lp, None, LossBatch(torch.ones(1, 2)))
@@ -290,7 +291,7 @@ def test_sft_preset_needs_no_advantages_reference_or_entropy() -> None:
 @pytest.mark.parametrize(
     ("cfg", "message"),
     [
-        ({"algorithm_type": "gpro"}, "did you mean 'grpo'"),
+        ({"algorithm_type": "grpoo"}, "did you mean 'grpo'"),
         ({"advantage_fn": "rlooo"}, "unknown algorithm.advantage_fn 'rlooo'"),
         ({"policy_loss_fn_args": {"clip_rnage": 0.1}}, "policy_loss_fn_args.clip_rnage"),
         ({"kl_loss_fn": "k4"}, "unknown algorithm.kl_loss_fn 'k4'"),

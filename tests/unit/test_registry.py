@@ -77,9 +77,11 @@ def test_user_advantage_fn_plugs_in_with_one_decorator() -> None:
 
 
 def test_algorithm_type_registry_has_the_presets() -> None:
-    assert {"grpo", "rloo", "reinforce_plus_plus", "opmd", "sft"} <= set(ALGORITHM_TYPES.names())
+    assert {"grpo", "rloo", "reinforceplusplus", "reinforce_plus_plus", "opmd", "raft"} <= set(
+        ALGORITHM_TYPES.names()
+    )
     with pytest.raises(ConfigError, match="did you mean 'grpo'"):
-        build_loss("gpro")
+        build_loss("grpoo")
 
 
 def test_registry_module_does_not_import_torch() -> None:

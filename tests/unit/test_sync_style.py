@@ -46,3 +46,60 @@ def test_trainer_driven_publishes_every_interval_without_blocking() -> None:
 def test_unknown_style_names_key_and_suggests() -> None:
     with pytest.raises(ConfigError, match="sync_style.*'fixed'"):
         build_sync_style("fixd", 1)
+
+
+@given(
+    st.sampled_from(["fixed", "trainer_driven", "fully_async", "dynamic_by_explorer"]),
+    st.integers(1, 4),
+    st.integers(0, 3),
+    st.integers(0, 6),
+    st.integers(1, 40),
+)
+def test_eta_bound_never_lets_a_step_run_more_than_eta_versions_ahead(
+    name: str, interval: int, offset: int, eta: int, step: int
+) -> None:
+    """max_head_offpolicyness = η: step s needs version >= s-1-η, on top of the style's own rule;
+    without η the style's rule alone."""
+    if name != "dynamic_by_explorer" and eta < interval - 1:
+        with pytest.raises(ConfigError, match="max_head_offpolicyness.*deadlock"):
+            build_sync_style(name, interval, offset, eta)
+        return
+    bounded = build_sync_style(name, interval, offset, eta)
+    free = build_sync_style(name, interval, offset)
+    need = bounded.required_version(step)
+    assert (step - 1) - need <= eta
+    assert need == max(free.required_version(step), step - 1 - eta)
+
+
+def test_eta_is_reachable_when_versions_come_every_interval() -> None:
+    """With versions every k train steps and η >= k-1 the version a step needs exists once the
+    batches before it are trained: the newest multiple of k at or below s-1 is >= s-1-η."""
+    for k in range(1, 5):
+        for eta in range(k - 1, k + 3):
+            style = build_sync_style("fully_async", k, 0, eta)
+            for s in range(1, 40):
+                newest_trainable = ((s - 1) // k) * k
+                assert style.required_version(s) <= newest_trainable
+
+
+def test_only_fully_async_loads_between_rollouts() -> None:
+    assert build_sync_style("fully_async", 1).loads_between_rollouts
+    for name in ("fixed", "trainer_driven", "dynamic_by_explorer"):
+        assert not build_sync_style(name, 1).loads_between_rollouts
+
+
+def test_eta_below_the_publishing_interval_is_refused_at_load(tmp_path) -> None:
+    from rft.config import load_config
+    from rft.config.loader import ConfigValidationError
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "project: p\nname: n\nmode: train\nmodel: {model_path: tiny}\nbuffer: {batch_size: 2}\n"
+        "synchronizer:\n  sync_style: fully_async\n  sync_interval: 4\n"
+        "  max_head_offpolicyness: 1\n"
+    )
+    with pytest.raises(ConfigValidationError) as err:
+        load_config(path)
+    assert "`synchronizer.max_head_offpolicyness` 1 is less than sync_interval - 1 = 3" in str(
+        err.value
+    )

@@ -1,0 +1,186 @@
+"""ExplorerSync: when an explorer loads new weights, and what it does while it waits for them.
+
+Before each step the explorer asks its sync style (rft.synchronizer) which version the step needs:
+`fixed`'s schedule and the η bound (`synchronizer.max_head_offpolicyness`) are requirements, and
+the explorer does not roll out until it holds that version. It waits on the weights topic; each
+time `synchronizer.sync_timeout` passes without the version it counts a timeout
+(`sync_timeouts_total`) and, as `synchronizer.on_sync_timeout` says, warns and keeps waiting
+(`wait`) or stops with SyncTimeoutError (`stop`). It never goes on with older weights. A version
+that fails verification does not satisfy a requirement: the explorer waits for a newer one.
+
+A SyncRequest (`dynamic_by_explorer`) is a wish: the trainer may have nothing newer, so an
+unanswered request is counted (`sync_request_timeouts_total`) and the step goes on. Under the η
+bound a request style also asks whenever it needs a version it lacks, or it would wait forever.
+
+`fully_async` also loads a newly announced version between the rollout chunks of a step
+(`between_rollouts`); each chunk's tasks record the version they were sampled with.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from consumers.weight_follower import WeightFollower
+from rft.config.schema import SynchronizerConfig
+from rft.engines.rollout import RolloutEngine
+from rft.errors import RftError
+from rft.events.models import SyncRequest
+from rft.events.writer import EventWriter
+from rft.synchronizer import SyncStyle
+
+log = logging.getLogger(__name__)
+
+
+class SyncTimeoutError(RftError):
+    """A weight version an explorer step needs did not arrive in time (on_sync_timeout: stop)."""
+
+
+@dataclass
+class SyncCounters:
+    """Running totals of one explorer's weight syncs, reported with every step's metrics."""
+
+    wait_s: float = 0.0
+    timeouts: int = 0
+    request_timeouts: int = 0
+    loads: int = 0
+
+
+@dataclass
+class StepSync:
+    """What happened before (and, for fully_async, during) one explorer step."""
+
+    step: int
+    required: int  # the version the step needed (0: none)
+    newest_at_start: int  # newest version announced when the step began rolling out
+    wait_s: float = 0.0
+    loads_in_step: int = 0
+    task_versions: dict[str, int] = field(default_factory=dict)  # task id -> sampling version
+
+    def metrics(self, counters: SyncCounters) -> dict[str, float]:
+        return {
+            "required_version": float(self.required),
+            # how far this step runs ahead of the newest announced weights (<= η under the bound)
+            "versions_ahead": float(self.step - 1 - self.newest_at_start),
+            "weight_wait_s": self.wait_s,
+            "weight_loads_in_step": float(self.loads_in_step),
+            "weight_wait_s_total": counters.wait_s,
+            "weight_loads_total": float(counters.loads),
+            "sync_timeouts_total": float(counters.timeouts),
+            "sync_request_timeouts_total": float(counters.request_timeouts),
+        }
+
+
+class ExplorerSync:
+    def __init__(
+        self,
+        settings: SynchronizerConfig,
+        style: SyncStyle,
+        follower: WeightFollower,
+        *,
+        explorer_id: str,
+        control_topic: str,
+        weights_topic: str,
+    ) -> None:
+        self.settings = settings
+        self.style = style
+        self.follower = follower
+        self.explorer_id = explorer_id
+        self.control_topic = control_topic
+        self.weights_topic = weights_topic
+        self.counters = SyncCounters()
+        self.current: StepSync | None = None
+
+    def newest_announced(self) -> int:
+        latest = self.follower.latest
+        return 0 if latest is None else latest.version
+
+    def before_step(self, step: int, engine: RolloutEngine, writer: EventWriter) -> StepSync:
+        """Hold explorer step `step` until its required version is loaded; load the newest."""
+        started = time.monotonic()
+        self.follower.poll()
+        need = self.style.required_version(step)
+        wished = self.style.should_request(step)
+        must_ask = self.style.publishes_on_request and need > self.newest_announced()
+        if wished or must_ask:
+            writer.send(
+                self.control_topic,
+                SyncRequest(self.explorer_id, engine.model_version, step),
+                key=self.explorer_id,
+            )
+            writer.flush()
+        if need > engine.model_version:
+            self._hold_for(step, need, engine, started)
+        elif wished:
+            self._wait_for_answer(step, engine)
+        self._load_newest(engine)
+        sync = StepSync(step, need, self.newest_announced(), time.monotonic() - started)
+        self.counters.wait_s += sync.wait_s
+        self.current = sync
+        return sync
+
+    def between_rollouts(self, engine: RolloutEngine, task_ids: list[str]) -> None:
+        """Before a chunk of a step's rollouts: under fully_async load what was announced since;
+        either way record the version these tasks are sampled with."""
+        sync = self.current
+        if sync is None:
+            return
+        if self.style.loads_between_rollouts:
+            self.follower.poll()
+            if self._load_newest(engine):
+                sync.loads_in_step += 1
+        for task_id in task_ids:
+            sync.task_versions[task_id] = engine.model_version
+
+    def _load_newest(self, engine: RolloutEngine) -> bool:
+        loaded = self.follower.load_newest(engine)
+        if loaded:
+            self.counters.loads += 1
+        return loaded
+
+    def _hold_for(self, step: int, need: int, engine: RolloutEngine, started: float) -> None:
+        """Wait until `engine` holds a version >= `need`; per sync_timeout, count and warn or
+        stop."""
+        timeout = self.settings.sync_timeout
+        while True:
+            # a refused version never satisfies the requirement: wait for one after it
+            refused = [v for v in self.follower.refused if v >= need]
+            target = max([need, *(v + 1 for v in refused)])
+            latest = self.follower.wait_for(target, timeout)
+            if latest is not None and latest.version >= target:
+                self._load_newest(engine)
+                if engine.model_version >= need:
+                    return
+                continue
+            self.counters.timeouts += 1
+            waited = time.monotonic() - started
+            where = (
+                f"explorer {self.explorer_id} step {step} needs weight version {need} "
+                f"(sync_style {self.settings.sync_style}, max_head_offpolicyness "
+                f"{self.settings.max_head_offpolicyness}); the newest on {self.weights_topic} is "
+                f"{self.newest_announced()} and it holds {engine.model_version}, after "
+                f"{waited:.0f}s"
+            )
+            if self.settings.on_sync_timeout == "stop":
+                raise SyncTimeoutError(
+                    f"{where}: stopping (synchronizer.on_sync_timeout: stop, sync_timeout "
+                    f"{timeout:.0f}s)"
+                )
+            log.warning(
+                "%s: still waiting (synchronizer.on_sync_timeout: wait; timeout %d)",
+                where,
+                self.counters.timeouts,
+            )
+
+    def _wait_for_answer(self, step: int, engine: RolloutEngine) -> None:
+        timeout = self.settings.sync_timeout
+        latest = self.follower.wait_for(engine.model_version + 1, timeout)
+        if latest is None or latest.version <= engine.model_version:
+            self.counters.request_timeouts += 1
+            log.info(
+                "step %d: no newer weights within %.0fs of the request, going on with version %d",
+                step,
+                timeout,
+                engine.model_version,
+            )
