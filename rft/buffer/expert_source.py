@@ -66,17 +66,17 @@ EXPERT_SOURCES: Registry[ExpertSourceFactory] = Registry(
 
 def demonstration(
     source: str,
-    index: int,
-    epoch: int,
+    where: str,
     prompt_ids: Sequence[int] | np.ndarray,
     response_ids: Sequence[int] | np.ndarray,
 ) -> Experience:
-    """An Experience carrying one demonstration; reward, logprobs and advantages are unused."""
+    """An Experience carrying one demonstration of `source`, identified as `source:where`
+    (a row: `epoch:index`; a topic: `partition:offset`). Reward and logprobs are unused."""
     n = len(response_ids)
     return Experience(
-        experience_id=f"{source}:{epoch}:{index}",
-        task_id=f"{source}:{index}",
-        group_id=f"{source}:{epoch}:{index}",
+        experience_id=f"{source}:{where}",
+        task_id=f"{source}:{where}",
+        group_id=f"{source}:{where}",
         group_size=1,
         explorer_id=f"auxiliary:{source}",
         model_version=0,
@@ -184,7 +184,7 @@ class FileExpertSource:
         out = []
         for _ in range(n):
             prompt, response = self.rows[self.index]
-            out.append(demonstration(self.name, self.index, self.epoch, prompt, response))
+            out.append(demonstration(self.name, f"{self.epoch}:{self.index}", prompt, response))
             self.index += 1
             if self.index == len(self.rows):
                 self.epoch, self.index = self.epoch + 1, 0
@@ -255,8 +255,7 @@ class TopicExpertSource:
             out.append(
                 demonstration(
                     self.name,
-                    offset,
-                    tp[1],
+                    f"{tp[1]}:{offset}",
                     exp.prompt_ids[-self.max_prompt :],
                     exp.response_ids[: self.max_response],
                 )

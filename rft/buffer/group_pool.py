@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from rft.buffer.sampler import Admitted, SamplerCounters
 
 
-@dataclass
+@dataclass(eq=False)  # a group is itself, whatever its fields say
 class PooledGroup:
     """A complete rollout group in a pool.
 

@@ -21,6 +21,7 @@ offers no candidates, so batches continue as they would have.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import zlib
 from collections.abc import Mapping
@@ -55,7 +56,7 @@ def replay_noise(group_id: str, use_count: int) -> float:
     return float(np.random.default_rng(seed).standard_normal())
 
 
-@dataclass
+@dataclass(eq=False)
 class _Restoring:
     """A restored group whose members are being read again."""
 
@@ -76,7 +77,10 @@ class ReplayBuffer:
         self._fn = PRIORITY_FNS.get(settings.priority_fn)
         self._args = dict(settings.priority_fn_args)
         self.groups: list[PooledGroup] = []
-        self._restoring: list[_Restoring] = []
+        self._restoring: set[_Restoring] = set()
+        self._by_key: dict[tuple[str, int, int], _Restoring] = {}
+        # per partition, the offsets of members still to be read again (smallest first)
+        self._missing: dict[tuple[str, int], list[tuple[int, int]]] = {}
         self._seq = 0
 
     # -- priorities -----------------------------------------------------------------------------
@@ -143,30 +147,41 @@ class ReplayBuffer:
     def claim(self, item: Admitted) -> tuple[bool, list[Admitted]]:
         if not self._restoring:
             return False, []
-        claimed = False
+        entry = self._by_key.pop(item.key, None)
+        if entry is not None:
+            entry.found[item.key] = item
+        given_up = self._give_up_before(item)
+        if entry is not None and entry in self._restoring and len(entry.found) == len(entry.keys):
+            entry.group.members = [entry.found[k] for k in entry.keys]
+            self._restoring.remove(entry)
+        return entry is not None, given_up
+
+    def _give_up_before(self, item: Admitted) -> list[Admitted]:
+        """Restored groups with a member before `item` on its partition that was not read:
+        partitions are read in order, so it is no longer on the topic."""
+        missing = self._missing.get(item.tp, [])
         given_up: list[Admitted] = []
-        for entry in list(self._restoring):
-            if item.key in entry.keys:
-                entry.found[item.key] = item
-                claimed = True
-            elif _passed(entry, item):
-                # partitions are read in order: a member behind this offset will not come back
-                log.warning(
-                    "replay group %s: members %s are no longer on the experience topic; the "
-                    "group is given up (use count %d)",
-                    entry.group.group_id,
-                    sorted(set(entry.keys) - set(entry.found)),
-                    entry.group.use_count,
-                )
-                self._restoring.remove(entry)
-                self.groups.remove(entry.group)
-                self.counters.evicted += len(entry.found)
-                given_up.extend(entry.found.values())
-                continue
-            if len(entry.found) == len(entry.keys):
-                entry.group.members = [entry.found[k] for k in entry.keys]
-                self._restoring.remove(entry)
-        return claimed, given_up
+        while missing and missing[0][0] < item.offset:
+            offset, _ = heapq.heappop(missing)
+            entry = self._by_key.get((item.tp[0], item.tp[1], offset))
+            if entry is None:
+                continue  # read in the meantime, or its group was given up already
+            log.warning(
+                "replay group %s: its member %s[%d]@%d is no longer on the experience topic; "
+                "the group is given up (use count %d)",
+                entry.group.group_id,
+                item.tp[0],
+                item.tp[1],
+                offset,
+                entry.group.use_count,
+            )
+            self._restoring.remove(entry)
+            self.groups.remove(entry.group)
+            for k in entry.keys:
+                self._by_key.pop(k, None)
+            self.counters.evicted += len(entry.found)
+            given_up.extend(entry.found.values())
+        return given_up
 
     # -- durability -----------------------------------------------------------------------------
 
@@ -207,22 +222,9 @@ class ReplayBuffer:
                 priority=float(saved["priority"]),
             )
             keys = [(str(t), int(p), int(o)) for t, p, o in saved["members"]]
+            entry = _Restoring(group, keys)
             self.groups.append(group)
-            self._restoring.append(_Restoring(group, keys))
-
-    def use_counts(self) -> dict[tuple[str, int, int], int]:
-        """(topic, partition, offset) -> use count of every experience held (restored ones too)."""
-        out: dict[tuple[str, int, int], int] = {}
-        restoring = {id(e.group): e.keys for e in self._restoring}
-        for g in self.groups:
-            keys = restoring.get(id(g)) or [m.key for m in g.members]
+            self._restoring.add(entry)
             for k in keys:
-                out[k] = g.use_count
-        return out
-
-
-def _passed(entry: _Restoring, item: Admitted) -> bool:
-    """Whether `item` was read after a missing member of `entry` on its partition."""
-    return any(
-        k not in entry.found and (k[0], k[1]) == item.tp and k[2] < item.offset for k in entry.keys
-    )
+                self._by_key[k] = entry
+                heapq.heappush(self._missing.setdefault((k[0], k[1]), []), (k[2], id(entry)))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext, open_expert_sources
@@ -180,3 +181,31 @@ def test_mix_needs_its_named_buffer_and_a_ratio_in_range(
     )
     aux = cfg.buffer.trainer_input.auxiliary_buffers["sft_dataset"]
     assert aux.name == "sft_dataset" and aux.storage_type == "file"
+
+
+def test_the_trainer_builds_mix_from_its_config(tmp_path: Path) -> None:
+    from contextlib import ExitStack
+
+    from consumers.trainer import Trainer
+    from rft.buffer.mix_sampler import MixSampler
+
+    path = tmp_path / "run.yaml"
+    data = yaml.safe_load(MINIMAL)
+    data["algorithm"] |= {
+        "sample_strategy": "mix",
+        "sample_strategy_args": {"expert_data_ratio": 0.25, "filter_groups": True},
+    }
+    data["buffer"]["trainer_input"] = {
+        "auxiliary_buffers": {
+            "sft_dataset": {
+                "path": str(jsonl(tmp_path, ROWS)),
+                "format": {"prompt_key": "question", "response_key": "answer"},
+            }
+        }
+    }
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_config(path)
+    with ExitStack() as stack:
+        sampler = Trainer(cfg)._sampler(build_byte_tokenizer(), stack)
+    assert isinstance(sampler, MixSampler) and sampler.filter_groups
+    assert (sampler.expert_per_batch, sampler.learner_per_batch) == (2, 6)  # batch 4 x 2 rollouts

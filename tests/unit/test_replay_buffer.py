@@ -209,3 +209,23 @@ def test_a_restarted_trainer_continues_exactly(
             running[exp] += 1
             assert running[exp] == count
     assert running == uses
+
+
+def test_a_restored_group_whose_member_is_gone_is_given_up(caplog) -> None:  # type: ignore[no-untyped-def]
+    clock = Clock()
+    log = write_log([GroupSpec(2, 0, (0.0, 1.0)), GroupSpec(2, 1, (1.0, 0.0))])
+    first = replay_sampler(2, capacity=10, cooldown=0.0, clock=clock)
+    for item in log:
+        first.add(item)
+    assert versions_of(first, 1) == [(1, 1)]
+    saved = json.loads(json.dumps(first.state()))
+    second = replay_sampler(2, capacity=10, cooldown=0.0, clock=clock)
+    second.restore(saved)
+    assert second.take_batch(1) is None  # restored groups wait for their members
+    # offset 0 (a member of g0) is not read again: the next read proves it gone
+    for item in log[1:]:
+        second.add(item)
+    assert "no longer on the experience topic" in caplog.text
+    assert second.counters.evicted == 1
+    assert [a.offset for a in second.release()] == [1]
+    assert versions_of(second, 1) == [(1, 2)]  # g1 kept its use count
