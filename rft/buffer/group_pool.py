@@ -21,6 +21,7 @@ class PooledGroup:
     """A complete rollout group in a pool.
 
     model_version: the oldest version among its members (staleness is judged on it).
+    size: its experiences (members may still be read again after a restore).
     use_count: times trained so far; ready_at: wall-clock time (s) it may be trained again;
     seq: arrival number (ties in priority go to the earlier group); priority: replay priority.
     """
@@ -29,6 +30,7 @@ class PooledGroup:
     group_id: str
     model_version: int
     seq: int
+    size: int = 0
     use_count: int = 0
     ready_at: float = 0.0
     priority: float = 0.0
@@ -40,10 +42,11 @@ class PooledGroup:
             group_id=members[0].group_id,
             model_version=min(m.exp.model_version for m in members),
             seq=seq,
+            size=len(members),
         )
 
     def __len__(self) -> int:
-        return len(self.members)
+        return self.size
 
 
 class GroupPool(Protocol):

@@ -77,6 +77,7 @@ class ReplayBuffer:
         self._fn = PRIORITY_FNS.get(settings.priority_fn)
         self._args = dict(settings.priority_fn_args)
         self.groups: list[PooledGroup] = []
+        self._held = 0  # experiences in self.groups
         self._restoring: set[_Restoring] = set()
         self._by_key: dict[tuple[str, int, int], _Restoring] = {}
         # per partition, the offsets of members still to be read again (smallest first)
@@ -105,7 +106,7 @@ class ReplayBuffer:
             if lowest.priority > group.priority:
                 self.counters.rejected += len(group)
                 return let_go + list(members)
-            self.groups.remove(lowest)
+            self._remove(lowest)
             self.counters.evicted += len(lowest)
             let_go.extend(lowest.members)
         if self.waiting_count + len(group) > self.settings.capacity:
@@ -113,7 +114,7 @@ class ReplayBuffer:
             # at load, so only a group bigger than a batch gets here)
             self.counters.rejected += len(group)
             return let_go + list(members)
-        self.groups.append(group)
+        self._add(group)
         return let_go
 
     def candidates(self, now: float) -> list[PooledGroup]:
@@ -123,14 +124,14 @@ class ReplayBuffer:
         return sorted(ready, key=lambda g: (-g.priority, g.seq))
 
     def drop(self, group: PooledGroup) -> None:
-        self.groups.remove(group)
+        self._remove(group)
 
     def used(self, group: PooledGroup, now: float) -> list[Admitted]:
         group.use_count += 1
         group.priority, keep = self._priority(group)
         cooldown = self.settings.reuse_cooldown_time
         if cooldown is None or not keep:
-            self.groups.remove(group)
+            self._remove(group)
             self.counters.retired += len(group)
             return group.members
         group.ready_at = now + cooldown
@@ -142,7 +143,15 @@ class ReplayBuffer:
 
     @property
     def waiting_count(self) -> int:
-        return sum(len(g) for g in self.groups)
+        return self._held
+
+    def _add(self, group: PooledGroup) -> None:
+        self.groups.append(group)
+        self._held += len(group)
+
+    def _remove(self, group: PooledGroup) -> None:
+        self.groups.remove(group)
+        self._held -= len(group)
 
     def claim(self, item: Admitted) -> tuple[bool, list[Admitted]]:
         if not self._restoring:
@@ -176,7 +185,7 @@ class ReplayBuffer:
                 entry.group.use_count,
             )
             self._restoring.remove(entry)
-            self.groups.remove(entry.group)
+            self._remove(entry.group)
             for k in entry.keys:
                 self._by_key.pop(k, None)
             self.counters.evicted += len(entry.found)
@@ -222,8 +231,9 @@ class ReplayBuffer:
                 priority=float(saved["priority"]),
             )
             keys = [(str(t), int(p), int(o)) for t, p, o in saved["members"]]
+            group.size = len(keys)
             entry = _Restoring(group, keys)
-            self.groups.append(group)
+            self._add(group)
             self._restoring.add(entry)
             for k in keys:
                 self._by_key[k] = entry
