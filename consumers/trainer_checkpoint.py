@@ -5,16 +5,21 @@ Every published version holds the weights in HF layout, in the dtype explorers r
 `trainer.save_interval` steps, in the final step's version and in one a stop publishes, it also
 holds the training state under `trainer_state/`: AdamW moments, LR schedule and step, plus the
 float32 master weights when the published ones are rounded. A restart from such a version
-continues the same optimisation exactly. Explorers never download `trainer_state/`.
+continues the same optimisation exactly. Every version also holds the sampler's state
+(`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
+counters), so a restarted trainer's batches continue too. Explorers never download
+`trainer_state/`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
+_SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
 
 
 class TrainerCheckpointer:
@@ -59,16 +65,22 @@ class TrainerCheckpointer:
         offsets: Iterable[OffsetLike],
         *,
         final: bool,
+        sampler_state: Mapping[str, Any] | None = None,
     ) -> CheckpointManifest:
-        """Write version `step`; training state rides along when due or when `final`."""
+        """Write version `step`; training state rides along when due or when `final`, the
+        sampler's state (JSON) always when given."""
         with_state = final or step - self._state_saved_at >= self.save_interval
         rounded = self.weights_dtype is not None and self.weights_dtype != engine.dtype
         extra: dict[str, str] = {}
         tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
         try:
             engine.save_hf(tmp, dtype=self.weights_dtype)
+            if sampler_state is not None:
+                (tmp / TRAINER_STATE_DIR).mkdir(exist_ok=True)
+                (tmp / _SAMPLER_FILE).write_text(json.dumps(sampler_state, sort_keys=True))
+                extra["sampler_state"] = _SAMPLER_FILE
             if with_state:
-                (tmp / TRAINER_STATE_DIR).mkdir()
+                (tmp / TRAINER_STATE_DIR).mkdir(exist_ok=True)
                 engine.save_optimizer(tmp / _OPTIMIZER_FILE)
                 extra["trainer_state"] = _OPTIMIZER_FILE
                 if rounded:
@@ -135,6 +147,23 @@ class TrainerCheckpointer:
             offsets,
         )
         return manifest.train_step, offsets
+
+    def read_sampler_state(self, version: int) -> dict[str, Any] | None:
+        """The sampler state saved with `version` (sha256-verified), or None if it has none."""
+        if version == BASE_VERSION:
+            return None
+        manifest = self.store.read_manifest(version)
+        name = manifest.extra.get("sampler_state")
+        if not name:
+            return None
+        with tempfile.TemporaryDirectory(prefix="rft-sampler-") as tmp:
+            path = self.store.download(
+                version,
+                Path(tmp) / "state",
+                skip_prefixes=tuple(f.name for f in manifest.files if f.name != name),
+            )
+            state: dict[str, Any] = json.loads((path / name).read_text())
+        return state
 
     @staticmethod
     def _load_published_weights(engine: TorchTrainerEngine, path: Path, version: int) -> None:

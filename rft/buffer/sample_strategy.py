@@ -1,23 +1,71 @@
-"""Sample strategies (`algorithm.sample_strategy`): how the trainer forms batches from experiences.
+"""Sample strategies (`algorithm.sample_strategy`, the SAMPLE_STRATEGIES registry): one class each.
 
-A strategy is a factory `(train_batch_size, **sample_strategy_args) -> batcher` registered in
-`SAMPLE_STRATEGIES`; the batcher takes experiences in (`add`) and hands out whole batches
-(`take_batch`). `default` is the GroupBatcher: complete rollout groups in arrival (offset) order.
+Every entry is constructed as `cls(setup, **sample_strategy_args)` (`setup`: a SamplerSetup) and
+follows the Sampler protocol (`rft.buffer.sampler`). Trinity-RFT's names:
+- `default`: whole groups, FIFO by arrival (or by priority with the replay buffer);
+- `staleness_control`: the same, dropping groups staler than `max_staleness` when their batch
+  forms (Trinity's `sample_strategy_args.max_staleness`; rft's `buffer.trainer_input.max_staleness`
+  is an alias, and set alone with `default` it selects this strategy);
+- `mix` (`rft.buffer.mix_sampler`): a share `expert_data_ratio` of every batch from the auxiliary
+  buffer `sft_dataset_name`, trained with the SFT loss.
+Each also takes `filter_groups` (DAPO's dynamic sampling: groups whose rewards are all equal are
+filtered out and counted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from rft.buffer.group_batcher import GroupBatcher
+from rft.buffer.group_sampler import GroupSampler, SamplerSetup
+from rft.buffer.mix_sampler import MixSampler
+from rft.buffer.sampler import Sampler
+from rft.errors import ConfigError
 from rft.registry import Registry
 
-SampleStrategy = Callable[..., GroupBatcher[Any]]
-SAMPLE_STRATEGIES: Registry[SampleStrategy] = Registry("algorithm.sample_strategy")
+SAMPLE_STRATEGIES: Registry[Callable[..., Sampler]] = Registry("algorithm.sample_strategy")
+SAMPLE_STRATEGIES.add("mix", MixSampler)
 
 
 @SAMPLE_STRATEGIES.register("default")
-def default_strategy(train_batch_size: int) -> GroupBatcher[Any]:
-    """FIFO by arrival: whole rollout groups, oldest complete group first."""
-    return GroupBatcher(train_batch_size)
+class DefaultSampler(GroupSampler):
+    """Whole groups in pool order; every experience is trained whatever its age."""
+
+    def __init__(self, setup: SamplerSetup, *, filter_groups: bool = False) -> None:
+        super().__init__(setup, filter_groups=filter_groups)
+
+
+@SAMPLE_STRATEGIES.register("staleness_control")
+class StalenessControlSampler(GroupSampler):
+    """Whole groups in pool order, none staler than `max_staleness` versions when trained
+    (None: no bound, Trinity's default)."""
+
+    def __init__(
+        self, setup: SamplerSetup, *, max_staleness: int | None = None, filter_groups: bool = False
+    ) -> None:
+        if max_staleness is not None and (isinstance(max_staleness, bool) or max_staleness < 0):
+            raise ConfigError(
+                f"algorithm.sample_strategy_args.max_staleness: must be an integer >= 0, got "
+                f"{max_staleness!r}"
+            )
+        super().__init__(setup, max_staleness=max_staleness, filter_groups=filter_groups)
+
+
+def sampler_choice(
+    strategy: str, args: Mapping[str, Any], alias_max_staleness: int | None
+) -> tuple[str, dict[str, Any]]:
+    """The strategy and args a config selects, with `buffer.trainer_input.max_staleness` folded
+    in: it selects staleness_control over default, and fills max_staleness where it is unset."""
+    args = dict(args)
+    if alias_max_staleness is None:
+        return strategy, args
+    if strategy == "default":
+        strategy = "staleness_control"
+    if strategy in ("staleness_control", "mix") and args.get("max_staleness") is None:
+        args["max_staleness"] = alias_max_staleness
+    return strategy, args
+
+
+def build_sampler(strategy: str, args: Mapping[str, Any], setup: SamplerSetup) -> Sampler:
+    """The registered strategy `strategy` with its args."""
+    return SAMPLE_STRATEGIES.get(strategy)(setup, **args)

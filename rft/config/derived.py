@@ -56,6 +56,10 @@ def fill_derived(cfg: RftConfig) -> None:
             max_tokens=model.max_response_tokens,
         )
 
+    for key, aux in buffer.trainer_input.auxiliary_buffers.items():
+        if not aux.name:
+            aux.name = key
+
     rollout = cfg.explorer.rollout_model
     if rollout.dtype is None:
         rollout.dtype = model.dtype
@@ -106,14 +110,7 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 )
             )
     issues += _experience_buffer_issues(cfg)
-    if cfg.buffer.trainer_input.experience_buffer.replay_buffer.enable:
-        issues.append(
-            Issue(
-                "buffer.trainer_input.experience_buffer.replay_buffer.enable",
-                "experience replay is not built yet: each experience is trained at most once; "
-                "set enable: false",
-            )
-        )
+    issues += _trainer_input_issues(cfg)
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
@@ -200,6 +197,36 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 )
             )
 
+    return issues
+
+
+def _trainer_input_issues(cfg: RftConfig) -> list[Issue]:
+    """The replay buffer must hold a batch; the staleness alias must agree with the strategy's."""
+    issues = []
+    inputs = cfg.buffer.trainer_input
+    buf = inputs.experience_buffer
+    batch = cfg.buffer.train_batch_size
+    if buf.replay_buffer.enable and batch is not None and buf.capacity < batch:
+        issues.append(
+            Issue(
+                "buffer.trainer_input.experience_buffer.capacity",
+                f"{buf.capacity} is smaller than buffer.train_batch_size ({batch}): with "
+                "replay_buffer.enable the buffer must hold at least one batch",
+            )
+        )
+    strategy_bound = cfg.algorithm.sample_strategy_args.get("max_staleness")
+    if (
+        inputs.max_staleness is not None
+        and strategy_bound is not None
+        and strategy_bound != inputs.max_staleness
+    ):
+        issues.append(
+            Issue(
+                "buffer.trainer_input.max_staleness",
+                f"{inputs.max_staleness} disagrees with algorithm.sample_strategy_args."
+                f"max_staleness ({strategy_bound}); it is an alias of that key: set one",
+            )
+        )
     return issues
 
 

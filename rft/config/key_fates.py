@@ -35,6 +35,9 @@ _PRESETS = "rft/algorithms/presets.py"
 _SINKS = "consumers/metric_sinks.py"
 _WORKFLOW = "rft/workflows/workflow.py"
 _READER = "producers/taskset_reader.py"
+_STRATEGY = "rft/buffer/sample_strategy.py"
+_REPLAY = "rft/buffer/replay_buffer.py"
+_EXPERT = "rft/buffer/expert_source.py"
 
 KEY_FATES: dict[str, Fate] = {
     # -- the run
@@ -115,14 +118,15 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_losses.py",
     ),
     "AlgorithmConfig.sample_strategy": Fate(
-        "SAMPLE_STRATEGIES: how the trainer forms batches",
-        _TRAINER,
-        "tests/unit/test_config_parts.py",
+        "SAMPLE_STRATEGIES (default, staleness_control, mix): how the trainer forms batches",
+        _STRATEGY,
+        "tests/unit/test_samplers.py",
     ),
     "AlgorithmConfig.sample_strategy_args": Fate(
-        "keyword args of the sample strategy, checked at load",
-        _TRAINER,
-        "tests/unit/test_config_parts.py",
+        "the strategy's args (max_staleness, expert_data_ratio, sft_dataset_name, "
+        "filter_groups), checked at load",
+        _STRATEGY,
+        "tests/unit/test_samplers.py",
     ),
     # -- model
     "ModelConfig.model_path": Fate(
@@ -301,9 +305,30 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_workflows.py",
     ),
     "TrainerInputConfig.max_staleness": Fate(
-        "experiences older than this many versions are dropped and counted",
-        _TRAINER,
+        "alias of sample_strategy_args.max_staleness (selects staleness_control over default)",
+        _STRATEGY,
         "tests/unit/test_config_effects.py",
+    ),
+    "AuxiliaryBufferConfig.path": Fate(
+        "the demonstrations of `mix`: a dataset file or directory, or a topic",
+        _EXPERT,
+        "tests/unit/test_mix_sampler.py",
+    ),
+    "AuxiliaryBufferConfig.name": Fate(
+        "names the source in demonstration ids (default: its key)",
+        _EXPERT,
+        "tests/unit/test_mix_sampler.py",
+    ),
+    "AuxiliaryBufferConfig.storage_type": Fate(
+        "EXPERT_SOURCES: file (dataset rows) or kafka/queue (Experience events)",
+        _EXPERT,
+        "tests/unit/test_mix_sampler.py",
+    ),
+    "AuxiliaryBufferConfig.split": Fate(
+        "the split of a dataset directory", _EXPERT, "tests/unit/test_mix_sampler.py"
+    ),
+    "AuxiliaryBufferConfig.subset_name": Fate(
+        "the subset of a dataset directory", _EXPERT, "tests/unit/test_mix_sampler.py"
     ),
     "ExperienceBufferConfig.name": Fate(
         "table name of the sql mirror",
@@ -325,8 +350,30 @@ KEY_FATES: dict[str, Fate] = {
         _TRAINER,
         "tests/integration/test_trainer_resume.py",
     ),
+    "ExperienceBufferConfig.capacity": Fate(
+        "experiences the replay buffer holds; the lowest priority is evicted",
+        _REPLAY,
+        "tests/unit/test_replay_buffer.py",
+    ),
     "ReplayBufferConfig.enable": Fate(
-        "true is refused: replay is not built yet", _DERIVED, "tests/unit/test_config_parts.py"
+        "complete groups wait in the priority replay buffer instead of the FIFO pool",
+        "consumers/trainer.py",
+        "tests/integration/test_trainer_replay.py",
+    ),
+    "ReplayBufferConfig.reuse_cooldown_time": Fate(
+        "seconds before a trained group may be trained again (None: once)",
+        _REPLAY,
+        "tests/unit/test_replay_buffer.py",
+    ),
+    "ReplayBufferConfig.priority_fn": Fate(
+        "PRIORITY_FNS: linear_decay, linear_decay_use_count_control_randomization",
+        _REPLAY,
+        "tests/unit/test_priority_fns.py",
+    ),
+    "ReplayBufferConfig.priority_fn_args": Fate(
+        "decay, use_count_limit, sigma; checked at load",
+        _REPLAY,
+        "tests/unit/test_priority_fns.py",
     ),
     # -- explorer
     "ExplorerConfig.name": Fate(

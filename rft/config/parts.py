@@ -71,6 +71,29 @@ def _import_plugin(name: str, base_dir: Path | None) -> None:
         raise
 
 
+def _check_mix(c: _Checker, cfg: RftConfig, args: Mapping[str, Any]) -> None:
+    """`mix` reads its demonstrations from a named auxiliary buffer, with a ratio in [0, 1]."""
+    name = args.get("sft_dataset_name", "sft_dataset")
+    buffers = cfg.buffer.trainer_input.auxiliary_buffers
+    if name not in buffers:
+        known = ", ".join(sorted(buffers)) or "none"
+        c.issues.append(
+            Issue(
+                "algorithm.sample_strategy_args.sft_dataset_name",
+                f"sample_strategy mix reads demonstrations from buffer.trainer_input."
+                f"auxiliary_buffers.{name}, which is not set (entries: {known})",
+            )
+        )
+    ratio = args.get("expert_data_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+        c.issues.append(
+            Issue(
+                "algorithm.sample_strategy_args.expert_data_ratio",
+                f"must be a number in [0, 1], got {ratio!r}",
+            )
+        )
+
+
 class _Checker:
     """Collects an Issue per failed lookup, under the key path that held the name."""
 
@@ -114,7 +137,9 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
     from rft.algorithms.policy_losses import POLICY_LOSS_FN
     from rft.algorithms.presets import ALGORITHM_TYPES, resolve_algorithm
-    from rft.buffer.sample_strategy import SAMPLE_STRATEGIES
+    from rft.buffer.expert_source import EXPERT_SOURCES
+    from rft.buffer.priority_fns import PRIORITY_FNS
+    from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, sampler_choice
     from rft.engines.rollout import ROLLOUT_ENGINES
     from rft.engines.trainer import LR_SCHEDULES, TRAINER_ENGINES
     from rft.events.transport import known_backend
@@ -145,13 +170,33 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         trains = cfg.mode != "bench"  # bench never trains: group sizes do not matter there
         spec = c.look("algorithm", lambda: resolve_algorithm(algo, check_repeat_times=trains))
         if spec is not None:
-            strategy = c.name("algorithm.sample_strategy", SAMPLE_STRATEGIES, spec.sample_strategy)
-            c.args(
-                "algorithm.sample_strategy_args",
-                strategy,
+            # rft's buffer.trainer_input.max_staleness folds into the strategy and its args
+            chosen, args = sampler_choice(
+                spec.sample_strategy,
                 algo.sample_strategy_args,
-                frozenset({"train_batch_size"}),
+                cfg.buffer.trainer_input.max_staleness,
             )
+            strategy = c.name("algorithm.sample_strategy", SAMPLE_STRATEGIES, chosen)
+            c.args("algorithm.sample_strategy_args", strategy, args, frozenset({"setup"}))
+            if chosen == "mix":
+                _check_mix(c, cfg, args)
+
+    trainer_input = cfg.buffer.trainer_input
+    replay = trainer_input.experience_buffer.replay_buffer
+    replay_key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    priority_fn = c.name(f"{replay_key}.priority_fn", PRIORITY_FNS, replay.priority_fn)
+    c.args(
+        f"{replay_key}.priority_fn_args",
+        priority_fn,
+        replay.priority_fn_args,
+        frozenset({"model_version", "use_count", "noise"}),
+    )
+    for name, aux in trainer_input.auxiliary_buffers.items():
+        c.name(
+            f"buffer.trainer_input.auxiliary_buffers.{name}.storage_type",
+            EXPERT_SOURCES,
+            aux.storage_type,
+        )
 
     inputs = cfg.buffer.explorer_input
     for key in ("default_workflow_type", "default_eval_workflow_type"):

@@ -54,7 +54,9 @@ class AlgorithmConfig:
     entropy_loss_fn: str | None = None
     entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. entropy_coef
     loss_agg_mode: str = "token-mean"  # a name in rft.algorithms.aggregation.LOSS_AGG_MODES
+    # a name in rft.buffer.sample_strategy.SAMPLE_STRATEGIES (default, staleness_control, mix)
     sample_strategy: str | None = None
+    # its args: max_staleness, expert_data_ratio, sft_dataset_name, filter_groups
     sample_strategy_args: dict[str, Any] = field(default_factory=dict)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -188,17 +190,24 @@ class ExplorerInputConfig:
 
 @dataclass
 class ReplayBufferConfig:
-    """`replay_buffer` of the experience buffer: reuse of experiences by the trainer.
+    """`replay_buffer` of the experience buffer: the trainer reuses experiences by priority.
 
-    Replay is not built yet: each experience is trained at most once, `enable: true` is refused at
-    load, and the tuning keys below only warn.
+    With `enable`, complete rollout groups wait in a buffer of `experience_buffer.capacity`
+    experiences and are trained highest `priority_fn` first (a name in
+    rft.buffer.priority_fns.PRIORITY_FNS: linear_decay, linear_decay_use_count_control_randomization,
+    with `priority_fn_args`); a trained group may be trained again `reuse_cooldown_time` seconds
+    later (None: each group is trained once). Use counts survive a trainer restart
+    (rft.buffer.replay_buffer).
     """
 
     enable: bool = False
+    reuse_cooldown_time: float | None = bounded(None, ge=0)
+    priority_fn: str = "linear_decay"
+    priority_fn_args: dict[str, Any] = field(default_factory=dict)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        key: "experience replay is not built yet (enable: true is refused); no effect"
-        for key in ("reuse_cooldown_time", "priority_fn", "priority_fn_args", "capacity")
+        "capacity": "the replay capacity is buffer.trainer_input.experience_buffer.capacity; "
+        "this one has no effect",
     }
 
 
@@ -217,6 +226,9 @@ class ExperienceBufferConfig:
     storage_type: ExperienceStorage = "kafka"
     path: str | None = None
     max_read_timeout: float = bounded(1800.0, gt=0)  # seconds to wait for a full batch
+    # experiences the replay buffer holds (whole groups; the lowest priority is evicted); without
+    # replay the backlog waits in Kafka and this has no effect
+    capacity: int = bounded(10000, ge=1)
     replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -230,17 +242,44 @@ class ExperienceBufferConfig:
 
 
 @dataclass
+class AuxiliaryBufferConfig:
+    """An entry of `buffer.trainer_input.auxiliary_buffers`: demonstrations for `sample_strategy:
+    mix`, read as supervised prompt/response rows (rft.buffer.expert_source).
+
+    storage_type `file`: `path` is a JSONL / JSON / Parquet / Arrow file or a local Hugging Face
+    dataset directory (with `split` / `subset_name`), its columns named by `format`. `kafka`
+    (alias `queue`): `path` is a topic of Experience events.
+    """
+
+    path: str
+    name: str = ""  # default: its key under auxiliary_buffers
+    storage_type: Literal["file", "kafka", "queue"] = "file"
+    split: str = "train"
+    subset_name: str | None = None
+    format: FormatConfig = field(default_factory=FormatConfig)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "schema_type": "auxiliary buffers are always read as SFT prompt/response rows",
+        "max_read_timeout": "a file is always ready; a topic is polled without a deadline",
+        "replay_buffer": "demonstrations are not replayed by priority; files repeat by epoch",
+        "capacity": "demonstrations are read as they are needed",
+        "enable_progress_bar": "the trainer reads auxiliary buffers without a progress bar",
+        "index": "the position in an auxiliary buffer is saved with each weight version",
+        "total_epochs": "a file is read again from its start when it runs out",
+    }
+
+
+@dataclass
 class TrainerInputConfig:
     """`buffer.trainer_input`: what the trainer reads and how stale it may be."""
 
     experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
-    # rft: an experience made by model version v is dropped (parked as stale) when the trainer is
-    # at version > v + max_staleness; None accepts any age, 0 accepts only the current version.
+    # rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience
+    # made by model version v is dropped (and counted) when its batch would train at version
+    # > v + max_staleness; None accepts any age, 0 accepts only the current version. Set with
+    # sample_strategy default, it selects staleness_control.
     max_staleness: int | None = bounded(None, ge=0)
-
-    IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "auxiliary_buffers": "auxiliary (e.g. SFT) buffers are not supported yet",
-    }
+    auxiliary_buffers: dict[str, AuxiliaryBufferConfig] = field(default_factory=dict)
 
 
 @dataclass

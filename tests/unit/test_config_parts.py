@@ -130,10 +130,29 @@ def test_trainer_only_config_with_train_batch_size_alone(tmp_path: Path) -> None
         load_config(write(tmp_path, MINIMAL.replace("  batch_size: 4\n", "")))
 
 
-def test_replay_is_refused_until_it_exists(tmp_path: Path) -> None:
-    override = "buffer.trainer_input.experience_buffer.replay_buffer.enable=true"
-    with pytest.raises(ConfigValidationError, match="experience replay is not built yet"):
-        load_config(write(tmp_path, MINIMAL), [override])
+REPLAY = "buffer.trainer_input.experience_buffer.replay_buffer"
+
+
+def test_replay_settings_are_checked_at_load(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(tmp_path, MINIMAL),
+        [f"{REPLAY}.enable=true", f"{REPLAY}.priority_fn_args={{decay: 0.5}}"],
+    )
+    assert cfg.buffer.trainer_input.experience_buffer.replay_buffer.enable
+    cases = [
+        (f"{REPLAY}.priority_fn=linear_decy", f"{REPLAY}.priority_fn", "linear_decay"),
+        (f"{REPLAY}.priority_fn_args={{decai: 1}}", f"{REPLAY}.priority_fn_args.decai", "decay"),
+        (
+            "buffer.trainer_input.experience_buffer.capacity=4",
+            "buffer.trainer_input.experience_buffer.capacity",
+            "must hold at least one batch",
+        ),
+    ]
+    for override, key, said in cases:
+        with pytest.raises(ConfigValidationError) as info:
+            load_config(write(tmp_path, MINIMAL), [f"{REPLAY}.enable=true", override])
+        assert [p.path for p in info.value.problems] == [key]
+        assert said in str(info.value)
 
 
 def test_trinity_runner_num_sets_tasks_in_flight_per_engine(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rft.buffer.offset_ledger import OffsetLedger
+from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 
 
 @given(st.integers(1, 60), st.data())
@@ -33,3 +33,39 @@ def test_start_offset_is_kept_when_nothing_polled() -> None:
     ledger = OffsetLedger()
     ledger.start(("exp", 3), 42)
     assert ledger.safe_offsets() == {("exp", 3): 42}
+
+
+@given(st.integers(1, 60), st.data())
+def test_offsets_settled_past_the_resume_point_are_skipped_after_a_restart(
+    n: int, data: st.DataObject
+) -> None:
+    """Settled offsets beyond the first unsettled one are saved and skipped on the re-read, so a
+    restart trains each experience at most once and reads every unsettled one again."""
+    settled = data.draw(st.sets(st.integers(0, n - 1)))
+    tp = ("exp", 0)
+    before = OffsetLedger()
+    before.start(tp, 0)
+    for off in range(n):
+        before.polled(tp, off)
+    for off in settled:
+        before.settled(tp, off)
+    resume = before.safe_offsets()[tp]
+    ahead = before.settled_ahead().get(tp, [])
+    after = OffsetLedger()
+    after.start(tp, resume, ahead)
+    reread = [off for off in range(resume, n) if after.polled(tp, off)]
+    assert set(reread) == set(range(n)) - settled
+    assert after.safe_offsets()[tp] == (min(reread) if reread else n)
+
+
+def test_settled_ahead_keeps_only_offsets_past_the_resume_point() -> None:
+    ledger = OffsetLedger()
+    tp = ("exp", 1)
+    for off in range(6):
+        ledger.polled(tp, off)
+    for off in (0, 1, 3, 5):
+        ledger.settled(tp, off)
+    assert ledger.safe_offsets() == {tp: 2}
+    assert ledger.settled_ahead() == {tp: [3, 5]}
+    assert from_ranges(to_ranges([3, 5, 6, 7, 9])) == [3, 5, 6, 7, 9]
+    assert to_ranges([3, 5, 6, 7, 9]) == [[3, 3], [5, 7], [9, 9]]
