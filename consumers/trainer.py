@@ -9,6 +9,7 @@ on the `weights` topic. A restarted trainer resumes from its newest checkpoint's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -33,7 +34,13 @@ from rft.buffer.sample_strategy import SAMPLE_STRATEGIES
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.engines.models import load_model, torch_dtype
-from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import (
+    TRAINER_ENGINES,
+    TorchTrainerConfig,
+    TrainBatch,
+    TrainerEngine,
+    TrainerPlacement,
+)
 from rft.errors import ConfigError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import Envelope, EventReader
@@ -158,8 +165,11 @@ class Trainer:
         )
         if compute_dtype == "bfloat16":
             engine_config = dataclasses.replace(engine_config, autocast_dtype="bfloat16")
-        # the engine copies its KL reference from the base model before any checkpoint loads
-        engine = TorchTrainerEngine(model, engine_config, tokenizer=tokenizer)
+        # the engine copies its KL reference from the base model before any checkpoint loads;
+        # trainer_type / trainer_strategy pick it, world_size sets its ranks
+        engine = TRAINER_ENGINES.get(self.cfg.trainer.engine_name)(
+            model, tokenizer, engine_config, TrainerPlacement(self.plan.trainer_devices)
+        )
         checkpoints = TrainerCheckpointer(
             self.plan.checkpoint_store(),
             self.cfg.trainer.save_interval,
@@ -176,6 +186,7 @@ class Trainer:
         pending_request = False
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with (
+            contextlib.closing(engine),  # stops the engine's other ranks
             EventReader.open(
                 kafka,
                 self.plan.trainer_group,
@@ -308,7 +319,7 @@ class Trainer:
         self,
         step: int,
         batch: list[Experience],
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
         metrics: MetricEmitter,
         wait_s: float,
     ) -> None:
@@ -363,7 +374,7 @@ class Trainer:
         batch: TrainBatch,
         rewards: torch.Tensor,
         group_index: torch.Tensor,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
     ) -> dict[str, float]:
         """Fill `batch.advantages`; with a reward KL penalty (kl_penalty_fn) the rewards first
         lose kl_penalty_coef × the response's KL(rollout policy ‖ reference) estimate."""
@@ -391,7 +402,7 @@ class Trainer:
         self,
         step: int,
         parent: int,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
         checkpoints: TrainerCheckpointer,
         ledger: OffsetLedger,
         writer: EventWriter,

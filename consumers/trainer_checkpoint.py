@@ -6,6 +6,9 @@ Every published version holds the weights in HF layout, in the dtype explorers r
 holds the training state under `trainer_state/`: AdamW moments, LR schedule and step, plus the
 float32 master weights when the published ones are rounded. A restart from such a version
 continues the same optimisation exactly. Explorers never download `trainer_state/`.
+
+It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
+engine hands it consolidated weights and state, written here once.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from rft.engines.trainer import TorchTrainerEngine
-from rft.engines.weights import load_weights_into, read_safetensors_dir
+from rft.engines.trainer import TrainerEngine
+from rft.engines.weights import read_safetensors_dir
 from rft.storage.checkpoint_manifest import MANIFEST_NAME, CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
@@ -53,7 +56,7 @@ class TrainerCheckpointer:
 
     def write(
         self,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
         step: int,
         parent: int,
         offsets: Iterable[OffsetLike],
@@ -89,7 +92,7 @@ class TrainerCheckpointer:
             self._state_saved_at = step
         return manifest
 
-    def restore(self, engine: TorchTrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
+    def restore(self, engine: TrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
         """Load the newest version into `engine`: (train step, consumed offsets per partition).
 
         Returns (0, {}) when there is no checkpoint. The engine's reference model is left alone:
@@ -107,9 +110,7 @@ class TrainerCheckpointer:
             )
             extra = manifest.extra
             if extra.get("master_weights"):
-                load_weights_into(
-                    engine.model, read_safetensors_dir(path / extra["master_weights"])
-                )
+                engine.load_weights(read_safetensors_dir(path / extra["master_weights"]))
             else:
                 self._load_published_weights(engine, path, version)
             if extra.get("trainer_state"):
@@ -137,7 +138,7 @@ class TrainerCheckpointer:
         return manifest.train_step, offsets
 
     @staticmethod
-    def _load_published_weights(engine: TorchTrainerEngine, path: Path, version: int) -> None:
+    def _load_published_weights(engine: TrainerEngine, path: Path, version: int) -> None:
         tensors = read_safetensors_dir(path)
         stored = {t.dtype for t in tensors.values()}
         if any(d.itemsize < engine.dtype.itemsize for d in stored):
@@ -147,4 +148,4 @@ class TrainerCheckpointer:
                 version,
                 ", ".join(sorted(str(d).removeprefix("torch.") for d in stored)),
             )
-        load_weights_into(engine.model, tensors)
+        engine.load_weights(tensors)

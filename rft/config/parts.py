@@ -191,7 +191,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
 
     rollout = cfg.explorer.rollout_model
     c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type)
-    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.trainer_type)
+    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     c.name("synchronizer.sync_style", SYNC_STYLES, cfg.synchronizer.sync_style)
     try:  # names, optional packages (with the install command) and each sink's settings
