@@ -262,6 +262,10 @@ class Fsdp2TrainerEngine:
     def skip_to_step(self, step: int) -> None:
         self._call("skip_to_step", {"step": step})
 
+    def peak_memory(self) -> list[int]:
+        """Each rank's peak GPU bytes since the last call (0 on the CPU), in rank order."""
+        return [int(m) for m in self._call("peak_memory", {})]
+
     # -- the ranks --------------------------------------------------------------------------------
 
     def close(self) -> None:

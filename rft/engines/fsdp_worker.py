@@ -229,6 +229,14 @@ class ShardedWorker(TorchTrainerEngine):
             self._idle_pass(backward=False, with_ref=True)
         return out
 
+    def peak_memory(self) -> int:
+        """Peak bytes allocated on this rank's GPU since the last call (0 on the CPU)."""
+        if self.device.type != "cuda":
+            return 0
+        peak = int(torch.cuda.max_memory_allocated(self.device))
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return peak
+
     def full_weights(self) -> dict[str, torch.Tensor] | None:
         """The consolidated weights (HF names, each storage once) on rank 0's CPU; None elsewhere."""
         state = get_model_state_dict(
