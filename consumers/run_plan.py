@@ -108,6 +108,17 @@ class RunPlan:
         explorer_gpus = rm.engine_num * rm.tensor_parallel_size
         return f"cuda:{explorer_gpus}" if gpus > explorer_gpus else "cuda:0"
 
+    @property
+    def trainer_devices(self) -> tuple[str, ...]:
+        """One device per trainer rank (`trainer.world_size`): the CPU, or the GPUs after the
+        explorer's, rank 0 on `trainer_device`."""
+        ranks = self.cfg.trainer.world_size or 1
+        first = self.trainer_device
+        if first == "cpu":
+            return ("cpu",) * ranks
+        index = int(first.removeprefix("cuda:"))
+        return tuple(f"cuda:{index + r}" for r in range(ranks))
+
     @staticmethod
     def resolve_dtype(dtype: str, device: str) -> str:
         """`auto` is bfloat16 on a GPU and float32 on the CPU; other names stay as they are."""

@@ -21,7 +21,7 @@ from rft.algorithms.expert_rows import expert_row_loss
 from rft.algorithms.objective import AlgorithmLoss, LossBatch, compute_advantages
 from rft.algorithms.presets import AlgorithmSpec
 from rft.buffer.sampler import BatchRow, SampledBatch
-from rft.engines.trainer import TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import TrainBatch, TrainerEngine
 from rft.events.models import Experience
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def set_advantages(
     batch: TrainBatch,
     rewards: torch.Tensor,
     group_index: torch.Tensor,
-    engine: TorchTrainerEngine,
+    engine: TrainerEngine,
     *,
     max_response_length: int | None = None,
 ) -> dict[str, float]:
@@ -137,7 +137,7 @@ class StepTrainer:
         self,
         spec: AlgorithmSpec,
         loss: AlgorithmLoss,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
         max_response_length: int | None = None,
     ):
         self.spec = spec

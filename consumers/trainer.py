@@ -35,7 +35,13 @@ from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.engines.chat_template import configured_chat_template
 from rft.engines.models import load_model, torch_dtype
-from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import (
+    TRAINER_ENGINES,
+    TorchTrainerConfig,
+    TrainBatch,
+    TrainerEngine,
+    TrainerPlacement,
+)
 from rft.errors import ConfigError
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
@@ -129,6 +135,7 @@ class Trainer:
         saved = checkpoints.read_sampler_state(step) if step else None
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:
+            stack.enter_context(contextlib.closing(engine))  # stops the engine's other ranks
             reader = stack.enter_context(
                 EventReader.open(
                     kafka,
@@ -174,7 +181,7 @@ class Trainer:
 
     # -- parts ------------------------------------------------------------------------------------
 
-    def _engine(self) -> tuple[TorchTrainerEngine, Any]:
+    def _engine(self) -> tuple[TrainerEngine, Any]:
         """The trainer engine with the base model (its KL reference) before any checkpoint."""
         device = self.plan.trainer_device
         compute_dtype = self.plan.resolve_dtype(self.cfg.model.dtype, device)
@@ -187,7 +194,11 @@ class Trainer:
         )
         if compute_dtype == "bfloat16":
             engine_config = dataclasses.replace(engine_config, autocast_dtype="bfloat16")
-        return TorchTrainerEngine(model, engine_config, tokenizer=tokenizer), tokenizer
+        # trainer_type / trainer_strategy pick the engine, world_size sets its ranks
+        engine = TRAINER_ENGINES.get(self.cfg.trainer.engine_name)(
+            model, tokenizer, engine_config, TrainerPlacement(self.plan.trainer_devices)
+        )
+        return engine, tokenizer
 
     def _sampler(self, tokenizer: Any, stack: contextlib.ExitStack) -> Sampler:
         """The configured sample strategy, with the auxiliary buffers it may read."""
@@ -217,7 +228,7 @@ class Trainer:
         batch: TrainBatch,
         rewards: torch.Tensor,
         group_index: torch.Tensor,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
     ) -> dict[str, float]:
         """`consumers.train_step.set_advantages` with this trainer's algorithm."""
         return set_advantages(

@@ -9,6 +9,9 @@ continues the same optimisation exactly. Every version also holds the sampler's 
 (`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
 counters), so a restarted trainer's batches continue too. Explorers never download
 `trainer_state/`.
+
+It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
+engine hands it consolidated weights and state, written here once.
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import Any
 
 import torch
 
-from rft.engines.trainer import TorchTrainerEngine
-from rft.engines.weights import load_weights_into, read_safetensors_dir
+from rft.engines.trainer import TrainerEngine
+from rft.engines.weights import read_safetensors_dir
 from rft.storage.checkpoint_manifest import MANIFEST_NAME, CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
@@ -59,7 +62,7 @@ class TrainerCheckpointer:
 
     def write(
         self,
-        engine: TorchTrainerEngine,
+        engine: TrainerEngine,
         step: int,
         parent: int,
         offsets: Iterable[OffsetLike],
@@ -101,7 +104,7 @@ class TrainerCheckpointer:
             self._state_saved_at = step
         return manifest
 
-    def restore(self, engine: TorchTrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
+    def restore(self, engine: TrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
         """Load the newest version into `engine`: (train step, consumed offsets per partition).
 
         Returns (0, {}) when there is no checkpoint. The engine's reference model is left alone:
@@ -119,9 +122,7 @@ class TrainerCheckpointer:
             )
             extra = manifest.extra
             if extra.get("master_weights"):
-                load_weights_into(
-                    engine.model, read_safetensors_dir(path / extra["master_weights"])
-                )
+                engine.load_weights(read_safetensors_dir(path / extra["master_weights"]))
             else:
                 self._load_published_weights(engine, path, version)
             if extra.get("trainer_state"):
@@ -166,7 +167,7 @@ class TrainerCheckpointer:
         return state
 
     @staticmethod
-    def _load_published_weights(engine: TorchTrainerEngine, path: Path, version: int) -> None:
+    def _load_published_weights(engine: TrainerEngine, path: Path, version: int) -> None:
         tensors = read_safetensors_dir(path)
         stored = {t.dtype for t in tensors.values()}
         if any(d.itemsize < engine.dtype.itemsize for d in stored):
@@ -176,4 +177,4 @@ class TrainerCheckpointer:
                 version,
                 ", ".join(sorted(str(d).removeprefix("torch.") for d in stored)),
             )
-        load_weights_into(engine.model, tensors)
+        engine.load_weights(tensors)

@@ -12,7 +12,7 @@ one fails when the config loads, saying what is missing, instead of training som
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -22,6 +22,7 @@ from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
+from rft.algorithms.verl_library import verl_counterparts
 from rft.errors import ConfigError
 from rft.registry import Registry, unknown_arguments
 
@@ -71,6 +72,12 @@ class AlgorithmSpec:
             "overlong_penalty",
         ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # the frozen arg mappings do not pickle; the fsdp2 trainer engine sends losses built from
+        # a spec to its other ranks, so it travels as plain dicts and is frozen again on arrival
+        values = (getattr(self, f.name) for f in fields(self))
+        return type(self), tuple(dict(v) if isinstance(v, Mapping) else v for v in values)
 
     @property
     def kl_coef(self) -> float:
@@ -286,8 +293,10 @@ def resolve_algorithm(
     """Overlay an `algorithm` config section (mapping or object) on its algorithm_type's preset.
 
     Keys read: algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, kl_penalty_fn,
-    entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts. A key that is
-    None/absent keeps the preset's value; a given *_args dict is merged over the preset's args.
+    entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts, and
+    implementation. A key that is None/absent keeps the preset's value; a given *_args dict is
+    merged over the preset's args. With implementation "verl" the advantage fn and policy loss
+    become their verl-backed entries (rft.algorithms.verl_library), same args.
     Every name is looked up in its registry and every arg checked against the function's
     signature, so a typo fails here with a ConfigError naming the key. `repeat_times` (default:
     cfg.repeat_times) is checked against the preset's minimum unless `check_repeat_times` is
@@ -322,6 +331,9 @@ def resolve_algorithm(
                 raise ConfigError(f"algorithm.{key}: expected a mapping, got {value!r}")
             changes[key] = {**getattr(preset, key), **value}
     spec = replace(preset, **changes)
+    if _read(cfg, "implementation") == "verl":
+        advantage_fn, policy_loss_fn = verl_counterparts(spec.advantage_fn, spec.policy_loss_fn)
+        spec = replace(spec, advantage_fn=advantage_fn, policy_loss_fn=policy_loss_fn)
     validate_spec(spec)
     if repeat_times is None:
         repeat_times = _read(cfg, "repeat_times")

@@ -37,6 +37,9 @@ def fill_derived(cfg: RftConfig) -> None:
         buffer.train_batch_size = buffer.batch_size * algo.repeat_times
     if cfg.trainer.total_steps is None:
         cfg.trainer.total_steps = buffer.total_steps
+    if cfg.trainer.world_size is None:
+        sharded = cfg.trainer.engine_name == "fsdp2" and cfg.cluster.gpu_per_node > 0
+        cfg.trainer.world_size = max(1, trainer_gpus(cfg)) if sharded else 1
 
     inputs = buffer.explorer_input
     if inputs.taskset is not None:
@@ -68,6 +71,12 @@ def fill_derived(cfg: RftConfig) -> None:
         explorer.runner_num = rollout.engine_num * explorer.runner_per_model
     else:  # Trinity's older total over all engines: tasks in flight per engine follow from it
         explorer.runner_per_model = max(1, explorer.runner_num // rollout.engine_num)
+
+
+def trainer_gpus(cfg: RftConfig) -> int:
+    """GPUs of the node left to the trainer after the rollout engines' (0: it shares cuda:0)."""
+    rollout = cfg.explorer.rollout_model
+    return max(0, cfg.cluster.gpu_per_node - rollout.engine_num * rollout.tensor_parallel_size)
 
 
 def _fill_taskset(
@@ -140,6 +149,7 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 "single-object encoding with the schema fingerprint; remove this key",
             )
         )
+    issues += _trainer_rank_issues(cfg)
     betas = cfg.trainer.optim.betas
     if len(betas) != 2:
         issues.append(
@@ -228,6 +238,32 @@ def _trainer_input_issues(cfg: RftConfig) -> list[Issue]:
             )
         )
     return issues
+
+
+def _trainer_rank_issues(cfg: RftConfig) -> list[Issue]:
+    """trainer.world_size: one rank for the torch engine; on GPUs, one GPU per rank."""
+    trainer = cfg.trainer
+    ranks = trainer.world_size or 1
+    if ranks > 1 and trainer.engine_name == "torch":
+        return [
+            Issue(
+                "trainer.world_size",
+                f"{ranks} ranks, but the torch engine runs one; set trainer.trainer_type: fsdp2 "
+                "(or trainer_strategy: fsdp2) to shard over several",
+            )
+        ]
+    gpus = cfg.cluster.gpu_per_node
+    if gpus > 0 and ranks > max(1, trainer_gpus(cfg)):
+        rollout = cfg.explorer.rollout_model
+        return [
+            Issue(
+                "trainer.world_size",
+                f"{ranks} ranks need a GPU each, but cluster.gpu_per_node {gpus} leaves "
+                f"{trainer_gpus(cfg)} after rollout (engine_num {rollout.engine_num} x "
+                f"tensor_parallel_size {rollout.tensor_parallel_size})",
+            )
+        ]
+    return []
 
 
 def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:

@@ -128,6 +128,11 @@ KEY_FATES: dict[str, Fate] = {
         _STRATEGY,
         "tests/unit/test_samplers.py",
     ),
+    "AlgorithmConfig.implementation": Fate(
+        "verl: the advantage fn and policy loss become verl's core_algos (verl/<name>, same args)",
+        _PRESETS,
+        "tests/unit/test_verl_differential.py",
+    ),
     # -- model
     "ModelConfig.model_path": Fate(
         "smollm2 (bundled GGUF), tiny, or a local HF directory",
@@ -442,9 +447,21 @@ KEY_FATES: dict[str, Fate] = {
         "the trainer's consumer group", _PLAN, "tests/unit/test_config_effects.py"
     ),
     "TrainerConfig.trainer_type": Fate(
-        "TRAINER_ENGINES part (verl reads as torch, with a warning)",
-        _PARTS,
-        "tests/unit/test_config_loading.py",
+        "TRAINER_ENGINES part: torch (one process) or fsdp2 (N ranks); verl reads as fsdp2, "
+        "with a warning",
+        _TRAINER,
+        "tests/unit/test_trainer_engines.py",
+    ),
+    "TrainerConfig.trainer_strategy": Fate(
+        "fsdp2 (fsdp reads as fsdp2) turns the torch engine into the fsdp2 engine; megatron is "
+        "refused",
+        _TRAINER,
+        "tests/unit/test_trainer_engines.py",
+    ),
+    "TrainerConfig.world_size": Fate(
+        "ranks of the fsdp2 engine (default: the GPUs left after rollout, 1 on the CPU)",
+        _PLAN,
+        "tests/unit/test_trainer_engines.py",
     ),
     "TrainerConfig.save_interval": Fate(
         "steps between versions that carry optimizer state",

@@ -240,7 +240,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
 
     rollout = cfg.explorer.rollout_model
     c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type)
-    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.trainer_type)
+    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     sync = cfg.synchronizer
     if c.name("synchronizer.sync_style", SYNC_STYLES, sync.sync_style) is not None:

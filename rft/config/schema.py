@@ -27,6 +27,8 @@ ExperienceStorage = Literal["kafka", "queue", "sql"]
 PromptType = Literal["plaintext", "messages"]
 SyncMethod = Literal["checkpoint"]
 SyncTimeoutAction = Literal["wait", "stop"]
+TrainerStrategy = Literal["fsdp2"]
+Implementation = Literal["rft", "verl"]
 
 _RAY = "rft places components without Ray actors; coordination runs over Kafka"
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
@@ -58,6 +60,9 @@ class AlgorithmConfig:
     sample_strategy: str | None = None
     # its args: max_staleness, expert_data_ratio, sft_dataset_name, filter_groups
     sample_strategy_args: dict[str, Any] = field(default_factory=dict)
+    # rft: whose functions compute the advantages and policy loss: rft's, or verl's core_algos
+    # (the `verl/<name>` parts, same args; needs verl installed)
+    implementation: Implementation = "rft"
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "use_critic": "rft has no critic model",
@@ -376,7 +381,12 @@ class TrainerConfig:
     """`trainer`: the trainer engine, checkpointing and optimisation."""
 
     name: str = "trainer"
-    trainer_type: str = "torch"  # a name in rft.engines.trainer.TRAINER_ENGINES
+    # a name in rft.engines.trainer.TRAINER_ENGINES: torch (one process) or fsdp2 (N ranks)
+    trainer_type: str = "torch"
+    # Trinity's sharding strategy: fsdp2 (and fsdp, read as fsdp2) shards the torch engine
+    trainer_strategy: TrainerStrategy | None = None
+    # ranks of the fsdp2 engine; default: the GPUs left after rollout on GPUs, 1 on the CPU
+    world_size: int | None = bounded(None, ge=1)
     save_interval: int = bounded(100, ge=1)  # steps between checkpoints in the object store
     grad_clip: float = bounded(1.0, gt=0)
     total_steps: int | None = bounded(None, ge=1)  # default: buffer.total_steps
@@ -385,7 +395,6 @@ class TrainerConfig:
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "trainer_strategy": "rft's torch trainer runs in one process; there is no strategy to pick",
         "save_strategy": "one trainer process writes each checkpoint",
         "save_hf_checkpoint": "checkpoints are always saved as safetensors with a manifest",
         "use_dynamic_bsz": _VERL,
@@ -399,11 +408,29 @@ class TrainerConfig:
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "trainer_type": {
             "verl": Alias(
-                "torch",
-                "rft has no veRL workers; the run trains with rft's single-process torch engine",
+                "fsdp2",
+                "rft has no veRL workers: rft's FSDP2 engine (torch fully_shard over "
+                "trainer.world_size ranks) trains instead, and verl's advantage and loss "
+                "functions are selected with algorithm.implementation: verl",
             ),
-        }
+        },
+        "trainer_strategy": {
+            "fsdp": Alias(
+                "fsdp2", "rft shards with FSDP2 (torch fully_shard); the training math is the same"
+            ),
+        },
     }
+    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
+        "trainer_strategy": {"megatron": "rft has no Megatron engine; use fsdp2"},
+    }
+
+    @property
+    def engine_name(self) -> str:
+        """The TRAINER_ENGINES entry this section selects: `trainer_type`, except that the
+        sharding strategy fsdp2 turns the torch engine into the fsdp2 engine."""
+        if self.trainer_type == "torch" and self.trainer_strategy == "fsdp2":
+            return "fsdp2"
+        return self.trainer_type
 
 
 @dataclass

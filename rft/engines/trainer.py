@@ -1,10 +1,17 @@
-"""The `torch` trainer engine: optimizer steps on a transformers model from batches of rollouts.
+"""Trainer engines: the `TrainerEngine` protocol, the `TRAINER_ENGINES` registry and the `torch`
+engine (optimizer steps on a transformers model in one process).
+
+`TrainerEngine` is what the trainer loop (`consumers.trainer`) and the checkpointer
+(`consumers.trainer_checkpoint`) use, whatever the engine: one optimizer step per batch, the
+reference model's logprobs, weights out (HF directory / safetensors, in the rollout dtype) and in,
+and the training state. `TRAINER_ENGINES` builds one from a loaded model, its tokenizer, a
+`TorchTrainerConfig` and a `TrainerPlacement` (how many ranks, on which devices); the config's
+`trainer.trainer_type` / `trainer_strategy` pick the entry (`TrainerConfig.engine_name`).
 
 `TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
 entropy over the response positions (each row at the temperature its old logprobs were recorded
 at), calls the algorithm's loss, accumulates gradients, clips and steps AdamW plus the LR
-schedule. It also exports weights under HF names and writes / reads HF directories for
-checkpoints and resume.
+schedule. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -183,6 +190,67 @@ class TrainBatch:
                     )
 
 
+class TrainerEngine(Protocol):
+    """What the trainer loop and the checkpointer use of an engine (every engine provides it).
+
+    Calls are made by one process (rank 0 of a sharded engine, which has the other ranks do their
+    part). `dtype` is the dtype of the trained (master) weights; `step` counts optimizer steps.
+    """
+
+    step: int
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step over the whole batch: loss, grad_norm, lr, skipped, the loss's
+        metrics (averaged over micro-batches with the loss's weights), sequences, action_tokens."""
+        ...
+
+    def reference_logprobs(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        """[B, R] CPU tensors `ref_logprobs`, `old_logprobs`, `action_mask` (zero-padded)."""
+        ...
+
+    def save_hf(self, directory: str | Path, dtype: torch.dtype | None = None) -> Path:
+        """An HF directory (config, safetensors in `dtype`, tokenizer) of the current weights."""
+        ...
+
+    def save_weights(self, file: str | Path, dtype: torch.dtype | None = None) -> None:
+        """The current weights (HF names, each storage once) as one safetensors file."""
+        ...
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Replace the trained weights with `tensors` (HF names); the optimizer is untouched."""
+        ...
+
+    def save_optimizer(self, path: str | Path) -> None:
+        """The training state (AdamW moments, LR schedule, step) as one file."""
+        ...
+
+    def load_optimizer(self, path: str | Path) -> None:
+        """Restore what `save_optimizer` wrote."""
+        ...
+
+    def skip_to_step(self, step: int) -> None:
+        """Continue the LR schedule at `step` with fresh optimizer moments."""
+        ...
+
+    def close(self) -> None:
+        """Release what the engine holds beyond this process (other ranks); idempotent."""
+        ...
+
+
+@dataclass(frozen=True)
+class TrainerPlacement:
+    """Where an engine's ranks compute: one device per rank, rank 0 first (this process)."""
+
+    devices: tuple[str, ...] = ("cpu",)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.devices)
+
+
 class TorchTrainerEngine:
     """AdamW on a transformers causal LM with gradient accumulation over micro-batches.
 
@@ -201,6 +269,8 @@ class TorchTrainerEngine:
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id = 0 if pad is None else int(pad)
         self.step = 0
         self.model.eval()
         if ref_model is None and config.use_ref_model:
@@ -242,9 +312,25 @@ class TorchTrainerEngine:
         batch.validate()
         if len(batch) == 0:
             raise EngineError("train_step needs at least one sequence")
-        weights = self._micro_weights(batch)
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
+        total_loss, sums = self._accumulate(batch, loss_fn, self._micro_weights(batch))
+        grad_norm, skipped = self._apply_gradients()
+        return {
+            **sums,
+            "loss": total_loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "skipped": float(skipped),
+            "sequences": float(len(batch)),
+            "action_tokens": float(sum(int(np.sum(m)) for m in batch.action_mask)),
+        }
+
+    def _accumulate(
+        self, batch: TrainBatch, loss_fn: LossFn, weights: list[float]
+    ) -> tuple[float, dict[str, float]]:
+        """Backward of sum_k weights[k] * loss(micro-batch k); returns that sum and the
+        equally weighted sums of the loss's metrics."""
         total_loss = 0.0
         sums: dict[str, float] = {}
         for k, idx in enumerate(self._micro_batches(batch)):
@@ -264,8 +350,15 @@ class TorchTrainerEngine:
             for name, value in metrics.items():
                 scalar = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
                 sums[name] = sums.get(name, 0.0) + scalar * weights[k]
+        return total_loss, sums
+
+    def _apply_gradients(self) -> tuple[float, bool]:
+        """Clip, step AdamW (unless the gradient norm is not finite) and the LR schedule."""
         clip = self.config.grad_clip if self.config.grad_clip > 0 else float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self._params, clip))
+        norm = torch.nn.utils.clip_grad_norm_(self._params, clip)
+        # sharded parameters give a sharded norm: every rank holds the same full value
+        full = getattr(norm, "full_tensor", None)
+        grad_norm = float(full() if full is not None else norm)
         skipped = not math.isfinite(grad_norm)
         if skipped:
             self.optimizer.zero_grad(set_to_none=True)
@@ -277,15 +370,7 @@ class TorchTrainerEngine:
             warnings.simplefilter("ignore", UserWarning)
             self.scheduler.step()
         self.step += 1
-        return {
-            **sums,
-            "loss": total_loss,
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "skipped": float(skipped),
-            "sequences": float(len(batch)),
-            "action_tokens": float(sum(int(np.sum(m)) for m in batch.action_mask)),
-        }
+        return grad_norm, skipped
 
     def _autocast(self) -> Any:
         """bf16 compute for the forward when configured; the parameters stay in their dtype."""
@@ -390,9 +475,7 @@ class TorchTrainerEngine:
         p_len = max(len(batch.prompt_ids[i]) for i in idx)
         r_len = max(len(batch.response_ids[i]) for i in idx)
         b = len(idx)
-        pad = 0
-        if self.tokenizer is not None and self.tokenizer.pad_token_id is not None:
-            pad = int(self.tokenizer.pad_token_id)
+        pad = self.pad_token_id
         input_ids = torch.full((b, p_len + r_len), pad, dtype=torch.long)
         attention = torch.zeros((b, p_len + r_len), dtype=torch.long)
         fdtype = self.dtype if self.dtype.is_floating_point else torch.float32
@@ -466,7 +549,11 @@ class TorchTrainerEngine:
 
     def load_hf_weights(self, directory: str | Path) -> None:
         """Copy the weights of an HF directory into the model (for resume); optimizer untouched."""
-        load_weights_into(self.model, read_safetensors_dir(directory))
+        self.load_weights(read_safetensors_dir(directory))
+
+    def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy `tensors` (HF names, every model tensor) into the model in place."""
+        load_weights_into(self.model, tensors)
 
     def save_optimizer(self, path: str | Path) -> None:
         """Optimizer + scheduler + step counter, for an exact resume."""
@@ -497,14 +584,36 @@ class TorchTrainerEngine:
         except (OSError, KeyError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
 
+    def close(self) -> None:
+        """Nothing outside this process to release."""
 
-TrainerEngineFactory = Callable[[Any, Any, TorchTrainerConfig], TorchTrainerEngine]
+
+TrainerEngineFactory = Callable[[Any, Any, TorchTrainerConfig, TrainerPlacement], TrainerEngine]
+"""factory(model, tokenizer, config, placement) -> engine; `model` is loaded on
+placement.devices[0] in the master dtype (float32 unless float64)."""
+
 TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
 
 
 @TRAINER_ENGINES.register("torch")
 def torch_trainer_engine(
-    model: Any, tokenizer: Any, config: TorchTrainerConfig
+    model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:
-    """AdamW on one device (CPU or GPU) with the model as loaded by `load_model`."""
+    """AdamW in this process, on one device (CPU or GPU), with the model as loaded."""
+    if placement.world_size != 1:
+        raise ConfigError(
+            f"trainer.world_size: the torch engine runs one rank, got {placement.world_size}; "
+            "set trainer.trainer_type: fsdp2 to shard over several"
+        )
     return TorchTrainerEngine(model, config, tokenizer=tokenizer)
+
+
+@TRAINER_ENGINES.register("fsdp2")
+def fsdp2_trainer_engine(
+    model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
+) -> TrainerEngine:
+    """FSDP2 (torch fully_shard) over placement.world_size ranks: gloo on the CPU, NCCL on GPUs
+    (`rft.engines.fsdp_engine`)."""
+    from rft.engines.fsdp_engine import build_fsdp2_engine
+
+    return build_fsdp2_engine(model, tokenizer, config, placement)

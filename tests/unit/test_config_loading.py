@@ -172,7 +172,7 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
     messages = "\n".join(str(w.message) for w in record)
     for key in (
         "ray_namespace",
-        "trainer.trainer_strategy",
+        "trainer.trainer_strategy: fsdp",
         "trainer.save_hf_checkpoint",
         "monitor.enable_ray_timeline",
         "buffer.explorer_input.taskset.enable_progress_bar",
@@ -183,7 +183,9 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
     assert cfg.trainer.optim.lr == pytest.approx(2e-6)  # algorithm.optimizer moved to trainer.optim
     assert cfg.trainer.optim.warmup_style == "cosine"
     assert cfg.synchronizer.sync_method == "checkpoint"  # what rft does with nccl, said above
-    assert cfg.trainer.trainer_type == "torch"
+    # veRL's FSDP trainer is rft's FSDP2 engine here, said above
+    assert (cfg.trainer.trainer_type, cfg.trainer.trainer_strategy) == ("fsdp2", "fsdp2")
+    assert cfg.trainer.engine_name == "fsdp2"
     assert "rft has no veRL workers" in messages
 
 

@@ -15,6 +15,7 @@ from rft.engines.trainer import (
     TorchTrainerConfig,
     TorchTrainerEngine,
     TrainBatch,
+    TrainerPlacement,
     cosine_schedule,
 )
 from rft.errors import ConfigError, EngineError
@@ -229,8 +230,12 @@ def test_non_finite_gradients_skip_the_update() -> None:
 
 def test_registry_builds_torch_engine() -> None:
     model, tok = load_model("tiny")
-    engine = TRAINER_ENGINES.get("torch")(model, tok, TorchTrainerConfig())
+    engine = TRAINER_ENGINES.get("torch")(model, tok, TorchTrainerConfig(), TrainerPlacement())
     assert isinstance(engine, TorchTrainerEngine)
+    with pytest.raises(ConfigError, match="trainer.world_size"):
+        TRAINER_ENGINES.get("torch")(
+            model, tok, TorchTrainerConfig(), TrainerPlacement(("cpu", "cpu"))
+        )
 
 
 def test_bf16_autocast_keeps_fp32_master_weights_that_take_tiny_updates() -> None:
