@@ -119,6 +119,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.events.transport import known_backend
     from rft.rewards import REWARD_FUNCTIONS
     from rft.storage.object_store import OBJECT_STORES
+    from rft.supervisor.launchers import LAUNCHERS
     from rft.synchronizer import SYNC_STYLES
     from rft.workflows import WORKFLOWS
 
@@ -194,6 +195,9 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.trainer_type)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     c.name("synchronizer.sync_style", SYNC_STYLES, cfg.synchronizer.sync_style)
+    launcher = c.name("cluster.launcher", LAUNCHERS, cfg.cluster.launcher)
+    if launcher is not None:  # its package, and whether the run's processes fit its cluster
+        c.issues += launcher().check(cfg)
     try:  # names, optional packages (with the install command) and each sink's settings
         check_sinks(cfg.monitor.monitor_type, cfg.monitor.monitor_args)
     except SinkConfigError as exc:
