@@ -10,6 +10,7 @@ removed at the end, so concurrent runs on one machine never share one.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -53,6 +54,9 @@ class RayCluster:
                     ) from exc
                 return cls(address, started_here=False)
             temp = Path(tempfile.mkdtemp(prefix="rft-ray-"))
+            # registered before ray.init, so it runs after Ray's own exit hook has stopped the
+            # local Ray, even when `rft run` dies before close() (a broken stdout pipe)
+            atexit.register(shutil.rmtree, temp, ignore_errors=True)
             try:
                 ray.init(
                     address="local",
