@@ -8,6 +8,7 @@ separate machines) agree on them without talking to each other.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -20,6 +21,10 @@ from rft.storage.object_store import open_object_store
 
 if TYPE_CHECKING:  # torch and transformers stay out of processes that only coordinate
     from rft.engines.models import ModelSpec
+
+# Set by a launcher that gives a process devices of its own (the ray launcher: Ray's
+# CUDA_VISIBLE_DEVICES shows it only its bundle's GPUs, so its first GPU is cuda:0)
+PLACED_DEVICE_ENV = "RFT_DEVICE"
 
 
 @dataclass(frozen=True)
@@ -90,20 +95,31 @@ class RunPlan:
         return math.ceil(rows * self.cfg.buffer.total_epochs / self.batch_size)
 
     @property
+    def on_gpus(self) -> bool:
+        """GPUs to compute on: some in the cluster, and `cluster.device` not `cpu`."""
+        return self.cfg.cluster.gpu_per_node > 0 and self.cfg.cluster.device != "cpu"
+
+    @property
     def explorer_device(self) -> str:
         """`cpu` without GPUs; else the first `engine_num × tensor_parallel_size` GPUs (cuda:0)."""
-        return "cuda:0" if self.cfg.cluster.gpu_per_node > 0 else "cpu"
+        if not self.on_gpus:
+            return "cpu"
+        return os.environ.get(PLACED_DEVICE_ENV) or "cuda:0"
 
     @property
     def trainer_device(self) -> str:
         """The first GPU after the explorer's, or the explorer's own when there is no spare one.
 
         As in Trinity-RFT the rollout engines take the first GPUs of the node and the trainer the
-        rest; the torch trainer engine uses one device.
+        rest; the torch trainer engine uses one device. A process placed on GPUs of its own (the
+        ray launcher) computes where PLACED_DEVICE_ENV says.
         """
-        gpus = self.cfg.cluster.gpu_per_node
-        if gpus == 0:
+        if not self.on_gpus:
             return "cpu"
+        placed = os.environ.get(PLACED_DEVICE_ENV)
+        if placed:
+            return placed
+        gpus = self.cfg.cluster.gpu_per_node
         rm = self.cfg.explorer.rollout_model
         explorer_gpus = rm.engine_num * rm.tensor_parallel_size
         return f"cuda:{explorer_gpus}" if gpus > explorer_gpus else "cuda:0"

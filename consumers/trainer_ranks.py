@@ -14,6 +14,7 @@ see the node's GPUs under their node indices.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from rft.config import RftConfig
@@ -30,6 +31,9 @@ def run_trainer_rank(
     master_addr: str,
     master_port: int,
     device: str = "cpu",
+    *,
+    stop: threading.Event | None = None,
+    idle_timeout_s: float | None = None,
 ) -> TrainerSummary | None:
     """Run rank `rank` of the trainer; rank 0 returns the trainer's summary, the others None."""
     from consumers.run_plan import RunPlan
@@ -49,7 +53,7 @@ def run_trainer_rank(
 
     init_rank(0, world_size, master_addr, master_port, RunPlan(cfg).trainer_device)
     try:
-        return Trainer(cfg).run()
+        return Trainer(cfg, idle_timeout_s=idle_timeout_s).run(stop)
     finally:
         import torch.distributed as dist
 

@@ -61,3 +61,7 @@ class EngineError(RftError):
 
 class MetricSinkError(RftError):
     """A metric sink (file, database, tracking client) could not open, write or close."""
+
+
+class LaunchError(RftError):
+    """`rft run` could not place its processes (no Ray cluster, a placement that does not fit)."""

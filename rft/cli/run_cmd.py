@@ -55,8 +55,7 @@ def run(args: argparse.Namespace) -> int:
     print("\n== run summary")
     for line in summary.lines():
         print(line)
-    failed = {k: v for k, v in summary.exit_codes.items() if v not in (0, None)}
-    return 1 if failed else 0
+    return 1 if summary.failed else 0
 
 
 def run_side(cfg: Any, args: argparse.Namespace) -> int:

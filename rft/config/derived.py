@@ -301,15 +301,6 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "the run's Kafka topic; storage_type sql would also mirror them into that database",
             )
         )
-    if cfg.cluster.node_num > 1:
-        notices.append(
-            Notice(
-                "cluster.node_num",
-                f"{cfg.cluster.node_num} nodes: rft starts processes on this machine only; start "
-                "`rft explore` / `rft train` on the other nodes against the same Kafka and object "
-                "store",
-            )
-        )
     eta = cfg.synchronizer.max_head_offpolicyness
     max_staleness = cfg.buffer.trainer_input.max_staleness
     if eta is not None and max_staleness is not None and eta > max_staleness:
@@ -321,16 +312,17 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "drops",
             )
         )
-    rollout = cfg.explorer.rollout_model
-    if rollout.engine_num > 1 or rollout.tensor_parallel_size > 1:
-        notices.append(
-            Notice(
-                "explorer.rollout_model.engine_num",
-                f"engine_num {rollout.engine_num} x tensor_parallel_size "
-                f"{rollout.tensor_parallel_size}: an explorer process runs one {rollout.engine_type} "
-                "engine on one device; these only reserve GPUs before the trainer's in "
-                "cluster.gpu_per_node; start more explorer processes with the same explorer.name "
-                "for more engines",
-            )
-        )
+    notices += _launcher_notices(cfg)
     return notices
+
+
+def _launcher_notices(cfg: RftConfig) -> list[Notice]:
+    """What the configured launcher says about placing this config's processes."""
+    from rft.errors import ConfigError
+    from rft.supervisor.launchers import LAUNCHERS
+
+    try:
+        launcher = LAUNCHERS.get(cfg.cluster.launcher)
+    except ConfigError:
+        return []  # check_parts has said so
+    return launcher().notices(cfg)

@@ -182,12 +182,23 @@ KEY_FATES: dict[str, Fate] = {
     ),
     # -- cluster
     "ClusterConfig.node_num": Fate(
-        "more than 1 warns that rft starts processes on this machine only",
-        _DERIVED,
-        "tests/unit/test_config_effects.py",
+        "launcher ray: node_num × gpu_per_node GPUs size the placement group; "
+        "launcher local: more than 1 warns that it starts processes on this machine only",
+        "rft/supervisor/ray_placement.py",
+        "tests/unit/test_ray_placement.py",
     ),
     "ClusterConfig.gpu_per_node": Fate(
         "GPU placement: rollout on the first GPUs, trainer on the next",
+        _PLAN,
+        "tests/unit/test_run_plan.py",
+    ),
+    "ClusterConfig.launcher": Fate(
+        "LAUNCHERS part that starts the processes of `rft run`: local processes or Ray actors",
+        "rft/supervisor/launchers.py",
+        "tests/integration/test_ray_launcher.py",
+    ),
+    "ClusterConfig.device": Fate(
+        "cpu: every process computes on the CPU, the GPUs only declared (to Ray's placement)",
         _PLAN,
         "tests/unit/test_run_plan.py",
     ),

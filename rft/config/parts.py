@@ -145,6 +145,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.events.transport import known_backend
     from rft.rewards import REWARD_FUNCTIONS
     from rft.storage.object_store import OBJECT_STORES
+    from rft.supervisor.launchers import LAUNCHERS
     from rft.synchronizer import SYNC_STYLES, build_sync_style
     from rft.workflows import WORKFLOWS
 
@@ -252,6 +253,9 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             )
         except ConfigError as exc:
             c.issues.append(Issue(key, str(exc).removeprefix(f"{key}: ")))
+    launcher = c.name("cluster.launcher", LAUNCHERS, cfg.cluster.launcher)
+    if launcher is not None:  # its package, and whether the run's processes fit its cluster
+        c.issues += launcher().check(cfg)
     try:  # names, optional packages (with the install command) and each sink's settings
         check_sinks(cfg.monitor.monitor_type, cfg.monitor.monitor_args)
     except SinkConfigError as exc:

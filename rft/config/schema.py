@@ -29,8 +29,12 @@ SyncMethod = Literal["checkpoint"]
 SyncTimeoutAction = Literal["wait", "stop"]
 TrainerStrategy = Literal["fsdp2"]
 Implementation = Literal["rft", "verl"]
+ClusterDevice = Literal["auto", "cpu"]
 
-_RAY = "rft places components without Ray actors; coordination runs over Kafka"
+_RAY = (
+    "not read: Ray only places rft's processes (cluster.launcher: ray, namespace rft.<project>.<name>); "
+    "coordination runs over Kafka"
+)
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
 _VLLM = "read only by a vLLM rollout engine, which rft does not have yet; the hf engine ignores it"
 
@@ -96,10 +100,18 @@ class ModelConfig:
 
 @dataclass
 class ClusterConfig:
-    """`cluster`: nodes and GPUs; informational on CPU-only machines."""
+    """`cluster`: nodes and GPUs, and how `rft run` places its processes on them.
+
+    `launcher` names a part of `rft.supervisor.launchers.LAUNCHERS`: `local` starts the explorer
+    and the trainer as processes on this machine; `ray` starts them as Ray actors in a placement
+    group sized from node_num × gpu_per_node (`rft.supervisor.ray_placement`). `device: cpu`
+    computes on the CPU whatever gpu_per_node says: the GPUs are then only declared to Ray.
+    """
 
     node_num: int = bounded(1, ge=1)
     gpu_per_node: int = bounded(0, ge=0)
+    launcher: str = "local"
+    device: ClusterDevice = "auto"  # auto: GPUs when gpu_per_node > 0, else the CPU
 
 
 @dataclass

@@ -3,6 +3,8 @@
 `rft run` starts the explorer and the trainer as separate OS processes (as a cluster would run
 them) and must stop them all on Ctrl-C or when one fails. The group also samples the resident
 memory of the whole process tree, so the run summary can report the peak of all processes together.
+It is the `local` launcher's group (`rft.supervisor.launchers`), and each Ray actor of the `ray`
+launcher runs its component in a group of one (`rft.supervisor.ray_host`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -19,7 +22,26 @@ from pathlib import Path
 
 import psutil
 
+from rft.supervisor.failure import Failure, last_lines
+
 log = logging.getLogger(__name__)
+
+# Run in the child before it becomes the real command: the kernel kills it (SIGKILL) when the
+# thread that started it exits, so a component never outlives a host that died without stopping
+# it. The parent check closes the race of a parent that died before prctl ran. A Ray worker blocks
+# SIGINT, and a blocked or ignored signal stays so across exec: the component would miss the
+# SIGINT that asks it to stop between steps. Linux only.
+_PR_SET_PDEATHSIG = 1
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    f"ctypes.CDLL(None, use_errno=True).prctl({_PR_SET_PDEATHSIG}, signal.SIGKILL)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(137)\n"
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 @dataclass
@@ -41,18 +63,37 @@ class ProcessGroup:
     _sampler: threading.Thread | None = None
     _stop_sampling: threading.Event = field(default_factory=threading.Event)
 
-    def start(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> Child:
+    def start(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        *,
+        cwd: str | None = None,
+        die_with_parent: bool = False,
+        replace_env: bool = False,
+    ) -> Child:
+        """Start `argv` (its output appended to `<log_dir>/<name>.log`).
+
+        `env` adds to this process's environment, or is the whole environment with
+        `replace_env`. `die_with_parent` (Linux) has the kernel kill the child when the thread
+        that started it exits.
+        """
         log_path = None
         stdout: int | object = None
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
             stdout = log_path.open("ab")
+        args = list(argv)
+        if die_with_parent and sys.platform.startswith("linux"):
+            args = [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args]
         popen = subprocess.Popen(  # noqa: S603 - argv is built by us, not a shell string
-            list(argv),
+            args,
             stdout=stdout,  # type: ignore[arg-type]
             stderr=subprocess.STDOUT if stdout is not None else None,
-            env={**os.environ, **(env or {})},
+            env=dict(env or {}) if replace_env else {**os.environ, **(env or {})},
+            cwd=cwd,
             start_new_session=True,  # Ctrl-C reaches only us; we stop children in order
         )
         child = Child(name, popen, log_path)
@@ -63,7 +104,8 @@ class ProcessGroup:
             self._sampler.start()
         return child
 
-    def _tree_rss(self) -> int:
+    def tree_rss(self) -> int:
+        """Resident memory of this process and every child tree, now."""
         total = 0
         procs = [psutil.Process()]
         for child in self.children:
@@ -82,13 +124,32 @@ class ProcessGroup:
 
     def _sample_memory(self) -> None:
         while not self._stop_sampling.wait(0.5):
-            self.peak_rss_bytes = max(self.peak_rss_bytes, self._tree_rss())
+            self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss())
 
     def failed(self) -> list[Child]:
         return [c for c in self.children if c.returncode not in (None, 0)]
 
     def running(self) -> list[Child]:
         return [c for c in self.children if c.returncode is None]
+
+    # -- the launcher's view (rft.supervisor.launchers.LaunchedGroup)
+
+    def alive(self) -> bool:
+        return bool(self.running())
+
+    def failures(self) -> list[Failure]:
+        return [
+            Failure(
+                c.name,
+                f"exited with {c.returncode}",
+                str(c.log_path) if c.log_path else "(not captured)",
+                last_lines(c.log_path),
+            )
+            for c in self.failed()
+        ]
+
+    def exit_codes(self) -> dict[str, int | None]:
+        return {c.name: c.returncode for c in self.children}
 
     def wait(self, poll_s: float = 0.5) -> None:
         """Block until every child exits, or one fails (then stop the rest)."""

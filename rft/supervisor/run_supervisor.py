@@ -1,9 +1,10 @@
 """RunSupervisor: `rft run` in mode both — stack, publish, explorer + trainer processes, progress.
 
 The supervisor owns no training state: it brings the local stack up when the config points at it,
-publishes the tasksets once, starts the explorer and the trainer as separate processes, and follows
-the run through the `metrics` topic, feeding the configured sinks (`monitor.monitor_type`) and its
-own summary. Ctrl-C stops the children in order.
+publishes the tasksets once, has the launcher of `cluster.launcher` start the explorer and the
+trainer as separate processes (here, or as Ray actors), and follows the run through the `metrics`
+topic, feeding the configured sinks (`monitor.monitor_type`) and its own summary. Ctrl-C stops the
+components in order; one that fails ends the run, named with the last lines of its log.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from rft.config import RftConfig
 from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
-from rft.supervisor.process_group import ProcessGroup
+from rft.supervisor.launchers import RunCommand, feeds_online, launcher_for
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ class RunSummary:
     train_step_s: list[float] = field(default_factory=list)
     peak_rss_bytes: int = 0
     exit_codes: dict[str, int | None] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)  # components that ended the run badly
 
     def lines(self) -> list[str]:
         out = [f"wall time: {self.wall_s / 60:.1f} min"]
@@ -138,16 +140,7 @@ class RunSupervisor:
 
     def feeds_online(self) -> bool:
         """Whether the training taskset's selector is online: a task feeder child publishes it."""
-        from producers.task_selectors import is_online
-
-        taskset = self.cfg.buffer.explorer_input.taskset
-        return taskset is not None and is_online(taskset.task_selector.selector_type)
-
-    def _child_argv(self, verb: str) -> list[str]:
-        argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(self.config_path)]
-        for item in self.overrides:
-            argv += ["--override", item]
-        return argv
+        return feeds_online(self.cfg)
 
     @staticmethod
     def _feed(batch: list[Envelope], sinks: MetricFanout, tracker: RunSummaryTracker) -> None:
@@ -167,22 +160,22 @@ class RunSupervisor:
         self.ensure_stack()
         self.publish(republish)
         log_dir = Path(self.cfg.checkpoint_root_dir) / self.cfg.project / self.cfg.name / "logs"
-        group = ProcessGroup(log_dir=log_dir)
         summary = RunSummary()
         tracker = RunSummaryTracker(summary)
         sinks = MetricFanout.for_config(self.cfg)
-        print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
-        group.start("trainer", self._child_argv("train"))
-        if self.feeds_online():
-            group.start("feeder", self._child_argv("feed"))
-        group.start("explorer", self._child_argv("explore"))
+        command = RunCommand(self.config_path, tuple(self.overrides))
+        try:
+            group = launcher_for(self.cfg).launch(self.cfg, command, log_dir)
+        except BaseException:
+            sinks.close()
+            raise
         metrics_group = f"{self.plan.run_id}.supervisor.{started_ms}"
         try:
             with EventReader.open(
                 self.cfg.stack.kafka, metrics_group, [self.plan.topics.metrics]
             ) as metrics:
                 metrics.seek_to_timestamp(started_ms)
-                while group.running() and not group.failed():
+                while group.alive() and not group.failures():
                     self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker)
                 # drain what the children wrote just before exiting
                 self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker)
@@ -191,17 +184,16 @@ class RunSupervisor:
             group.stop()
             raise
         finally:
-            if group.failed():
-                for child in group.failed():
-                    print(
-                        f"rft run: {child.name} exited with {child.returncode}; "
-                        f"see {child.log_path}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+            failures = group.failures()
+            for failure in failures:
+                print("\n".join(failure.lines()), file=sys.stderr, flush=True)
             group.stop()
             sinks.close()
             summary.wall_s = time.monotonic() - started
             summary.peak_rss_bytes = group.peak_rss_bytes
-            summary.exit_codes = {c.name: c.returncode for c in group.children}
+            summary.exit_codes = group.exit_codes()
+            summary.failed = sorted(
+                {f.name for f in failures}
+                | {name for name, code in summary.exit_codes.items() if code not in (0, None)}
+            )
         return summary

@@ -185,11 +185,20 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
         assert "sync requested by" in outputs["trainer"]
         assert used <= {0, *announced} and max(used) > 0, (used, announced)
 
+    check_honest_versions(plan, experiences, announced, tmp_path)
+
+
+def check_honest_versions(
+    plan: RunPlan, experiences: list[Experience], announced: list[int], tmp: Path
+) -> None:
+    """Each sampled experience's logprobs are recomputed under the announced weights of its
+    `model_version` (downloaded and verified from the checkpoint store) and must match; the
+    weights of the neighbouring version must not, nor must a temperature of 1.0."""
     store = plan.checkpoint_store()
     model, _ = load_model(plan.model_spec())
     weights: dict[int, dict] = {0: {k: v.clone() for k, v in model.state_dict().items()}}
     for v in announced:
-        weights[v] = read_safetensors_dir(store.download(v, tmp_path / f"v{v}"))
+        weights[v] = read_safetensors_dir(store.download(v, tmp / f"v{v}"))
 
     checked, gap_at_one = 0, 0.0
     for exp in experiences[:: max(1, len(experiences) // 8)]:

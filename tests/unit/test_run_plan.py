@@ -1,6 +1,7 @@
-"""RunPlan: where a run's processes compute (CPU without GPUs, else rollout on the first GPUs
-and the trainer on the next one, or sharing when there is none to spare), `auto` dtype per
-device, and where checkpoints live."""
+"""RunPlan: where a run's processes compute (CPU without GPUs or with `cluster.device: cpu`, else
+rollout on the first GPUs and the trainer on the next one, or sharing when there is none to spare;
+a process the ray launcher placed on GPUs of its own uses its first), `auto` dtype per device, and
+where checkpoints live."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from consumers.run_plan import RunPlan
+from consumers.run_plan import PLACED_DEVICE_ENV, RunPlan
 from consumers.trainer import master_dtype
 from rft.config import load_config
 from rft.engines.models import ModelSpec, load_model
@@ -44,6 +45,21 @@ def test_devices_follow_cluster_and_rollout_sizes(
         f"explorer.rollout_model.tensor_parallel_size={tp}",
     )
     assert (p.explorer_device, p.trainer_device) == (explorer, trainer)
+
+
+def test_device_cpu_computes_on_the_cpu_with_gpus_declared(tmp_path: Path) -> None:
+    p = plan(tmp_path, "cluster.gpu_per_node=2", "cluster.device=cpu", "model.dtype=auto")
+    assert (p.explorer_device, p.trainer_device, p.rollout_dtype) == ("cpu", "cpu", "float32")
+
+
+def test_a_process_placed_on_its_own_gpus_computes_on_its_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the ray launcher's actors see only their bundle's GPUs (CUDA_VISIBLE_DEVICES)
+    monkeypatch.setenv(PLACED_DEVICE_ENV, "cuda:0")
+    p = plan(tmp_path, "cluster.gpu_per_node=4", "explorer.rollout_model.engine_num=2")
+    assert (p.explorer_device, p.trainer_device) == ("cuda:0", "cuda:0")
+    assert plan(tmp_path, "cluster.gpu_per_node=0").trainer_device == "cpu"
 
 
 def test_auto_dtype_is_bf16_on_gpu_and_fp32_on_cpu(tmp_path: Path) -> None:

@@ -1,0 +1,198 @@
+"""LAUNCHERS: how `rft run` places the explorer and trainer processes (`cluster.launcher`).
+
+A launcher starts the run's components, each one `rft explore` / `rft train` command line, and
+hands back a group the supervisor watches and stops: `local` starts them as child processes of
+this one (`ProcessGroup`); `ray` as Ray actors in a placement group (`rft.supervisor.ray_group`,
+imported only when chosen, so Ray stays an optional dependency). Whatever places them, the
+components run the same code and Kafka and the object store carry the run's data.
+
+A launcher is a class registered with `@LAUNCHERS.register(name)`, built without arguments, with
+`check` (issues that stop the config loading), `notices` (warnings) and `launch`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rft.config.binding import Issue, Notice
+from rft.config.schema import RftConfig
+from rft.registry import Registry
+from rft.supervisor.failure import Failure
+from rft.supervisor.process_group import ProcessGroup
+
+RAY_REQUIREMENT = "ray[default]==2.60.*"
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """The `rft` command line of every component: its verb, the config file, the overrides."""
+
+    config_path: Path
+    overrides: tuple[str, ...] = ()
+
+    def args(self, verb: str) -> list[str]:
+        """The arguments after the Python interpreter (each host runs its own interpreter)."""
+        out = ["-m", "rft.cli.main", verb, "--config", str(self.config_path)]
+        for item in self.overrides:
+            out += ["--override", item]
+        return out
+
+    def argv(self, verb: str) -> list[str]:
+        return [sys.executable, *self.args(verb)]
+
+
+def feeds_online(cfg: RftConfig) -> bool:
+    """Whether the training taskset's selector is online: a task feeder process publishes it."""
+    from producers.task_selectors import is_online
+
+    taskset = cfg.buffer.explorer_input.taskset
+    return taskset is not None and is_online(taskset.task_selector.selector_type)
+
+
+class LaunchedGroup(Protocol):
+    """The running components of one run, as the supervisor sees them."""
+
+    @property
+    def peak_rss_bytes(self) -> int: ...
+
+    def alive(self) -> bool:
+        """Some component is still running."""
+        ...
+
+    def failures(self) -> list[Failure]:
+        """Components that ended badly so far (exit code other than 0, or their host died)."""
+        ...
+
+    def stop(self) -> None:
+        """Stop every component (SIGINT first, so each commits or aborts its open transaction)."""
+        ...
+
+    def exit_codes(self) -> dict[str, int | None]:
+        """Exit code of each component; None while it runs or when its host died without one."""
+        ...
+
+
+class Launcher(Protocol):
+    def check(self, cfg: RftConfig) -> list[Issue]: ...
+
+    def notices(self, cfg: RftConfig) -> list[Notice]: ...
+
+    def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup: ...
+
+
+LAUNCHERS: Registry[type[Launcher]] = Registry("cluster.launcher")
+
+
+@LAUNCHERS.register("local")
+class LocalLauncher:
+    """The trainer and one explorer as child processes of `rft run`, on this machine."""
+
+    def check(self, cfg: RftConfig) -> list[Issue]:
+        return []
+
+    def notices(self, cfg: RftConfig) -> list[Notice]:
+        notices = []
+        if cfg.cluster.node_num > 1:
+            notices.append(
+                Notice(
+                    "cluster.node_num",
+                    f"{cfg.cluster.node_num} nodes: rft starts processes on this machine only; "
+                    "start `rft explore` / `rft train` on the other nodes against the same Kafka "
+                    "and object store, or set cluster.launcher: ray",
+                )
+            )
+        rollout = cfg.explorer.rollout_model
+        if rollout.engine_num > 1 or rollout.tensor_parallel_size > 1:
+            notices.append(
+                Notice(
+                    "explorer.rollout_model.engine_num",
+                    f"engine_num {rollout.engine_num} x tensor_parallel_size "
+                    f"{rollout.tensor_parallel_size}: an explorer process runs one "
+                    f"{rollout.engine_type} engine on one device; these only reserve GPUs before "
+                    "the trainer's in cluster.gpu_per_node; start more explorer processes with "
+                    "the same explorer.name for more engines",
+                )
+            )
+        return notices
+
+    def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup:
+        group = ProcessGroup(log_dir=log_dir)
+        print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
+        group.start("trainer", command.argv("train"))
+        if feeds_online(cfg):  # an online task selector publishes from the rewards it reads
+            group.start("feeder", command.argv("feed"))
+        group.start("explorer", command.argv("explore"))
+        return group
+
+
+@LAUNCHERS.register("ray")
+class RayLauncher:
+    """The trainer ranks and one explorer per rollout engine as Ray actors (`ray_group`)."""
+
+    def check(self, cfg: RftConfig) -> list[Issue]:
+        from rft.supervisor.ray_placement import placement_issues
+
+        issues = []
+        if importlib.util.find_spec("ray") is None:
+            issues.append(
+                Issue(
+                    "cluster.launcher",
+                    f"'ray' needs the ray package: pip install '{RAY_REQUIREMENT}' "
+                    "(or the rft[ray] extra)",
+                )
+            )
+        if feeds_online(cfg):
+            issues.append(
+                Issue(
+                    "buffer.explorer_input.taskset.task_selector.selector_type",
+                    "an online selector's task feeder is started by the local launcher only; "
+                    "not yet under cluster.launcher: ray (run `rft feed` beside the run)",
+                )
+            )
+        return issues + placement_issues(cfg)
+
+    def notices(self, cfg: RftConfig) -> list[Notice]:
+        from rft.supervisor.ray_placement import plan_placement, trainer_world_size
+
+        notices = []
+        if cfg.mode != "both":
+            notices.append(
+                Notice(
+                    "cluster.launcher",
+                    f"mode {cfg.mode!r} runs in the `rft` process itself; the ray launcher "
+                    "places processes for mode both only",
+                )
+            )
+        placement = plan_placement(cfg)
+        if placement.idle_gpus > 0:
+            notices.append(
+                Notice(
+                    "cluster.gpu_per_node",
+                    f"{placement.idle_gpus} of the {placement.total_gpus} GPUs stay idle: the "
+                    f"rollout engines take {placement.rollout_gpus} and the trainer, "
+                    f"{trainer_world_size(cfg)} rank(s), {placement.trainer_gpus}",
+                )
+            )
+        if cfg.explorer.rollout_model.engine_num > 1:
+            notices.append(
+                Notice(
+                    "explorer.rollout_model.engine_num",
+                    f"{cfg.explorer.rollout_model.engine_num} explorer processes, one per engine, "
+                    "share the explorer group's tasks; each counts its own steps and stops when "
+                    "the tasks run out",
+                )
+            )
+        return notices
+
+    def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup:
+        from rft.supervisor.ray_group import RayGroup
+
+        return RayGroup.launch(cfg, command, log_dir)
+
+
+def launcher_for(cfg: RftConfig) -> Launcher:
+    return LAUNCHERS.get(cfg.cluster.launcher)()

@@ -1,0 +1,349 @@
+"""RayGroup: the `ray` launcher's components, as Ray actors in one placement group.
+
+It sizes the placement group from the config (`ray_placement`), connects to Ray (`ray_cluster`),
+starts one `ComponentHost` actor per slot (trainer ranks told rank 0's address for the
+torch.distributed rendezvous) and watches them for the supervisor. A component that exits with a
+code other than 0, or whose actor dies, is a failure named with its component and the last lines
+of its log; the supervisor then stops the rest. Nothing of the run's data passes through Ray.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from consumers.run_plan import PLACED_DEVICE_ENV
+from rft.config import RftConfig
+from rft.errors import LaunchError
+from rft.supervisor.failure import Failure, last_lines
+from rft.supervisor.launchers import RunCommand
+from rft.supervisor.ray_cluster import RayCluster, first_line
+from rft.supervisor.ray_host import STOP_GRACE_S, ChildSpec, ComponentHost, HostStatus
+from rft.supervisor.ray_placement import TRAIN_VERB, Placement, Slot, plan_placement
+
+READY_TIMEOUT_S = 120.0  # for the placement group and the actors to come up
+POLL_S = 0.5  # between checks of the components' exit
+STATUS_S = 2.0  # between fetches of their last log lines and memory
+
+
+@dataclass
+class _Member:
+    slot: Slot
+    actor: Any  # the ComponentHost actor handle
+    where: dict[str, str]
+    wait_ref: Any = None
+    returncode: int | None = None
+    died: str | None = None  # why the actor is gone, when it died
+    status: HostStatus | None = None
+    status_ref: Any = None
+    log_path: str = ""
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None and self.died is None
+
+
+class RayGroup:
+    def __init__(self, cluster: RayCluster, placement: Placement, pg: Any) -> None:
+        self.cluster = cluster
+        self.placement = placement
+        self.pg = pg
+        self.members: list[_Member] = []
+        self._peak = 0
+        self._polled = 0.0
+        self._status_at = 0.0
+        self._stopped = False
+
+    # -- start ----------------------------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, cfg: RftConfig, command: RunCommand, log_dir: Path) -> RayGroup:
+        """Connect, place and start every component; on any failure nothing is left running
+        (a local Ray stops; on a cluster the actors die with this driver's job)."""
+        from ray.exceptions import RayError
+        from ray.util.placement_group import placement_group
+
+        placement = plan_placement(cfg)
+        run = f"rft.{cfg.project}.{cfg.name}"
+        cluster = RayCluster.connect(run, placement)
+        try:
+            for line in cluster.describe(placement):
+                print(f"rft run: {line}", flush=True)
+            _check_capacity(cluster, placement)
+            pg = placement_group(placement.bundles, strategy="PACK", name=run)
+            group = cls(cluster, placement, pg)
+            group._await_placement()
+            group._start(cfg, command, log_dir.resolve())
+            return group
+        except RayError as exc:  # an actor that could not start, a lost node
+            cluster.close()
+            raise LaunchError(f"starting the run's Ray actors: {first_line(exc)}") from exc
+        except BaseException:
+            cluster.close()
+            raise
+
+    def _await_placement(self) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            ray.get(self.pg.ready(), timeout=READY_TIMEOUT_S)
+        except GetTimeoutError as exc:
+            raise LaunchError(
+                f"the Ray cluster at {self.cluster.address} did not place the run's "
+                f"{len(self.placement.bundles)} bundles {self.placement.bundles} within "
+                f"{READY_TIMEOUT_S:.0f}s (cluster.node_num × cluster.gpu_per_node, one bundle per "
+                f"process); it has {self.cluster.resources()}"
+            ) from exc
+
+    def _start(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        host = ray.remote(ComponentHost)
+        actors: list[Any] = []
+        for index, slot in enumerate(self.placement.slots):
+            try:
+                actors.append(
+                    host.options(
+                        name=slot.name,
+                        num_cpus=slot.cpus,
+                        num_gpus=slot.gpus,
+                        max_concurrency=4,  # wait() blocks; status() and stop() answer meanwhile
+                        max_restarts=0,  # a restarted component would resume from the log; the
+                        # supervisor ends the run instead and says which one died
+                        scheduling_strategy=PlacementGroupSchedulingStrategy(
+                            self.pg, placement_group_bundle_index=index
+                        ),
+                    ).remote(slot.name)
+                )
+            except ValueError as exc:  # the actor name is taken in the run's namespace
+                raise LaunchError(
+                    f"another `rft run` of {cfg.project}.{cfg.name} holds actors on the Ray "
+                    f"cluster at {self.cluster.address}: {exc}"
+                ) from exc
+        wheres = ray.get([a.where.remote() for a in actors], timeout=READY_TIMEOUT_S)
+        self.members = [
+            _Member(s, a, w) for s, a, w in zip(self.placement.slots, actors, wheres, strict=True)
+        ]
+        rendezvous = self._rendezvous()
+        text = command.config_path.read_text(encoding="utf-8")
+        overrides = command.overrides + self._pinned_endpoints(cfg)
+        # the trainer first, as the local launcher does: its consumer group is there when the
+        # first experiences are
+        for m in sorted(self.members, key=lambda m: m.slot.verb != TRAIN_VERB):
+            spec = ChildSpec(
+                verb=m.slot.verb,
+                config_path=str(command.config_path.resolve()),
+                config_text=text,
+                overrides=overrides,
+                cwd=os.getcwd(),
+                log_dir=str(log_dir),
+                env=child_env(m.slot, self.placement, rendezvous),
+                unset_env=() if "OMP_NUM_THREADS" in os.environ else ("OMP_NUM_THREADS",),
+            )
+            ray.get(m.actor.start.remote(spec), timeout=READY_TIMEOUT_S)
+            m.wait_ref = m.actor.wait.remote()
+            m.log_path = str(log_dir / f"{m.slot.name}.log")
+            print(f"rft run: {self._describe(m)}", flush=True)
+
+    def _rendezvous(self) -> dict[str, str]:
+        """torch.distributed's env:// rendezvous at rank 0's node, for more than one rank."""
+        import ray
+
+        rank0 = next(m for m in self.members if m.slot.verb == TRAIN_VERB and m.slot.rank == 0)
+        if rank0.slot.world_size == 1:
+            return {}
+        port = ray.get(rank0.actor.free_port.remote(), timeout=READY_TIMEOUT_S)
+        return {"MASTER_ADDR": rank0.where["node"], "MASTER_PORT": str(port)}
+
+    def _pinned_endpoints(self, cfg: RftConfig) -> tuple[str, ...]:
+        """On a cluster of other machines, every component talks to the Kafka and object store
+        this process resolved (from the config or its environment), whatever their nodes'
+        environments say. Secrets are not sent: each node reads them from its environment or
+        the config."""
+        if self.cluster.started_here:
+            return ()
+        return (
+            f"stack.kafka.bootstrap_servers={cfg.stack.kafka.bootstrap_servers}",
+            f"stack.object_store.endpoint={cfg.stack.object_store.endpoint}",
+        )
+
+    def _describe(self, m: _Member) -> str:
+        slot = m.slot
+        ranked = slot.verb == TRAIN_VERB and slot.world_size > 1
+        rank = f" rank {slot.rank} of {slot.world_size}" if ranked else ""
+        if not slot.gpus:
+            gpus = "no GPU"
+        elif self.placement.gpus_on_cpu:
+            gpus = f"GPU {m.where['gpus']} declared, computing on the CPU"
+        else:
+            gpus = f"CUDA_VISIBLE_DEVICES={m.where['gpus']}"
+        return (
+            f"{slot.name}{rank} in a Ray actor on {m.where['node']} (pid {m.where['pid']}, "
+            f"{gpus}); log {m.log_path}"
+        )
+
+    # -- watch ----------------------------------------------------------------------------------
+
+    @property
+    def peak_rss_bytes(self) -> int:
+        return self._peak
+
+    def alive(self) -> bool:
+        self._poll()
+        return any(m.running for m in self.members)
+
+    def failures(self) -> list[Failure]:
+        self._poll()
+        out = []
+        for m in self.members:
+            if m.died is not None:
+                what = f"lost its Ray actor on {m.where['node']}: {m.died}"
+            elif m.returncode not in (None, 0):
+                what = f"exited with {m.returncode} (in its Ray actor on {m.where['node']})"
+            else:
+                continue
+            out.append(Failure(m.slot.name, what, m.log_path, self._last_lines(m)))
+        return out
+
+    def exit_codes(self) -> dict[str, int | None]:
+        return {m.slot.name: m.returncode for m in self.members}
+
+    def _poll(self, force: bool = False) -> None:
+        import ray
+
+        now = time.monotonic()
+        if self._stopped and not force or not force and now - self._polled < POLL_S:
+            return
+        self._polled = now
+        pending = {m.wait_ref: m for m in self.members if m.running}
+        if pending:
+            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in ready:
+                self._settle(pending[ref], ref)
+        self._harvest_status()
+        if now - self._status_at >= STATUS_S:
+            self._status_at = now
+            for m in self.members:
+                if m.running and m.status_ref is None:
+                    m.status_ref = m.actor.status.remote()
+            self._peak = max(self._peak, self._rss())
+
+    def _settle(self, m: _Member, ref: Any) -> None:
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            m.returncode = int(ray.get(ref))
+        except RayError as exc:  # the actor died (killed, its node lost, out of memory)
+            m.died = first_line(exc)
+
+    def _harvest_status(self) -> None:
+        import ray
+        from ray.exceptions import RayError
+
+        refs = {m.status_ref: m for m in self.members if m.status_ref is not None}
+        if not refs:
+            return
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
+        for ref in ready:
+            m = refs[ref]
+            m.status_ref = None
+            with contextlib.suppress(RayError):  # the wait ref says what became of the actor
+                m.status = ray.get(ref)
+
+    def _last_lines(self, m: _Member) -> list[str]:
+        import ray
+        from ray.exceptions import RayError
+
+        if m.died is None:  # the actor is there: ask it for the end of its log
+            with contextlib.suppress(RayError):
+                m.status = ray.get(m.actor.status.remote(), timeout=10)
+        elif Path(m.log_path).is_file():  # the same machine (or a shared filesystem)
+            return last_lines(Path(m.log_path))
+        return m.status.last_lines if m.status else []
+
+    def _rss(self) -> int:
+        """The run's resident memory: a local Ray's daemons, actors and components are all
+        descendants of this process; on a cluster, the hosts report their own."""
+        me = psutil.Process()
+        if self.cluster.started_here:
+            total = 0
+            for p in [me, *me.children(recursive=True)]:
+                try:
+                    total += p.memory_info().rss
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+            return total
+        return me.memory_info().rss + sum(m.status.rss_bytes for m in self.members if m.status)
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Every component stopped (SIGINT first, in every actor at once), then the actors,
+        the placement group and, if started for the run, the local Ray."""
+        if self._stopped:
+            return
+        self._stopped = True
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            self._poll(force=True)
+            live = [m for m in self.members if m.running]
+            refs = [m.actor.stop.remote(STOP_GRACE_S) for m in live]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S + 15)
+            for m in live:
+                ready, _ = ray.wait([m.wait_ref], timeout=5)
+                if ready:
+                    self._settle(m, m.wait_ref)
+            for m in self.members:
+                ray.kill(m.actor)
+            remove_placement_group(self.pg)
+        except Exception as exc:  # noqa: BLE001 - the local Ray's shutdown below still runs
+            print(f"rft run: stopping the Ray actors: {first_line(exc)}", file=sys.stderr)
+        finally:
+            self.cluster.close()
+
+
+def _check_capacity(cluster: RayCluster, placement: Placement) -> None:
+    """Fail at once, not after a timeout, when the cluster lacks the GPUs or CPUs in all."""
+    have = cluster.resources()
+    short = [
+        f"{need} {kind}s (it has {have.get(kind, 0):.0f})"
+        for kind, need in (("GPU", placement.gpus), ("CPU", placement.cpus))
+        if need > have.get(kind, 0)
+    ]
+    if short:
+        raise LaunchError(
+            f"the Ray cluster at {cluster.address} is too small for the run's placement group: "
+            f"it needs {' and '.join(short)}, one bundle per process "
+            f"(cluster.node_num × cluster.gpu_per_node)"
+        )
+
+
+def child_env(slot: Slot, placement: Placement, rendezvous: dict[str, str]) -> dict[str, str]:
+    """The variables a component's process gets on top of its actor's environment."""
+    env = {}
+    if "OMP_NUM_THREADS" in os.environ:  # Ray sets 1 per CPU of the bundle; keep the user's
+        env["OMP_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"]
+    if slot.gpus and not placement.gpus_on_cpu:
+        # the process sees only its bundle's GPUs (CUDA_VISIBLE_DEVICES): its first is cuda:0
+        env[PLACED_DEVICE_ENV] = "cuda:0"
+    if slot.verb == TRAIN_VERB and slot.world_size > 1:
+        env.update(
+            rendezvous,
+            RANK=str(slot.rank),
+            WORLD_SIZE=str(slot.world_size),
+            LOCAL_RANK="0",  # each rank sees its own GPU only
+        )
+    return env
