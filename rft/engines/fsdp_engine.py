@@ -280,10 +280,12 @@ class Fsdp2TrainerEngine:
         elif self.world_size > 1:
             self.channel.send([Command(STOP)] * self.world_size)
             self.channel.gather(None)
-        for process in self._followers:
-            process.wait(timeout=60)
+        # leave the group before waiting: over NCCL a follower's destroy_process_group waits for
+        # rank 0's teardown too, so waiting first deadlocks until the timeout (gloo does not)
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
+        for process in self._followers:
+            process.wait(timeout=60)
         if self.restore_threads is not None:
             torch.set_num_threads(self.restore_threads)
 
