@@ -61,3 +61,8 @@ class EngineError(RftError):
 
 class MetricSinkError(RftError):
     """A metric sink (file, database, tracking client) could not open, write or close."""
+
+
+class ReplayError(RftError):
+    """A replay, export, import or re-score cannot go on; the message names the topic, partition
+    and offset, or the file and row, it stopped at."""
