@@ -724,7 +724,16 @@ class ConfluentBackend(KafkaBackend):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
+        if prefetch_bytes is not None:
+            # librdkafka's queue of fetched records, and each fetch's share of it
+            config = {
+                "queued.max.messages.kbytes": max(prefetch_bytes // 1024, 1),
+                "fetch.max.bytes": max(prefetch_bytes, 1 << 20),
+                "max.partition.fetch.bytes": max(prefetch_bytes // 4, 1 << 20),
+                **(config or {}),
+            }
         return ConfluentRecordConsumer(
             self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
         )

@@ -681,7 +681,15 @@ class KafkaPythonBackend(KafkaBackend):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
+        if prefetch_bytes is not None:
+            # kafka-python holds what one fetch returned: bound that fetch
+            config = {
+                "fetch.max.bytes": max(prefetch_bytes, 1 << 20),
+                "max.partition.fetch.bytes": max(prefetch_bytes // 4, 1 << 20),
+                **(config or {}),
+            }
         return KafkaPythonRecordConsumer(
             self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
         )

@@ -314,7 +314,10 @@ class KafkaBackend(ABC):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
-    ) -> RecordConsumer: ...
+        prefetch_bytes: int | None = None,
+    ) -> RecordConsumer:
+        """`prefetch_bytes` bounds the records fetched ahead of poll() (default: the client's
+        throughput-minded buffers, hundreds of MiB); a bulk reader sets it to keep memory low."""
 
 
 BackendFactory = Callable[[KafkaSettings], KafkaBackend]

@@ -13,6 +13,7 @@ from opentelemetry.trace import get_current_span
 
 from rft.config.connections import KafkaSettings
 from rft.errors import DecodeError, TransportError
+from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import TopicNames, ensure_topics
@@ -446,3 +447,31 @@ def test_groups_are_listed_described_and_their_offsets_read(
         (never,) = admin.describe_groups([f"never-{unique}"])
         assert never.state == "dead" and never.members == ()
         assert admin.group_offsets(f"never-{unique}") == []
+
+
+def test_a_consumer_with_a_small_prefetch_still_reads_everything(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.prefetch", partitions=2)
+    big = np.zeros(150_000, dtype=np.int32)  # 0.6 MB per event: two outgrow the prefetch
+    events = [
+        Experience(
+            experience_id=f"e{i}",
+            task_id=f"t{i}",
+            group_id="g",
+            group_size=1,
+            explorer_id="x",
+            model_version=0,
+            prompt_ids=big,
+            response_ids=[],
+            logprobs=[],
+        )
+        for i in range(8)
+    ]
+    with EventWriter.open(kafka) as writer:
+        for e in events:
+            writer.send(topic, e, key=e.task_id)
+    consumer = kafka_backend(kafka).consumer(f"g-{unique}", [topic], prefetch_bytes=1 << 20)
+    with EventReader(consumer, EventCodec.default(), None) as reader:
+        got = read(reader, 8)
+    assert sorted(e.event.experience_id for e in got) == [f"e{i}" for i in range(8)]
