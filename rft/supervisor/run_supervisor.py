@@ -22,6 +22,7 @@ from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.supervisor.process_group import ProcessGroup
+from rft.supervisor.progress_line import ProgressLine, RunProgress
 
 log = logging.getLogger(__name__)
 
@@ -141,13 +142,25 @@ class RunSupervisor:
         return argv
 
     @staticmethod
-    def _feed(batch: list[Envelope], sinks: MetricFanout, tracker: RunSummaryTracker) -> None:
+    def _feed(
+        batch: list[Envelope],
+        sinks: MetricFanout,
+        tracker: RunSummaryTracker,
+        line: ProgressLine | None = None,
+    ) -> None:
+        if not batch:
+            return
+        if line is not None:
+            line.clear()  # the sinks' per-step lines print above the live line
         for env in batch:
             if isinstance(env.event, Metric):
                 sinks.write(env.event)
                 tracker.write(env.event)
-        if batch:
-            sinks.flush()
+                if line is not None:
+                    line.progress.write(env.event)
+        sinks.flush()
+        if line is not None:
+            line.show()
 
     def run(self, republish: bool = False) -> RunSummary:
         started = time.monotonic()
@@ -162,6 +175,7 @@ class RunSupervisor:
         summary = RunSummary()
         tracker = RunSummaryTracker(summary)
         sinks = MetricFanout.for_config(self.cfg)
+        line = ProgressLine(RunProgress(self.plan.total_steps))
         print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
         group.start("trainer", self._child_argv("train"))
         group.start("explorer", self._child_argv("explore"))
@@ -172,10 +186,14 @@ class RunSupervisor:
             ) as metrics:
                 metrics.seek_to_timestamp(started_ms)
                 while group.running() and not group.failed():
-                    self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker)
+                    self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker, line)
+                    if line.live:
+                        line.show()  # the ETA moves between metrics too
                 # drain what the children wrote just before exiting
-                self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker)
+                self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker, line)
+            line.clear()
         except KeyboardInterrupt:
+            line.clear()
             print("\nrft run: interrupted, stopping explorer and trainer", flush=True)
             group.stop()
             raise
