@@ -80,6 +80,7 @@ class ProgressLine:
         self.stream = stream or sys.stdout
         self.live = self.stream.isatty()
         self._shown = False
+        self._drawn = ""
         self._last_step = -1
 
     def clear(self) -> None:
@@ -94,9 +95,12 @@ class ProgressLine:
         if self.live:
             width = shutil.get_terminal_size((100, 24)).columns
             # a wrapped line could not be cleared with one carriage return
-            self.stream.write(_CLEAR + text[: max(width - 1, 10)])
+            text = text[: max(width - 1, 10)]
+            if self._shown and text == self._drawn:
+                return  # nothing changed: leave the terminal alone
+            self.stream.write(_CLEAR + text)
             self.stream.flush()
-            self._shown = True
+            self._shown, self._drawn = True, text
         elif self.progress.step != self._last_step and self.progress.step > 0:
             self._last_step = self.progress.step
             print(f"rft run: {text}", file=self.stream, flush=True)
