@@ -40,16 +40,20 @@ EXPLORER_GROUP_ROLE = "explorer"  # `<run>.explorer.<explorer.name>`: the task-s
 class TopicEnd:
     topic: str
     end_offsets: dict[int, int]  # partition -> offset the next record gets
-    records: int  # records (and transaction markers) the topic holds now
+    held_offsets: int  # offsets the topic holds now: records and transaction markers
 
 
 @dataclass(frozen=True)
 class PartitionLag:
+    """A partition of a group: committed offset, end offset and the lag between them (in
+    offsets, so transaction markers count). `committed` and `lag` are None for a partition a
+    member holds but the group never committed."""
+
     topic: str
     partition: int
-    committed: int
+    committed: int | None
     end: int
-    lag: int
+    lag: int | None
     metadata: str = ""
 
 
@@ -63,7 +67,8 @@ class GroupStatus:
 
     @property
     def lag(self) -> int:
-        return sum(p.lag for p in self.partitions)
+        """Lag summed over the committed partitions."""
+        return sum(p.lag for p in self.partitions if p.lag is not None)
 
 
 @dataclass(frozen=True)
@@ -103,7 +108,7 @@ def group_role(run_id: str, group_id: str) -> str:
 
 
 def _lags(
-    group_id: str, committed: Sequence[Any], ends: Mapping[tuple[str, int], int]
+    group: GroupDescription, committed: Sequence[Any], ends: Mapping[tuple[str, int], int]
 ) -> list[PartitionLag]:
     out = []
     for o in committed:
@@ -113,7 +118,14 @@ def _lags(
         out.append(
             PartitionLag(o.topic, o.partition, o.offset, end, max(end - o.offset, 0), o.metadata)
         )
-    return out
+    seen = {(p.topic, p.partition) for p in out}
+    held = {tp for m in group.members for tp in m.assignment}
+    out += [
+        PartitionLag(t, p, None, ends[(t, p)], None)
+        for t, p in sorted(held - seen)
+        if (t, p) in ends
+    ]
+    return sorted(out, key=lambda p: (p.topic, p.partition))
 
 
 def _explorer_steps(groups: Sequence[GroupStatus]) -> dict[str, int]:
@@ -160,7 +172,9 @@ def read_run_status(
         groups = [g for g in admin.list_groups() if g.startswith(f"{run_id}.")]
         described: list[GroupDescription] = admin.describe_groups(groups)
         committed = {g: admin.group_offsets(g) for g in groups}
-        extra = sorted({o.topic for c in committed.values() for o in c} - set(present) & existing)
+        used = {o.topic for c in committed.values() for o in c}
+        used |= {t for d in described for m in d.members for t, _ in m.assignment}
+        extra = sorted(used - set(present) & existing)
         bounds += admin.partition_bounds(extra) if extra else []
     ends = {(b.topic, b.partition): b.high for b in bounds}
     for topic in present:
@@ -175,7 +189,7 @@ def read_run_status(
                 group_role(run_id, d.group_id),
                 d.state,
                 len(d.members),
-                _lags(d.group_id, committed[d.group_id], ends),
+                _lags(d, committed[d.group_id], ends),
             )
         )
     exp_topic = experience_topic or topics.experiences
@@ -295,12 +309,15 @@ def format_status(status: RunStatus, *, all_explorers: bool = False) -> list[str
     out.append("topics (end offset per partition):")
     for t in status.topics:
         ends = " ".join(f"{p}:{o}" for p, o in sorted(t.end_offsets.items()))
-        out.append(f"  {t.topic:<44} {t.records:>9,} records   {ends}")
+        out.append(f"  {t.topic:<44} {t.held_offsets:>9,} offsets   {ends}")
     out.append("consumer groups (committed / end = lag, per partition):")
     for g in status.groups:
         out.append(f"  {g.group_id}  {g.state}, {g.members} member(s), lag {g.lag:,}")
         for p in g.partitions:
-            out.append(f"    {p.topic}[{p.partition}] {p.committed} / {p.end} = {p.lag}")
+            if p.committed is None:
+                out.append(f"    {p.topic}[{p.partition}] not committed / {p.end}")
+            else:
+                out.append(f"    {p.topic}[{p.partition}] {p.committed} / {p.end} = {p.lag}")
         if not g.partitions:
             out.append("    (no committed offsets)")
     return out

@@ -5,8 +5,9 @@ terminal as one line redrawn in place below the per-step lines (it is cleared be
 is printed and drawn again after), elsewhere as a plain line each time the step advances.
 
 k is the step both sides have reached (the smaller of the explorer's and the trainer's): the run
-is done when both reach N. The ETA extrapolates the rate of steps since the first step metric,
-so model loading and the first eval do not count against it.
+is done when both reach N. The ETA is the steps left times the mean step time since the first
+step (model loading and the first eval do not count), less the time the current step has run, so
+it counts down between steps.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ class RunProgress:
         self.trainer_step = 0
         self.reward: float | None = None
         self.eval_accuracy: float | None = None
-        self._first: tuple[float, int] | None = None  # (when, step) of the first step metric
+        self._first: tuple[float, int] | None = None  # (when, step) k first became > 0
+        self._advanced = 0.0  # when k last grew
 
     @property
     def step(self) -> int:
         return min(self.explorer_step, self.trainer_step)
 
     def write(self, metric: Metric) -> None:
+        before = self.step
         v = metric.values
         if metric.component == "explorer":
             if "eval_accuracy" in v:
@@ -48,18 +51,21 @@ class RunProgress:
                     self.reward = v["reward_mean"]
         elif metric.component == "trainer" and "step_time_s" in v:
             self.trainer_step = max(self.trainer_step, metric.step)
-        if self._first is None and self.step > 0:
-            self._first = (self._clock(), self.step)
+        if self.step > before:
+            self._advanced = self._clock()
+            if self._first is None:
+                self._first = (self._advanced, self.step)
 
     def eta_s(self) -> float:
         if self._first is None:
             return float("inf")
         since, first_step = self._first
         done = self.step - first_step
-        elapsed = self._clock() - since
-        if done <= 0 or elapsed <= 0:
+        if done <= 0 or self._advanced <= since:
             return float("inf")
-        return (self.total_steps - self.step) * elapsed / done
+        per_step = (self._advanced - since) / done
+        running = self._clock() - self._advanced
+        return max((self.total_steps - self.step) * per_step - running, 0.0)
 
     def text(self) -> str:
         parts = [

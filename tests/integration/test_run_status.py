@@ -147,13 +147,20 @@ def test_status_reports_topics_lag_versions_explorers_and_dead_letters(
     assert done.returncode == 0, done.stderr
     status = json.loads(done.stdout)
     topics = {t["topic"]: t for t in status["topics"]}
-    assert topics[names.tasks]["records"] == 8 and topics[names.weights]["end_offsets"] == {"0": 2}
+    assert topics[names.tasks]["held_offsets"] == 8 and topics[names.weights]["end_offsets"] == {
+        "0": 2
+    }
     assert status["trainer_version"] == 2 and status["trainer_step"] == 2
     groups = {g["group_id"]: g for g in status["groups"]}
     explorers = groups[f"{run}.explorer.main"]
     assert explorers["role"] == "explorer" and explorers["state"] == "stable"
     assert explorers["members"] == 2
     committed = {(p["topic"], p["partition"]): p for p in explorers["partitions"]}
+    # every task partition is held by a member; those never committed say so
+    assert len(committed) == 4
+    assert sum(p["committed"] is None and p["lag"] is None for p in committed.values()) == 4 - len(
+        {(e.topic, e.partition) for n in (0, 1) for e in mine[n][:1]}
+    )
     for n in (0, 1):
         first = mine[n][0]
         part = committed[(first.topic, first.partition)]

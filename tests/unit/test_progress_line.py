@@ -53,6 +53,10 @@ def test_progress_counts_the_step_both_sides_reached_and_extrapolates_the_eta() 
     assert progress.text() == (
         "step 2/10 (explorer 3, trainer 2) | ETA 0:04:00 | reward 0.800 | eval accuracy 0.250"
     )
+    clock.now += 10  # the ETA counts down while a step runs
+    assert progress.eta_s() == 230.0
+    clock.now += 1000
+    assert progress.eta_s() == 0.0
 
 
 def test_on_a_terminal_the_line_is_cleared_before_metric_lines_and_redrawn_after() -> None:
