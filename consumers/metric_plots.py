@@ -12,7 +12,9 @@ Each figure overlays every run given, one colour per run:
 - `trainer_step_time.png`: seconds per optimizer step (solid) and seconds waiting for a full
   batch (dashed), per trainer step.
 
-Wall time is minutes since the run's first metric. A figure whose metrics no run has is skipped.
+Wall time is minutes since the run's first metric, and every value is drawn in time order; against
+step, values several processes sent for one step (explorers sharing a group) are averaged. A
+figure whose metrics no run has is skipped.
 """
 
 from __future__ import annotations
@@ -43,9 +45,17 @@ class Line:
 
 
 def _xy(run: MetricSeries, line: Line, wall: bool) -> tuple[list[float], list[float]]:
+    """Against wall time every value in time order; against step one value per step, the mean
+    of those several processes (explorers sharing a group) sent for it."""
     points = run.points(line.component, line.name)
-    xs = [run.minutes(p) if wall else float(p.step) for p in points]
-    return xs, [p.value for p in points]
+    if wall:
+        points = sorted(points, key=lambda p: p.timestamp_ms)
+        return [run.minutes(p) for p in points], [p.value for p in points]
+    by_step: dict[int, list[float]] = {}
+    for p in points:
+        by_step.setdefault(p.step, []).append(p.value)
+    steps = sorted(by_step)
+    return [float(s) for s in steps], [sum(by_step[s]) / len(by_step[s]) for s in steps]
 
 
 def _style(ax: Axes, title: str, xlabel: str, ylabel: str) -> None:

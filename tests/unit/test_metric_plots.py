@@ -83,3 +83,15 @@ def test_a_figure_without_data_is_skipped(tmp_path: Path) -> None:
     written, skipped = write_plots([run("p.a", 3, with_eval=False)], tmp_path)
     assert skipped == ["eval_accuracy.png"]
     assert not (tmp_path / "eval_accuracy.png").exists() and len(written) == len(FIGURES) - 1
+
+
+def test_against_step_values_of_one_step_are_averaged_and_against_time_kept_in_order() -> None:
+    from consumers.metric_plots import Line, _xy
+
+    series = MetricSeries("r")
+    line = Line("explorer", "reward_mean", "rollouts")
+    # two explorers of one group report step 3; the second one's step 2 comes after both
+    for step, value, at in ((3, 0.2, 60_000), (3, 0.4, 90_000), (2, 0.1, 120_000)):
+        series.add(Metric("explorer", "r", step, {"reward_mean": value}, timestamp=T0 + at))
+    assert _xy(series, line, wall=False) == ([2.0, 3.0], [0.1, pytest.approx(0.3)])
+    assert _xy(series, line, wall=True) == ([0.0, 0.5, 1.0], [0.2, 0.4, 0.1])
