@@ -65,3 +65,8 @@ class MetricSinkError(RftError):
 
 class LaunchError(RftError):
     """`rft run` could not place its processes (no Ray cluster, a placement that does not fit)."""
+
+
+class ReplayError(RftError):
+    """A replay, export, import or re-score cannot go on; the message names the topic, partition
+    and offset, or the file and row, it stopped at."""

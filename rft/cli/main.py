@@ -27,6 +27,8 @@ COMMANDS: tuple[str, ...] = (
     "train_cmd",
     "config_cmd",
     "bench_cmd",
+    "replay_cmd",
+    "status_cmd",
 )
 
 

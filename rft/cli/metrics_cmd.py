@@ -1,4 +1,5 @@
 """`rft metrics follow --config X.yaml`: feed the config's metric sinks from the run's metrics topic.
+`rft metrics plot --config X.yaml [--config Y.yaml ...]`: PNGs of runs' metrics, overlaid.
 
 Runs until interrupted (Ctrl-C / SIGTERM: what was written is flushed and committed), or with
 --until-idle S until S seconds pass without a new event. Each follower is a consumer group of its
@@ -16,6 +17,8 @@ import sys
 from typing import Any
 
 from rft.cli.explore_cmd import add_run_args, stop_on_signals
+from rft.cli.topics_cmd import add_kafka_arguments, kafka_settings_from, run_topics
+from rft.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -51,6 +54,34 @@ def register(subparsers: Any) -> None:
     )
     follow.set_defaults(func=run_follow)
 
+    plot = actions.add_parser(
+        "plot",
+        help="write PNGs of runs' metrics (reward, eval accuracy, staleness, throughput, "
+        "step time)",
+        description=PLOT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    plot.add_argument(
+        "--config", action="append", default=[], help="run config (repeat to overlay runs)"
+    )
+    plot.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
+    )
+    add_kafka_arguments(plot)
+    plot.add_argument(
+        "-o",
+        "--out",
+        help="directory for the PNGs (default: the job directory's monitor/plots for one config, "
+        "else ./rft-plots)",
+    )
+    plot.set_defaults(func=run_plot)
+
+
+PLOT_HELP = """Reads each run's metrics topic from its start to now (a bounded read that commits
+nothing) and writes reward.png, eval_accuracy.png (against step and wall time), staleness.png,
+rollout_throughput.png and trainer_step_time.png, one colour per run. Runs are named by
+--config (repeatable) or by --project P --name N. Needs matplotlib (pip install matplotlib)."""
+
 
 def run_follow(args: argparse.Namespace) -> int:
     from consumers.metric_follower import MetricFollower, default_follower, follower_group
@@ -85,3 +116,46 @@ def run_follow(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    try:
+        from consumers.metric_plots import write_plots
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        raise ConfigError("rft metrics plot needs matplotlib: pip install matplotlib") from None
+    from consumers.metric_series import read_metric_series
+
+    runs = []  # (kafka settings, metrics topic, run id)
+    out_default = Path("rft-plots")
+    if args.config:
+        from consumers.run_plan import RunPlan
+        from rft.config import load_config
+
+        for path in args.config:
+            cfg = load_config(path, args.override)
+            plan = RunPlan(cfg)
+            runs.append((cfg.stack.kafka, plan.topics.metrics, plan.run_id))
+            if len(args.config) == 1:
+                out_default = cfg.job_dir / "monitor" / "plots"
+    names = run_topics(args)
+    if names is not None:
+        runs.append((kafka_settings_from(args), names.metrics, f"{args.project}.{args.name}"))
+    if not runs:
+        raise ConfigError("name the runs: --config X.yaml (repeatable) or --project P --name N")
+    series = []
+    for kafka, topic, run in runs:
+        got = read_metric_series(kafka, topic, run)
+        count = sum(len(points) for points in got.series.values())
+        print(f"rft metrics: {count} value(s) read from {topic}", file=sys.stderr, flush=True)
+        series.append(got)
+    out = Path(args.out) if args.out else out_default
+    written, skipped = write_plots(series, out)
+    for path in written:
+        print(path)
+    if skipped:
+        print(f"rft metrics: no data for {', '.join(skipped)}", file=sys.stderr)
+    return 0 if written else 1

@@ -16,6 +16,8 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
     KafkaError,
     KafkaException,
     Producer,
@@ -26,6 +28,7 @@ from confluent_kafka.admin import (
     ConfigResource,
     ConfigSource,
     NewTopic,
+    OffsetSpec,
     ResourceType,
 )
 
@@ -34,8 +37,11 @@ from rft.errors import TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
+    GroupDescription,
+    GroupMember,
     Headers,
     KafkaBackend,
+    PartitionBounds,
     PartitionInfo,
     Record,
     RecordConsumer,
@@ -46,6 +52,7 @@ from rft.events.transport import (
     TopicSpec,
     TransactionError,
     commit_metadata_text,
+    group_state_name,
 )
 
 log = logging.getLogger(__name__)
@@ -229,6 +236,114 @@ class ConfluentTopicAdmin(TopicAdmin):
                 if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue
                 raise TransportError(f"cannot delete topic {name!r}: {_error_text(exc)}") from exc
+
+    def _partitions(self, topics: Sequence[str], timeout_s: float) -> list[TopicPartition]:
+        known = self._metadata(timeout_s).topics
+        missing = [t for t in topics if t not in known or known[t].error is not None]
+        if missing:
+            raise TransportError(
+                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
+            )
+        return [TopicPartition(t, p) for t in topics for p in sorted(known[t].partitions)]
+
+    def _list_offsets(
+        self, specs: dict[TopicPartition, OffsetSpec], timeout_s: float, committed: bool = False
+    ) -> dict[tuple[str, int], int]:
+        if not specs:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        futures = self._admin.list_offsets(specs, isolation_level=level, request_timeout=timeout_s)
+        out: dict[tuple[str, int], int] = {}
+        for tp, future in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot list offsets of {tp.topic}[{tp.partition}]: {_error_text(exc)}"
+                ) from exc
+        return out
+
+    def partition_bounds(
+        self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False
+    ) -> list[PartitionBounds]:
+        tps = self._partitions(topics, timeout_s)
+        low = self._list_offsets({tp: OffsetSpec.earliest() for tp in tps}, timeout_s)
+        high = self._list_offsets({tp: OffsetSpec.latest() for tp in tps}, timeout_s, committed)
+        return [
+            PartitionBounds(tp.topic, tp.partition, low[key], high[key])
+            for tp in tps
+            for key in [(tp.topic, tp.partition)]
+        ]
+
+    def offsets_for_timestamp(
+        self, topics: Sequence[str], timestamp_ms: int, timeout_s: float = 10.0
+    ) -> dict[tuple[str, int], int]:
+        tps = self._partitions(topics, timeout_s)
+        found = self._list_offsets(
+            {tp: OffsetSpec.for_timestamp(timestamp_ms) for tp in tps}, timeout_s
+        )
+        high = self._list_offsets({tp: OffsetSpec.latest() for tp in tps}, timeout_s)
+        return {key: offset if offset >= 0 else high[key] for key, offset in found.items()}
+
+    def list_groups(self, timeout_s: float = 10.0) -> list[str]:
+        try:
+            listed = self._admin.list_consumer_groups(request_timeout=timeout_s).result(
+                timeout=timeout_s
+            )
+        except KafkaException as exc:
+            raise TransportError(
+                f"cannot list consumer groups on {self._settings.bootstrap_servers}: "
+                f"{_error_text(exc)}"
+            ) from exc
+        return sorted(g.group_id for g in listed.valid)
+
+    def describe_groups(
+        self, group_ids: Sequence[str], timeout_s: float = 10.0
+    ) -> list[GroupDescription]:
+        if not group_ids:
+            return []
+        futures = self._admin.describe_consumer_groups(list(group_ids), request_timeout=timeout_s)
+        out = []
+        for group_id in group_ids:
+            try:
+                g = futures[group_id].result(timeout=timeout_s)
+            except KafkaException as exc:
+                raise TransportError(
+                    f"cannot describe consumer group {group_id!r}: {_error_text(exc)}"
+                ) from exc
+            members = tuple(
+                GroupMember(
+                    m.member_id,
+                    m.client_id,
+                    m.host,
+                    tuple(
+                        (tp.topic, tp.partition)
+                        for tp in (m.assignment.topic_partitions if m.assignment else [])
+                    ),
+                )
+                for m in g.members
+            )
+            out.append(GroupDescription(group_id, group_state_name(g.state), members))
+        return out
+
+    def group_offsets(self, group_id: str, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        futures = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group_id)], request_timeout=timeout_s
+        )
+        try:
+            found = futures[group_id].result(timeout=timeout_s)
+        except KafkaException as exc:
+            raise TransportError(
+                f"cannot read committed offsets of group {group_id!r}: {_error_text(exc)}"
+            ) from exc
+        committed = [
+            TopicPartitionOffset(
+                tp.topic, tp.partition, tp.offset, commit_metadata_text(tp.metadata)
+            )
+            for tp in found.topic_partitions or []
+            if tp.error is None and tp.offset >= 0
+        ]
+        return sorted(committed, key=lambda o: (o.topic, o.partition))
 
     def close(self) -> None:
         self._client = None  # AdminClient has no close(); dropping it frees its threads
@@ -581,6 +696,16 @@ class ConfluentRecordConsumer(RecordConsumer):
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         self._seek_all(("timestamp", timestamp_ms))
 
+    def positions(self) -> dict[tuple[str, int], int]:
+        consumer = self._consumer
+        try:
+            found = consumer.position(consumer.assignment())
+        except KafkaException as exc:
+            raise TransportError(
+                f"cannot read positions in {self._topics}: {_error_text(exc)}"
+            ) from exc
+        return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
+
     def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
@@ -608,7 +733,16 @@ class ConfluentBackend(KafkaBackend):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
+        if prefetch_bytes is not None:
+            # librdkafka's queue of fetched records, and each fetch's share of it
+            config = {
+                "queued.max.messages.kbytes": max(prefetch_bytes // 1024, 1),
+                "fetch.max.bytes": max(prefetch_bytes, 1 << 20),
+                "max.partition.fetch.bytes": max(prefetch_bytes // 4, 1 << 20),
+                **(config or {}),
+            }
         return ConfluentRecordConsumer(
             self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import (
     KafkaError,
     TopicAlreadyExistsError,
@@ -27,8 +27,11 @@ from rft.errors import ConfigError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
+    GroupDescription,
+    GroupMember,
     Headers,
     KafkaBackend,
+    PartitionBounds,
     PartitionInfo,
     Record,
     RecordConsumer,
@@ -39,6 +42,7 @@ from rft.events.transport import (
     TopicSpec,
     TransactionError,
     commit_metadata_text,
+    group_state_name,
 )
 
 log = logging.getLogger(__name__)
@@ -197,10 +201,125 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         except KafkaError as exc:
             raise TransportError(f"cannot delete topics {list(names)}: {exc!r}") from exc
 
+    def _partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+        try:
+            described = {t["name"]: t for t in self._admin.describe_topics(list(topics))}
+        except KafkaError as exc:
+            raise TransportError(f"cannot describe topics {list(topics)}: {exc!r}") from exc
+        missing = [t for t in topics if t not in described or described[t].get("error_code")]
+        if missing:
+            raise TransportError(
+                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
+            )
+        return [
+            TopicPartition(t, p)
+            for t in topics
+            for p in sorted(q["partition_index"] for q in described[t]["partitions"])
+        ]
+
+    def _list_offsets(
+        self, specs: Mapping[TopicPartition, Any], timeout_s: float, committed: bool = False
+    ) -> dict[tuple[str, int], int]:
+        if not specs:
+            return {}
+        level = "read_committed" if committed else "read_uncommitted"
+        try:
+            found = self._admin.list_partition_offsets(
+                dict(specs), isolation_level=level, timeout_ms=int(timeout_s * 1000)
+            )
+        except KafkaError as exc:
+            where = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in specs)
+            raise TransportError(f"cannot list offsets of {where}: {exc!r}") from exc
+        return {(tp.topic, tp.partition): found[tp].offset for tp in specs}
+
+    def partition_bounds(
+        self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False
+    ) -> list[PartitionBounds]:
+        tps = self._partitions(topics)
+        low = self._list_offsets({tp: OffsetSpec.EARLIEST for tp in tps}, timeout_s)
+        high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s, committed)
+        return [
+            PartitionBounds(tp.topic, tp.partition, low[key], high[key])
+            for tp in tps
+            for key in [(tp.topic, tp.partition)]
+        ]
+
+    def offsets_for_timestamp(
+        self, topics: Sequence[str], timestamp_ms: int, timeout_s: float = 10.0
+    ) -> dict[tuple[str, int], int]:
+        tps = self._partitions(topics)
+        found = self._list_offsets({tp: int(timestamp_ms) for tp in tps}, timeout_s)
+        high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s)
+        return {key: offset if offset >= 0 else high[key] for key, offset in found.items()}
+
+    def list_groups(self, timeout_s: float = 10.0) -> list[str]:
+        try:
+            listed = self._admin.list_groups()
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot list consumer groups on {self._settings.bootstrap_servers}: {exc!r}"
+            ) from exc
+        return sorted(g["group_id"] if isinstance(g, Mapping) else g[0] for g in listed)
+
+    def describe_groups(
+        self, group_ids: Sequence[str], timeout_s: float = 10.0
+    ) -> list[GroupDescription]:
+        if not group_ids:
+            return []
+        try:
+            described = self._admin.describe_groups(list(group_ids))
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot describe consumer groups {list(group_ids)}: {exc!r}"
+            ) from exc
+        out = []
+        for group_id in group_ids:
+            g = described.get(group_id) or {}
+            members = tuple(
+                GroupMember(
+                    m.get("member_id", ""),
+                    m.get("client_id", ""),
+                    m.get("client_host", ""),
+                    _assigned(m.get("member_assignment")),
+                )
+                for m in g.get("members", [])
+            )
+            out.append(
+                GroupDescription(
+                    group_id, group_state_name(g.get("group_state") or "Dead"), members
+                )
+            )
+        return out
+
+    def group_offsets(self, group_id: str, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        try:
+            found = self._admin.list_group_offsets({group_id: None}).get(group_id, {})
+        except KafkaError as exc:
+            raise TransportError(
+                f"cannot read committed offsets of group {group_id!r}: {exc!r}"
+            ) from exc
+        committed = [
+            TopicPartitionOffset(tp.topic, tp.partition, o.offset, commit_metadata_text(o.metadata))
+            for tp, o in found.items()
+            if o.offset is not None and o.offset >= 0
+        ]
+        return sorted(committed, key=lambda o: (o.topic, o.partition))
+
     def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
             client.close()
+
+
+def _assigned(assignment: Any) -> tuple[tuple[str, int], ...]:
+    """(topic, partition) pairs of a decoded member assignment; () when it could not be decoded."""
+    if not isinstance(assignment, Mapping):
+        return ()
+    return tuple(
+        (entry["topic"], p)
+        for entry in assignment.get("assigned_partitions", [])
+        for p in entry["partitions"]
+    )
 
 
 def _topic_configs(described: Mapping[str, Any]) -> dict[str, dict[str, str]]:
@@ -523,6 +642,18 @@ class KafkaPythonRecordConsumer(RecordConsumer):
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         self._seek_all(("timestamp", timestamp_ms))
 
+    def positions(self) -> dict[tuple[str, int], int]:
+        consumer = self._consumer
+        out = {}
+        try:
+            for tp in consumer.assignment():
+                offset = consumer.position(tp, timeout_ms=10_000)
+                if offset is not None and offset >= 0:
+                    out[(tp.topic, tp.partition)] = offset
+        except KafkaError as exc:
+            raise TransportError(f"cannot read positions in {self._topics}: {exc!r}") from exc
+        return out
+
     def close(self) -> None:
         if self._client is not None:
             client, self._client = self._client, None
@@ -550,7 +681,15 @@ class KafkaPythonBackend(KafkaBackend):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
+        if prefetch_bytes is not None:
+            # kafka-python holds what one fetch returned: bound that fetch
+            config = {
+                "fetch.max.bytes": max(prefetch_bytes, 1 << 20),
+                "max.partition.fetch.bytes": max(prefetch_bytes // 4, 1 << 20),
+                **(config or {}),
+            }
         return KafkaPythonRecordConsumer(
             self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
         )

@@ -243,6 +243,10 @@ class EventReader:
     def assignment(self) -> list[tuple[str, int]]:
         return self._consumer.assignment()
 
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The next offset to read of each assigned partition whose position is known."""
+        return self._consumer.positions()
+
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `topic`[`partition`] from `offset` on (now, or once the partition is assigned)."""
         self._parked.forget((topic, partition))

@@ -98,6 +98,50 @@ class TopicInfo:
         return len(self.partitions[0].replicas) if self.partitions else 0
 
 
+@dataclass(frozen=True)
+class PartitionBounds:
+    """The offsets a partition holds now: `low` is its oldest kept record, `high` (the high
+    watermark) the offset the next record will get; `high - low` counts records and transaction
+    markers."""
+
+    topic: str
+    partition: int
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One member of a consumer group and the partitions it holds."""
+
+    member_id: str
+    client_id: str
+    host: str
+    assignment: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    """A consumer group as its coordinator describes it.
+
+    `state` is the broker's group state in lower case with underscores: `stable`, `empty`,
+    `preparing_rebalance`, `completing_rebalance`, `dead` or `unknown`.
+    """
+
+    group_id: str
+    state: str
+    members: tuple[GroupMember, ...] = ()
+
+
+def group_state_name(raw: object) -> str:
+    """A broker's group state (`Stable`, `PreparingRebalance`, `ConsumerGroupState.STABLE`) in
+    the one spelling `GroupDescription.state` uses."""
+    text = str(getattr(raw, "name", raw) or "unknown")
+    if "_" not in text and not text.isupper():
+        text = "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(text))
+    return text.lower()
+
+
 class _Closing(ABC):
     """Context-manager plumbing shared by every client wrapper."""
 
@@ -133,6 +177,39 @@ class TopicAdmin(_Closing):
 
     @abstractmethod
     def delete_topics(self, names: Sequence[str], timeout_s: float = 30.0) -> None: ...
+
+    @abstractmethod
+    def partition_bounds(
+        self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False
+    ) -> list[PartitionBounds]:
+        """Low and high offsets of every partition of `topics`, in topic and partition order.
+
+        With `committed`, `high` is the last stable offset: the end of what a read_committed
+        reader can reach now, before any transaction still open.
+        """
+
+    @abstractmethod
+    def offsets_for_timestamp(
+        self, topics: Sequence[str], timestamp_ms: int, timeout_s: float = 10.0
+    ) -> dict[tuple[str, int], int]:
+        """Per partition of `topics`, the offset of its first record stamped at or after
+        `timestamp_ms` (ms since the epoch); the high watermark where there is none."""
+
+    @abstractmethod
+    def list_groups(self, timeout_s: float = 10.0) -> list[str]:
+        """Ids of the cluster's consumer groups, sorted."""
+
+    @abstractmethod
+    def describe_groups(
+        self, group_ids: Sequence[str], timeout_s: float = 10.0
+    ) -> list[GroupDescription]:
+        """State and members of each group, in the order asked; an unknown group reads as
+        state `dead` with no members."""
+
+    @abstractmethod
+    def group_offsets(self, group_id: str, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
+        """The group's committed offsets (next to read) with their metadata, sorted; partitions
+        never committed are left out."""
 
 
 class RecordProducer(_Closing):
@@ -208,6 +285,11 @@ class RecordConsumer(_Closing):
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         """Move each partition to its first record at or after `timestamp_ms` (or its end)."""
 
+    @abstractmethod
+    def positions(self) -> dict[tuple[str, int], int]:
+        """The offset each assigned partition reads next (past transaction markers and aborted
+        records already skipped); partitions whose position is not known yet are left out."""
+
 
 class KafkaBackend(ABC):
     """Makes the three client wrappers for one Kafka client library and one cluster."""
@@ -232,7 +314,10 @@ class KafkaBackend(ABC):
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
-    ) -> RecordConsumer: ...
+        prefetch_bytes: int | None = None,
+    ) -> RecordConsumer:
+        """`prefetch_bytes` bounds the records fetched ahead of poll() (default: the client's
+        throughput-minded buffers, hundreds of MiB); a bulk reader sets it to keep memory low."""
 
 
 BackendFactory = Callable[[KafkaSettings], KafkaBackend]

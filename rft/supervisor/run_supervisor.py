@@ -23,6 +23,7 @@ from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.supervisor.launchers import RunCommand, feeds_online, launcher_for
+from rft.supervisor.progress_line import ProgressLine, RunProgress
 
 log = logging.getLogger(__name__)
 
@@ -143,13 +144,25 @@ class RunSupervisor:
         return feeds_online(self.cfg)
 
     @staticmethod
-    def _feed(batch: list[Envelope], sinks: MetricFanout, tracker: RunSummaryTracker) -> None:
+    def _feed(
+        batch: list[Envelope],
+        sinks: MetricFanout,
+        tracker: RunSummaryTracker,
+        line: ProgressLine | None = None,
+    ) -> None:
+        if not batch:
+            return
+        if line is not None:
+            line.clear()  # the sinks' per-step lines print above the live line
         for env in batch:
             if isinstance(env.event, Metric):
                 sinks.write(env.event)
                 tracker.write(env.event)
-        if batch:
-            sinks.flush()
+                if line is not None:
+                    line.progress.write(env.event)
+        sinks.flush()
+        if line is not None:
+            line.show()
 
     def run(self, republish: bool = False) -> RunSummary:
         started = time.monotonic()
@@ -163,6 +176,7 @@ class RunSupervisor:
         summary = RunSummary()
         tracker = RunSummaryTracker(summary)
         sinks = MetricFanout.for_config(self.cfg)
+        line = ProgressLine(RunProgress(self.plan.total_steps))
         command = RunCommand(self.config_path, tuple(self.overrides))
         try:
             group = launcher_for(self.cfg).launch(self.cfg, command, log_dir)
@@ -176,10 +190,14 @@ class RunSupervisor:
             ) as metrics:
                 metrics.seek_to_timestamp(started_ms)
                 while group.alive() and not group.failures():
-                    self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker)
+                    self._feed(metrics.poll(100, timeout_s=1.0), sinks, tracker, line)
+                    if line.live:
+                        line.show()  # the ETA moves between metrics too
                 # drain what the children wrote just before exiting
-                self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker)
+                self._feed(metrics.poll(500, timeout_s=2.0), sinks, tracker, line)
+            line.clear()
         except KeyboardInterrupt:
+            line.clear()
             print("\nrft run: interrupted, stopping explorer and trainer", flush=True)
             group.stop()
             raise

@@ -13,6 +13,7 @@ from opentelemetry.trace import get_current_span
 
 from rft.config.connections import KafkaSettings
 from rft.errors import DecodeError, TransportError
+from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import TopicNames, ensure_topics
@@ -377,3 +378,134 @@ def test_a_member_that_works_past_its_poll_interval_loses_its_commit(
         assert len(read(reader, 3)) == 3
         time.sleep(10)
         assert reader.commit()  # still a member: the same pause within its interval commits
+
+
+def test_partition_bounds_count_records_and_stop_at_open_transactions(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.bounds", partitions=2)
+    with EventWriter.open(kafka) as writer:
+        for i in range(5):
+            writer.send(topic, metric(i), key="a")
+    with kafka_backend(kafka).admin() as admin:
+        bounds = admin.partition_bounds([topic])
+        assert [(b.topic, b.partition) for b in bounds] == [(topic, 0), (topic, 1)]
+        assert sum(b.high - b.low for b in bounds) == 5
+        assert all(b.low == 0 for b in bounds)
+        with EventWriter.open(kafka, transactional_id=f"tx-{unique}") as tx:
+            tx.begin()
+            tx.send(topic, metric(9), key="a")
+            tx.flush()
+            # an open transaction moves the high watermark, not the last stable offset
+            moved = {b.partition: b.high for b in admin.partition_bounds([topic])}
+            stable = {b.partition: b.high for b in admin.partition_bounds([topic], committed=True)}
+            tx.commit()
+        assert sum(moved.values()) == 6
+        assert sum(stable.values()) == 5
+        with pytest.raises(TransportError, match="no-such-topic"):
+            admin.partition_bounds([f"t.{unique}.no-such-topic"])
+
+
+def test_offsets_for_timestamp_find_the_first_record_at_or_after_it(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.times")
+    with EventWriter.open(kafka) as writer:
+        for i in range(3):
+            writer.send(topic, metric(i))
+        writer.flush()
+        time.sleep(0.05)
+        middle_ms = int(time.time() * 1000)
+        time.sleep(0.05)
+        for i in range(3, 7):
+            writer.send(topic, metric(i))
+    with kafka_backend(kafka).admin() as admin:
+        assert admin.offsets_for_timestamp([topic], middle_ms) == {(topic, 0): 3}
+        assert admin.offsets_for_timestamp([topic], 0) == {(topic, 0): 0}
+        later = int(time.time() * 1000) + 60_000
+        assert admin.offsets_for_timestamp([topic], later) == {(topic, 0): 7}  # the end
+
+
+def test_positions_pass_transaction_markers_to_the_end(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.pos")
+    with EventWriter.open(kafka, transactional_id=f"tx-{unique}") as writer:
+        for step in range(2):
+            writer.begin()
+            writer.send(topic, metric(step))
+            writer.commit()
+    with kafka_backend(kafka).admin() as admin:
+        (bounds,) = admin.partition_bounds([topic])
+    assert bounds.high == 4  # two records, each followed by its commit marker
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got = read(reader, 2)
+        deadline = time.monotonic() + 30
+        while reader.positions().get((topic, 0)) != bounds.high:
+            assert time.monotonic() < deadline, reader.positions()
+            got += reader.poll(10, 0.2)
+    assert [e.offset for e in got] == [0, 2]
+
+
+def test_groups_are_listed_described_and_their_offsets_read(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.groups", partitions=2)
+    with EventWriter.open(kafka) as writer:
+        for i in range(6):
+            writer.send(topic, metric(i), key=f"k{i}")
+    group = f"g-{unique}"
+    with (
+        kafka_backend(kafka).admin() as admin,
+        EventReader.open(kafka, group, [topic]) as reader,
+    ):
+        got = read(reader, 6)
+        reader.commit(got[:1], metadata='{"step": 7}')
+        assert group in admin.list_groups()
+        (live,) = admin.describe_groups([group])
+        assert live.state == "stable"
+        (member,) = live.members
+        assert sorted(member.assignment) == [(topic, 0), (topic, 1)]
+        (committed,) = admin.group_offsets(group)
+        first = got[0]
+        assert (committed.topic, committed.partition, committed.offset) == (
+            topic,
+            first.partition,
+            first.offset + 1,
+        )
+        assert committed.metadata == '{"step": 7}'
+    with kafka_backend(kafka).admin() as admin:
+        deadline = time.monotonic() + 30
+        while (left := admin.describe_groups([group])[0]).state != "empty":
+            assert time.monotonic() < deadline, left
+            time.sleep(0.5)
+        assert left.members == ()
+        (never,) = admin.describe_groups([f"never-{unique}"])
+        assert never.state == "dead" and never.members == ()
+        assert admin.group_offsets(f"never-{unique}") == []
+
+
+def test_a_consumer_with_a_small_prefetch_still_reads_everything(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    topic = make_topic(kafka, f"t.{unique}.prefetch", partitions=2)
+    big = np.zeros(150_000, dtype=np.int32)  # 0.6 MB per event: two outgrow the prefetch
+    events = [
+        Experience(
+            experience_id=f"e{i}",
+            task_id=f"t{i}",
+            group_id="g",
+            group_size=1,
+            explorer_id="x",
+            model_version=0,
+            prompt_ids=big,
+            response_ids=[],
+            logprobs=[],
+        )
+        for i in range(8)
+    ]
+    with EventWriter.open(kafka) as writer:
+        for e in events:
+            writer.send(topic, e, key=e.task_id)
+    consumer = kafka_backend(kafka).consumer(f"g-{unique}", [topic], prefetch_bytes=1 << 20)
+    with EventReader(consumer, EventCodec.default(), None) as reader:
+        got = read(reader, 8)
+    assert sorted(e.event.experience_id for e in got) == [f"e{i}" for i in range(8)]

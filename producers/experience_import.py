@@ -1,0 +1,220 @@
+"""Import of exported experiences (Parquet, JSONL, SQL) back into an experience topic.
+
+An export written by `consumers.experience_export` becomes Experience events again, equal field
+by field to the ones exported, keyed by task id as explorers key them (a rollout group stays in
+one partition). Readers stream: one batch of rows in memory at a time. Add a format with
+`@IMPORT_FORMATS.register("name")` on a class of `ImportReader`'s shape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from consumers.experience_export import sql_url
+from consumers.experience_rows import from_arrow, from_json_object, from_sql_row
+from rft.config.connections import KafkaSettings
+from rft.errors import ConfigError, ReplayError
+from rft.events.models import Experience
+from rft.events.topics import ensure_topics
+from rft.events.transport import kafka_backend
+from rft.events.writer import EventWriter
+from rft.registry import Registry
+
+
+class ImportReader(Protocol):
+    suffixes: ClassVar[tuple[str, ...]]  # file endings this format is picked for by default
+
+    def __init__(self, source: str, *, table: str) -> None: ...
+
+    @property
+    def where(self) -> str: ...
+
+    @property
+    def total_rows(self) -> int: ...
+
+    def batches(self, rows: int) -> Iterator[list[Experience]]: ...
+
+    def close(self) -> None: ...
+
+
+IMPORT_FORMATS: Registry[type[ImportReader]] = Registry("import format")
+
+
+def _existing_file(source: str) -> Path:
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise ReplayError(f"{path}: no such file")
+    return path
+
+
+@IMPORT_FORMATS.register("parquet")
+class ParquetImportReader:
+    suffixes: ClassVar[tuple[str, ...]] = (".parquet", ".pq")
+
+    def __init__(self, source: str, *, table: str) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = _existing_file(source)
+        try:
+            self._file = pq.ParquetFile(str(self.path))
+        except (OSError, ValueError) as exc:
+            raise ReplayError(f"{self.path}: not a readable Parquet file: {exc}") from exc
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def total_rows(self) -> int:
+        return int(self._file.metadata.num_rows)
+
+    def batches(self, rows: int) -> Iterator[list[Experience]]:
+        first = 0
+        for batch in self._file.iter_batches(batch_size=rows):
+            yield list(from_arrow(batch, self.where, first))
+            first += batch.num_rows
+
+    def close(self) -> None:
+        self._file.close()
+
+
+@IMPORT_FORMATS.register("jsonl")
+class JsonlImportReader:
+    suffixes: ClassVar[tuple[str, ...]] = (".jsonl", ".ndjson", ".json")
+
+    def __init__(self, source: str, *, table: str) -> None:
+        self.path = _existing_file(source)
+        with self.path.open("rb") as fh:
+            self._lines = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    @property
+    def total_rows(self) -> int:
+        return self._lines
+
+    def batches(self, rows: int) -> Iterator[list[Experience]]:
+        batch: list[Experience] = []
+        with self.path.open(encoding="utf-8") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                where = f"{self.path}:{number}"
+                try:
+                    obj = json.loads(line)
+                except ValueError as exc:
+                    raise ReplayError(f"{where}: not JSON: {exc}") from exc
+                batch.append(from_json_object(obj, where))
+                if len(batch) >= rows:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def close(self) -> None:
+        pass
+
+
+@IMPORT_FORMATS.register("sql")
+class SqlImportReader:
+    suffixes: ClassVar[tuple[str, ...]] = (".db", ".sqlite", ".sqlite3")
+
+    def __init__(self, source: str, *, table: str) -> None:
+        from sqlalchemy import MetaData, create_engine, inspect
+        from sqlalchemy.exc import ArgumentError
+
+        if "://" not in source:
+            _existing_file(source)  # SQLite would create an empty database instead
+        try:
+            self._engine = create_engine(sql_url(source))
+        except (ArgumentError, ImportError) as exc:
+            raise ConfigError(f"{source!r} is not a usable SQLAlchemy URL: {exc}") from exc
+        if not inspect(self._engine).has_table(table):
+            self._engine.dispose()
+            raise ReplayError(f"no table {table!r} in {source} (give --table NAME)")
+        meta = MetaData()
+        meta.reflect(self._engine, only=[table])
+        self._table = meta.tables[table]
+        self._where = f"table {table} in {self._engine.url.render_as_string()}"
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    @property
+    def total_rows(self) -> int:
+        from sqlalchemy import func, select
+
+        with self._engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(self._table)).scalar_one())
+
+    def batches(self, rows: int) -> Iterator[list[Experience]]:
+        from sqlalchemy import select
+
+        order = [
+            c for c in ("source_topic", "source_partition", "source_offset") if c in self._table.c
+        ]
+        query = select(self._table).order_by(*(self._table.c[c] for c in order))
+        with self._engine.connect() as conn:
+            result = conn.execution_options(stream_results=True).execute(query)
+            while chunk := result.fetchmany(rows):
+                rows_read = [dict(r._mapping) for r in chunk]
+                yield [from_sql_row(row, self._row_where(row)) for row in rows_read]
+
+    def _row_where(self, row: Mapping[str, Any]) -> str:
+        source = f"{row.get('source_topic')}[{row.get('source_partition')}]"
+        return f"{self._where}, row of {source}@{row.get('source_offset')}"
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def prepare_target_topic(kafka: KafkaSettings, topic: str, *, append: bool) -> None:
+    """Create `topic` if needed; refuse one that already holds records unless `append`, so a
+    replay never mixes into a topic by accident."""
+    ensure_topics(kafka, [topic])
+    with kafka_backend(kafka).admin() as admin:
+        held = sum(b.high - b.low for b in admin.partition_bounds([topic]))
+    if held and not append:
+        raise ReplayError(
+            f"topic {topic} already holds {held} record(s); write to a new topic or pass --append"
+        )
+
+
+@dataclass
+class ImportSummary:
+    written: int = 0
+    seconds: float = 0.0
+
+
+class Progress(Protocol):
+    def update(self, done: int) -> None: ...
+
+
+def import_experiences(
+    reader: ImportReader,
+    writer: EventWriter,
+    topic: str,
+    *,
+    progress: Progress | None = None,
+    batch_rows: int = 2000,
+) -> ImportSummary:
+    """Write every experience `reader` holds to `topic` (keyed by task id) and flush."""
+    summary = ImportSummary()
+    started = time.monotonic()
+    for batch in reader.batches(batch_rows):
+        for exp in batch:
+            writer.send(topic, exp, key=exp.task_id)
+        summary.written += len(batch)
+        if progress is not None:
+            progress.update(summary.written)
+    writer.flush()
+    summary.seconds = time.monotonic() - started
+    return summary

@@ -1,0 +1,83 @@
+"""`rft status --config X.yaml` (or --project P --name N): where a run stands, from Kafka and the
+checkpoint store.
+
+Prints the run's topics with their end offsets, each consumer group of the run with its lag per
+partition, the trainer's newest version (announced on the weights topic, and in the checkpoint
+store), each live explorer with the model version of its newest experience and its committed
+step, the newest explorer step metric, and the dead letters by error. `--json` emits the same as
+one JSON object. Reads only: it joins no group that any component uses and commits nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+from rft.cli.topics_cmd import add_kafka_arguments, kafka_settings_from, run_topics
+from rft.errors import ConfigError
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        help="a run's topics, consumer lag, versions, explorers and dead letters",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="run config")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
+    )
+    add_kafka_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    parser.add_argument(
+        "--all-explorers", action="store_true", help="list explorers that are gone as well"
+    )
+    parser.add_argument(
+        "--tail",
+        type=int,
+        default=500,
+        help="offsets read from the end of each experience / metrics partition (default 500)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from consumers.run_status import format_status, read_run_status
+    from rft.storage.checkpoint_store import CheckpointStore
+    from rft.storage.object_store import open_object_store
+
+    if args.config:
+        from consumers.run_plan import RunPlan
+        from rft.config import load_config
+
+        cfg = load_config(args.config, args.override)
+        plan = RunPlan(cfg)
+        kafka = cfg.stack.kafka
+        if args.bootstrap:
+            kafka = dataclasses.replace(kafka, bootstrap_servers=args.bootstrap)
+        topics, experience_topic, store = (
+            plan.topics,
+            plan.experience_topic,
+            plan.checkpoint_store(),
+        )
+    else:
+        from rft.config.connections import ObjectStoreSettings
+
+        topics = run_topics(args)
+        if topics is None:
+            raise ConfigError("give --config, or --project and --name")
+        kafka, experience_topic = kafka_settings_from(args), None
+        settings = ObjectStoreSettings()
+        store = CheckpointStore(
+            open_object_store(settings.uri or settings, settings), args.project, args.name
+        )
+    status = read_run_status(
+        kafka, topics, experience_topic, checkpoint_store=store, tail=args.tail
+    )
+    if args.json:
+        print(status.to_json())
+    else:
+        print("\n".join(format_status(status, all_explorers=args.all_explorers)))
+    return 0
