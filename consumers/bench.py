@@ -29,7 +29,7 @@ from producers.task_publisher import (
 )
 from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
-from rft.engines.rollout import RolloutEngine, RolloutEngineConfig, create_rollout_engine
+from rft.engines.rollout import RolloutEngine, create_rollout_engine
 from rft.errors import CheckpointError, ConfigError
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
@@ -191,9 +191,6 @@ class Bench:
             log.info("bench published %s", line)
 
     def _build_engine(self) -> RolloutEngine:
-        spec = self.plan.model_spec(dtype=self.plan.rollout_dtype, device=self.plan.explorer_device)
-        threads = int(os.environ.get("RFT_NUM_THREADS", "0")) or None
         return create_rollout_engine(
-            self.cfg.explorer.rollout_model.engine_type,
-            RolloutEngineConfig(model=spec, num_threads=threads),
+            self.cfg.explorer.rollout_model.engine_type, self.plan.rollout_engine_config()
         )

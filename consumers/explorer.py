@@ -37,7 +37,6 @@ from rft.engines.chat_template import check_chat_template, configured_chat_templ
 from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import (
     RolloutEngine,
-    RolloutEngineConfig,
     SamplingParams,
     create_rollout_engine,
 )
@@ -95,11 +94,8 @@ class Explorer:
     # -- set-up -------------------------------------------------------------------------------
 
     def _build_engine(self) -> RolloutEngine:
-        rm = self.cfg.explorer.rollout_model
-        spec = self.plan.model_spec(dtype=self.plan.rollout_dtype, device=self.plan.explorer_device)
-        threads = int(os.environ.get("RFT_NUM_THREADS", "0")) or None
         return create_rollout_engine(
-            rm.engine_type, RolloutEngineConfig(model=spec, num_threads=threads)
+            self.cfg.explorer.rollout_model.engine_type, self.plan.rollout_engine_config()
         )
 
     def _configure_chat(self, engine: RolloutEngine) -> None:
@@ -254,6 +250,7 @@ class Explorer:
                 if isinstance(env.event, Task):
                     by_id[env.event.task_id] = env
             runnable, rejected = split_runnable([by_id[k].event for k in by_id])  # type: ignore[misc]
+            compiled_before = engine.compile_seconds
             started = time.monotonic()
             version = engine.model_version  # at the step's start; a task's own may be newer
             outcome = run_step(
@@ -264,7 +261,9 @@ class Explorer:
                 before_rollout=lambda ids: sync.between_rollouts(engine, ids),
             )
             results = outcome.results
-            rollout_s = time.monotonic() - started
+            # a compiling engine's first call on a new shape is reported apart from rollout time
+            compile_s = engine.compile_seconds - compiled_before
+            rollout_s = time.monotonic() - started - compile_s
             step_sync = sync.current
             task_versions = step_sync.task_versions if step_sync is not None else {}
             given_up: dict[str, RftError] = {
@@ -292,7 +291,9 @@ class Explorer:
             version,
             len(given_up),
             metrics,
-            outcome.metrics() | sync_metrics | {"model_version_end": float(engine.model_version)},
+            outcome.metrics()
+            | sync_metrics
+            | {"model_version_end": float(engine.model_version), "rollout_compile_s": compile_s},
         )
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:

@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
@@ -21,6 +21,7 @@ from rft.storage.object_store import open_object_store
 
 if TYPE_CHECKING:  # torch and transformers stay out of processes that only coordinate
     from rft.engines.models import ModelSpec
+    from rft.engines.rollout import RolloutEngineConfig
 
 # Set by a launcher that gives a process devices of its own (the ray launcher: Ray's
 # CUDA_VISIBLE_DEVICES shows it only its bundle's GPUs, so its first GPU is cuda:0)
@@ -156,6 +157,30 @@ class RunPlan:
             dtype=self.resolve_dtype(dtype or self.cfg.model.dtype, device),
             device=device,
             seed=self.cfg.explorer.rollout_model.seed,
+        )
+
+    def rollout_engine_config(self) -> RolloutEngineConfig:
+        """What the explorer's rollout engine is built from: the model on the explorer's device
+        and the engine settings of `explorer.rollout_model` (each engine reads its own)."""
+        from rft.engines.rollout import RolloutEngineConfig
+
+        rm = self.cfg.explorer.rollout_model
+        taskset = self.cfg.buffer.explorer_input.taskset
+        threads = int(os.environ.get("RFT_NUM_THREADS", "0")) or None
+        options: dict[str, Any] = {"enforce_eager": rm.enforce_eager}
+        if rm.engine_type == "vllm":
+            options |= {
+                "tensor_parallel_size": rm.tensor_parallel_size,
+                "gpu_memory_utilization": rm.gpu_memory_utilization,
+                "enable_prefix_caching": rm.enable_prefix_caching,
+                "max_model_len": rm.max_model_len,
+                "seed": rm.seed,
+                "temperature": taskset.rollout_args.temperature if taskset else 1.0,
+            }
+        return RolloutEngineConfig(
+            model=self.model_spec(dtype=self.rollout_dtype, device=self.explorer_device),
+            num_threads=threads,
+            options=options,
         )
 
     def checkpoint_store(self) -> CheckpointStore:

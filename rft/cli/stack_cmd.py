@@ -35,6 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     up = actions.add_parser("up", parents=[common], help="provision (cached) and start; idempotent")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for health")
+    up.add_argument(
+        "--only",
+        choices=("kafka", "minio"),
+        default=None,
+        help="start one service (e.g. kafka alone for a file:// checkpoint store)",
+    )
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", parents=[common], help="stop what `up` started")
@@ -67,11 +73,13 @@ def _print_status(status: StackStatus) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     began = time.monotonic()
-    result = _stack(args).up(timeout_s=args.timeout)
+    services = [args.only] if args.only else None
+    result = _stack(args).up(timeout_s=args.timeout, services=services)
     _print_status(result.status)
     started = ", ".join(result.started) or "nothing (already running)"
     print(f"started {started} in {time.monotonic() - began:.1f}s")
-    return 0 if result.status.healthy else 1
+    wanted = services or ["kafka", "minio"]
+    return 0 if all(result.status.service(s).healthy for s in wanted) else 1
 
 
 def _down(args: argparse.Namespace) -> int:

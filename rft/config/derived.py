@@ -22,8 +22,11 @@ def fill_derived(cfg: RftConfig) -> None:
     """Fill values that default to other keys, in place."""
     algo = cfg.algorithm
     model = cfg.model
+    rollout_len = cfg.explorer.rollout_model.max_model_len
     if model.max_model_len is None:
-        model.max_model_len = model.max_prompt_tokens + model.max_response_tokens
+        model.max_model_len = rollout_len or model.max_prompt_tokens + model.max_response_tokens
+    if rollout_len is None:
+        cfg.explorer.rollout_model.max_model_len = model.max_model_len
 
     buffer = cfg.buffer
     # Trinity's trainer-only configs give train_batch_size alone: tasks per step follow from it
@@ -123,6 +126,16 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
+    rollout = cfg.explorer.rollout_model
+    if rollout.max_model_len != model.max_model_len:
+        issues.append(
+            Issue(
+                "explorer.rollout_model.max_model_len",
+                f"{rollout.max_model_len} differs from model.max_model_len "
+                f"({model.max_model_len}); rollouts and training share one bound: set one of them",
+            )
+        )
+    issues += _vllm_logprob_issues(cfg)
     for key in ("max_prompt_tokens", "max_response_tokens"):
         value = getattr(model, key)
         if value > model.max_model_len:
@@ -326,3 +339,43 @@ def _launcher_notices(cfg: RftConfig) -> list[Notice]:
     except ConfigError:
         return []  # check_parts has said so
     return launcher().notices(cfg)
+
+
+def _vllm_logprob_issues(cfg: RftConfig) -> list[Issue]:
+    """The vllm engine reports exact logprobs for a sampling setup only (rft.engines.vllm_engine:
+    the configured temperature picks its mode); refuse at load what would fail every step."""
+    rollout = cfg.explorer.rollout_model
+    if rollout.engine_type != "vllm":
+        return []
+    from rft.engines.rollout import SamplingParams
+    from rft.engines.vllm_engine import inexact_logprobs, logprobs_mode_for
+
+    model = cfg.model
+    issues = []
+    inputs = cfg.buffer.explorer_input
+    tasksets = [("buffer.explorer_input.taskset", inputs.taskset)] + [
+        (f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(inputs.eval_tasksets)
+    ]
+    train = inputs.taskset.rollout_args if inputs.taskset is not None else None
+    mode = logprobs_mode_for(train.temperature if train is not None else 1.0)
+    for path, taskset in tasksets:
+        if taskset is None:
+            continue
+        args = taskset.rollout_args
+        params = SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=max(0, args.top_k),
+            repetition_penalty=model.repetition_penalty,
+            min_tokens=model.min_response_tokens,
+        )
+        why = inexact_logprobs(mode, params)
+        if why is not None:
+            issues.append(
+                Issue(
+                    f"{path}.rollout_args",
+                    f"engine_type vllm cannot report exact logprobs for {why}; use engine_type "
+                    "hf, or sample at temperature 1.0",
+                )
+            )
+    return issues

@@ -453,6 +453,22 @@ KEY_FATES: dict[str, Fate] = {
     "RolloutModelConfig.enable_thinking": Fate(
         "passed to the chat template", _EXPLORER, "tests/unit/test_explorer_settings.py"
     ),
+    "RolloutModelConfig.gpu_memory_utilization": Fate(
+        "the vllm engine's share of GPU memory", _PLAN, "tests/unit/test_vllm_engine.py"
+    ),
+    "RolloutModelConfig.enforce_eager": Fate(
+        "vllm: no CUDA graphs; hf: no static-cache + torch.compile path on a GPU",
+        _PLAN,
+        "tests/unit/test_vllm_engine.py",
+    ),
+    "RolloutModelConfig.enable_prefix_caching": Fate(
+        "vllm: KV blocks of shared prompt prefixes reused", _PLAN, "tests/unit/test_vllm_engine.py"
+    ),
+    "RolloutModelConfig.max_model_len": Fate(
+        "alias of model.max_model_len (a different value refused); the vllm engine's bound",
+        _DERIVED,
+        "tests/unit/test_vllm_engine.py",
+    ),
     # -- trainer
     "TrainerConfig.name": Fate(
         "the trainer's consumer group", _PLAN, "tests/unit/test_config_effects.py"

@@ -140,7 +140,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.buffer.expert_source import EXPERT_SOURCES
     from rft.buffer.priority_fns import PRIORITY_FNS
     from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, sampler_choice
-    from rft.engines.rollout import ROLLOUT_ENGINES
+    from rft.engines.rollout import ENGINE_PACKAGES, ROLLOUT_ENGINES
     from rft.engines.trainer import LR_SCHEDULES, TRAINER_ENGINES
     from rft.events.transport import known_backend
     from rft.rewards import REWARD_FUNCTIONS
@@ -240,7 +240,16 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             c.args(f"{path}.generator_args", generator, taskset.generator_args, frozenset())
 
     rollout = cfg.explorer.rollout_model
-    c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type)
+    if c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type):
+        package = ENGINE_PACKAGES.get(rollout.engine_type)
+        if package is not None and importlib.util.find_spec(package[0]) is None:
+            c.issues.append(
+                Issue(
+                    "explorer.rollout_model.engine_type",
+                    f"engine {rollout.engine_type!r} needs the {package[0]} package, which is "
+                    f"not installed: {package[1]}",
+                )
+            )
     c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     sync = cfg.synchronizer

@@ -36,7 +36,6 @@ _RAY = (
     "coordination runs over Kafka"
 )
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
-_VLLM = "read only by a vLLM rollout engine, which rft does not have yet; the hf engine ignores it"
 
 
 @dataclass
@@ -328,18 +327,22 @@ class RolloutModelConfig:
     seed: int = 42
     dtype: DType | None = None  # default: model.dtype
     enable_thinking: bool | None = None  # passed to chat templates that support it
+    # vllm: the share of GPU memory the engine takes (weights, KV cache, graphs)
+    gpu_memory_utilization: float = bounded(0.9, gt=0, le=1)
+    # no CUDA graphs: vllm runs eagerly, hf skips its static-cache + torch.compile path on a GPU
+    enforce_eager: bool = False
+    enable_prefix_caching: bool = True  # vllm: reuse KV blocks of shared prompt prefixes
+    # default: model.max_model_len, the one bound for rollouts and training (a different value
+    # is refused at load)
+    max_model_len: int | None = bounded(None, ge=2)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_history": "workflows return their experiences explicitly",
         "enable_openai_api": "rft serves no OpenAI-compatible endpoint from its engines",
         "base_url": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
         "api_key": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
-        "gpu_memory_utilization": _VLLM,
-        "enforce_eager": _VLLM,
-        "enable_prefix_caching": _VLLM,
-        "enable_chunked_prefill": _VLLM,
-        "use_v1": _VLLM,
-        "max_model_len": "model.max_model_len bounds every rollout",
+        "enable_chunked_prefill": "vllm 0.26 always chunks long prefills; the hf engine does not",
+        "use_v1": "vllm 0.26 has only its V1 engine",
     }
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},

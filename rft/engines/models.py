@@ -120,6 +120,34 @@ def load_model(spec: ModelSpec | str) -> ModelAndTokenizer:
     return model, tokenizer
 
 
+def materialize_model_dir(spec: ModelSpec) -> Path:
+    """An HF directory (config, safetensors, tokenizer) holding `spec`'s model, for engines that
+    load from disk themselves (vLLM). A local directory is itself; a source's model is written
+    once to the cache, keyed by the source name, seed and options, and reused."""
+    path = Path(spec.name_or_path).expanduser()
+    if spec.name_or_path not in MODEL_SOURCES:
+        if not (path / "config.json").is_file():
+            raise ConfigError(
+                f"model.model_path: {spec.name_or_path!r} is neither a model source "
+                f"({', '.join(MODEL_SOURCES.names())}) nor an HF model directory"
+            )
+        return path
+    blob = json.dumps(
+        {"source": spec.name_or_path, "seed": spec.seed, "options": spec.options},
+        sort_keys=True,
+        default=str,
+    )
+    if spec.name_or_path == "smollm2":
+        stat = smollm2_gguf_path().stat()
+        blob += f":{stat.st_size}:{stat.st_mtime_ns}"
+    key = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    target = cache_root() / f"dir-{spec.name_or_path}-{key}"
+    if not (target / "complete").is_file():
+        model, tokenizer = MODEL_SOURCES.get(spec.name_or_path)(spec)
+        _write_cache_dir(target, model, tokenizer)
+    return target
+
+
 @MODEL_SOURCES.register("local")
 def load_local_dir(spec: ModelSpec) -> ModelAndTokenizer:
     """A local HF model directory (config.json + safetensors + tokenizer files)."""

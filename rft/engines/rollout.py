@@ -100,6 +100,9 @@ class RolloutEngine(abc.ABC):
 
     # extra variables every chat template rendering gets (e.g. enable_thinking)
     _chat_template_kwargs: Mapping[str, Any] = MappingProxyType({})
+    # seconds spent compiling (first calls on a new shape), part of generate's wall time; an
+    # explorer reports it apart from rollout time
+    compile_seconds: float = 0.0
 
     @property
     @abc.abstractmethod
@@ -208,7 +211,18 @@ class _SampledLogprobRecorder:
 
 
 class HFRolloutEngine(RolloutEngine):
-    """transformers `generate` over prompts x n in one batch, left padded, under inference_mode."""
+    """transformers `generate` over prompts x n in one batch, left padded, under inference_mode.
+
+    Compiled mode (the default on a GPU; `enforce_eager: true` turns it off): a static KV cache
+    and transformers' automatic `torch.compile` of the decode step (CUDA graphs). Compiled graphs
+    hold fixed shapes, so each call is padded to a shape bucket, rows to a power of two and the
+    prompt width to a multiple of WIDTH_BUCKET; the first call on a new bucket compiles, and its
+    wall time is added to `compile_seconds`. Weight updates copy into the same parameter storage,
+    so the graphs stay valid across versions.
+    """
+
+    WIDTH_BUCKET = 64
+    MIN_ROWS_BUCKET = 8
 
     def __init__(
         self,
@@ -217,11 +231,15 @@ class HFRolloutEngine(RolloutEngine):
         *,
         version: int = 0,
         max_batch_size: int | None = None,
+        compiled: bool = False,
     ) -> None:
         self._model = model.eval()
         self._tokenizer = tokenizer
         self._version = version
         self._max_batch_size = max_batch_size
+        self._compiled = compiled
+        self._buckets: set[tuple[int, int, int]] = set()
+        self.compile_seconds = 0.0
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -230,7 +248,17 @@ class HFRolloutEngine(RolloutEngine):
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         model, tokenizer = load_model(config.model)
-        return cls(model, tokenizer, max_batch_size=config.max_batch_size)
+        eager = bool(config.options.get("enforce_eager", False))
+        return cls(
+            model,
+            tokenizer,
+            max_batch_size=config.max_batch_size,
+            compiled=config.model.device.startswith("cuda") and not eager,
+        )
+
+    @property
+    def compiled(self) -> bool:
+        return self._compiled
 
     @property
     def tokenizer(self) -> Any:
@@ -292,7 +320,15 @@ class HFRolloutEngine(RolloutEngine):
 
         device = next(self._model.parameters()).device
         pad = int(self._tokenizer.pad_token_id)
+        wanted = len(rows)
         width = max(len(r) for r in rows)
+        bucket = None
+        if self._compiled:
+            # pad to the shape bucket: duplicate rows fill the batch and are dropped afterwards
+            width = -(-width // self.WIDTH_BUCKET) * self.WIDTH_BUCKET
+            size = max(self.MIN_ROWS_BUCKET, 1 << (len(rows) - 1).bit_length())
+            rows = rows + [rows[-1]] * (size - len(rows))
+            bucket = (len(rows), width, params.max_tokens)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
@@ -319,6 +355,11 @@ class HFRolloutEngine(RolloutEngine):
             return_dict_in_generate=True,
             use_cache=True,
         )
+        if self._compiled:
+            from transformers import CompileConfig
+
+            gen_config.cache_implementation = "static"
+            gen_config.compile_config = CompileConfig(fullgraph=False, dynamic=False)
         recorder = _SampledLogprobRecorder(params.logprob_temperature, width)
         processors: list[Any] = [recorder]
         if params.repetition_penalty != 1.0:
@@ -331,6 +372,8 @@ class HFRolloutEngine(RolloutEngine):
                 )
             )
         stop = DeadlineStop(deadline) if deadline is not None else None
+        first_on_bucket = bucket is not None and bucket not in self._buckets
+        started = time.perf_counter()
         try:
             with torch.inference_mode():
                 out = self._model.generate(
@@ -342,8 +385,13 @@ class HFRolloutEngine(RolloutEngine):
                 )
         except (RuntimeError, ValueError) as exc:
             raise EngineError(f"generation failed: {exc}") from exc
-        sequences = out.sequences.cpu()
-        logprobs = recorder.finish(out.sequences).float().cpu().numpy()
+        if first_on_bucket and bucket is not None:
+            # the first call on a shape compiles; its whole wall time is counted as compile time
+            self._buckets.add(bucket)
+            self.compile_seconds += time.perf_counter() - started
+        rows = rows[:wanted]
+        sequences = out.sequences.cpu()[:wanted]
+        logprobs = recorder.finish(out.sequences).float().cpu().numpy()[:wanted]
         generated = sequences[:, width:].numpy()
         out_of_time = stop is not None and stop.fired and generated.shape[1] < params.max_tokens
         return [
@@ -400,3 +448,17 @@ def _stop_string_cut(
 def hf_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     """transformers generate on CPU or one GPU (config.model.device)."""
     return HFRolloutEngine.from_config(config)
+
+
+@ROLLOUT_ENGINES.register("vllm")
+def vllm_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
+    """vLLM on the explorer's GPUs (`rft.engines.vllm_engine`; vLLM imported only here)."""
+    from rft.engines.vllm_engine import VLLMRolloutEngine
+
+    return VLLMRolloutEngine.from_config(config)
+
+
+# Optional packages an engine needs, checked when the config loads: (import name, install command)
+ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
+    "vllm": ("vllm", "pip install 'vllm==0.26.0'  (or: pip install 'rft[vllm]')"),
+}

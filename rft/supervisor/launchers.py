@@ -106,15 +106,19 @@ class LocalLauncher:
                 )
             )
         rollout = cfg.explorer.rollout_model
-        if rollout.engine_num > 1 or rollout.tensor_parallel_size > 1:
+        # vllm spreads one engine over tensor_parallel_size GPUs; hf computes on one device
+        tp_used = rollout.engine_type == "vllm"
+        if rollout.engine_num > 1 or (rollout.tensor_parallel_size > 1 and not tp_used):
             notices.append(
                 Notice(
                     "explorer.rollout_model.engine_num",
                     f"engine_num {rollout.engine_num} x tensor_parallel_size "
                     f"{rollout.tensor_parallel_size}: an explorer process runs one "
-                    f"{rollout.engine_type} engine on one device; these only reserve GPUs before "
-                    "the trainer's in cluster.gpu_per_node; start more explorer processes with "
-                    "the same explorer.name for more engines",
+                    f"{rollout.engine_type} engine"
+                    + (" on its tensor_parallel_size GPUs" if tp_used else " on one device")
+                    + "; the rest only reserve GPUs before the trainer's in "
+                    "cluster.gpu_per_node; start more explorer processes with the same "
+                    "explorer.name for more engines",
                 )
             )
         return notices

@@ -321,3 +321,46 @@ def test_chat_templates_per_engine_and_per_call(engine) -> None:
     assert own.tokenizer.decode(per_call) == "<hi>"
     with pytest.raises(EngineError, match="cannot apply chat template"):
         own.chat_prompt_ids(chat, chat_template="{% for %}")
+
+
+@pytest.fixture(scope="module")
+def bucketed(engine) -> HFRolloutEngine:
+    """The same weights on the compiled path's shapes: a static KV cache and padded buckets
+    (transformers compiles the decode step only on a GPU; the shapes are the same on the CPU)."""
+    return HFRolloutEngine(engine.model, engine.tokenizer, compiled=True)
+
+
+def test_bucketed_static_cache_path_matches_the_eager_one(engine, bucketed, prompts) -> None:
+    three = [*prompts, prompts[0][:-2]]  # 3 prompts -> a bucket of 8 rows, width 64
+    greedy = SamplingParams(temperature=0.0, max_tokens=8)
+    eager_out = engine.generate(three, greedy)
+    static_out = bucketed.generate(three, greedy)
+    assert len(static_out) == 3
+    for a, b in zip(eager_out, static_out, strict=True):
+        assert a[0].response_ids.tolist() == b[0].response_ids.tolist()
+        np.testing.assert_allclose(a[0].logprobs, b[0].logprobs, atol=1e-4)
+        # and the compiled path's logprobs follow the convention too
+        np.testing.assert_allclose(b[0].logprobs, _recomputed(engine, b[0], 1.0), atol=1e-4)
+
+
+def test_only_the_first_call_on_a_bucket_counts_as_compile_time(engine, prompts) -> None:
+    fresh = HFRolloutEngine(engine.model, engine.tokenizer, compiled=True)
+    params = SamplingParams(temperature=1.0, max_tokens=4, n=2, seed=3)
+    fresh.generate(prompts, params)
+    first = fresh.compile_seconds
+    assert first > 0
+    fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=4, n=3, seed=4))  # 6 -> 8
+    assert fresh.compile_seconds == first  # same bucket: (8 rows, width 64, 4 tokens)
+    fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=5, seed=5))
+    assert fresh.compile_seconds > first  # a new bucket
+    assert engine.compile_seconds == 0.0  # the eager engine never compiles
+
+
+def test_the_hf_engine_compiles_on_a_gpu_unless_eager() -> None:
+    spec = ModelSpec("tiny")
+    assert not create_rollout_engine("hf", RolloutEngineConfig(model=spec)).compiled  # CPU
+    if torch.cuda.is_available():
+        gpu = ModelSpec("tiny", device="cuda")
+        assert create_rollout_engine("hf", RolloutEngineConfig(model=gpu)).compiled
+        eager = RolloutEngineConfig(model=gpu, options={"enforce_eager": True})
+        assert not create_rollout_engine("hf", eager).compiled

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# On the GPU machine: keep the bundle parts this call carried (.gpu/part-NN) in /tmp/rftgpu/parts,
+# which outlives the call while the machine stays warm. Prints which parts are there so far.
+set -euo pipefail
+dest=${RFT_GPU_HOME:-/tmp/rftgpu}/parts
+mkdir -p "$dest"
+shopt -s nullglob
+for part in .gpu/part-* .gpu/bundle.sha256; do
+  cp "$part" "$dest/"
+done
+echo "parts held: $(cd "$dest" && ls part-* 2>/dev/null | tr '\n' ' ')"

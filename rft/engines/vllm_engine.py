@@ -1,0 +1,307 @@
+"""The vLLM rollout engine (`engine_type: vllm`): one in-process vLLM `LLM` per explorer process.
+
+vLLM is imported only when this engine is built, so the module imports everywhere (CI has no
+vLLM). What it owns:
+
+- turning `SamplingParams` into vLLM's, one request per prompt × n row, and vLLM's outputs back
+  into `Rollout`s under the house logprob convention (see `Rollout`);
+- in-place weight updates: `load_state_dict` hands the HF-named tensors to the running model's
+  `load_weights` (vLLM maps them onto its fused layers) and drops the prefix cache, whose KV
+  entries were computed by the old weights; no restart, no new CUDA graphs;
+- the per-call deadline: requests still running when `timeout_s` runs out are aborted and end
+  with finish_reason "timeout", keeping the tokens they had.
+
+Logprobs. vLLM reports either the raw distribution (`raw_logprobs`: log_softmax(logits), before
+temperature, penalties and filters) or the processed one (`processed_logprobs`: after penalties,
+temperature and top-k/top-p). The house convention is log_softmax(logits / T) of the unfiltered,
+unpenalised distribution. At T = 1 the raw mode is exactly that, whatever the filters; at T != 1
+the processed mode is exactly that when no filter or penalty is active. The engine picks the mode
+from the configured temperature when it starts (vLLM fixes it per engine) and refuses, per call,
+sampling settings its mode cannot report exactly, rather than hand the trainer wrong logprobs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from rft.engines.models import ModelSpec, materialize_model_dir
+from rft.engines.rollout import Rollout, RolloutEngine, RolloutEngineConfig, SamplingParams
+from rft.errors import ConfigError, EngineError
+
+VLLM_VERSION = "0.26.0"
+INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
+
+RAW = "raw_logprobs"
+PROCESSED = "processed_logprobs"
+
+# RolloutEngineConfig.options this engine reads, with their defaults (vLLM's own where it has one)
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "tensor_parallel_size": 1,
+    "gpu_memory_utilization": 0.9,
+    "enforce_eager": False,
+    "enable_prefix_caching": True,
+    "max_model_len": None,
+    "max_num_seqs": 1024,
+    "seed": 42,
+    "temperature": 1.0,  # the configured rollout temperature: picks the logprobs mode
+}
+
+
+def logprobs_mode_for(temperature: float) -> str:
+    """The vLLM logprobs mode that reports the house convention at `temperature` (see module)."""
+    return RAW if temperature <= 0.0 or temperature == 1.0 else PROCESSED
+
+
+def inexact_logprobs(mode: str, params: SamplingParams) -> str | None:
+    """Why vLLM in `mode` cannot report `params`' logprobs under the house convention, or None."""
+    if mode == RAW:
+        if params.logprob_temperature != 1.0:
+            return (
+                f"temperature {params.temperature} (this engine started in {RAW} mode for a "
+                "configured temperature of 1.0, so it reports logprobs at T=1 only)"
+            )
+        return None
+    # greedy decoding reports before top-k/top-p (vLLM returns ahead of them), but after penalties
+    active = [
+        name
+        for name, on in (
+            ("top_p", params.top_p < 1.0 and not params.greedy),
+            ("top_k", params.top_k > 0 and not params.greedy),
+            ("repetition_penalty", params.repetition_penalty != 1.0),
+            ("min_tokens", params.min_tokens > 0),
+        )
+        if on
+    ]
+    if active:
+        return (
+            f"{', '.join(active)} with temperature {params.temperature} (vLLM reports these "
+            "logprobs after the filter or penalty; at temperature 1.0 it reports them before)"
+        )
+    return None
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """vLLM's offline `LLM` driven request by request, so deadlines can abort what is running."""
+
+    def __init__(self, llm: Any, tokenizer: Any, *, logprobs_mode: str, version: int = 0) -> None:
+        self._llm = llm
+        self._tokenizer = tokenizer
+        self._mode = logprobs_mode
+        self._version = version
+        self._next_request = 0
+        self.last_update_seconds = 0.0
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+    @classmethod
+    def from_config(cls, config: RolloutEngineConfig) -> VLLMRolloutEngine:
+        options = {**DEFAULT_OPTIONS, **config.options}
+        unknown = sorted(set(options) - set(DEFAULT_OPTIONS))
+        if unknown:
+            raise ConfigError(f"vllm engine: unknown options {unknown}")
+        spec = config.model
+        _check_device(spec, int(options["tensor_parallel_size"]))
+        if int(options["tensor_parallel_size"]) == 1:
+            # in-process engine core: weight updates reach the model without pickling tensors
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        vllm = import_vllm()
+        from transformers import AutoTokenizer
+
+        model_dir = materialize_model_dir(spec)
+        mode = logprobs_mode_for(float(options["temperature"]))
+        try:
+            llm = vllm.LLM(
+                model=str(model_dir),
+                tokenizer=str(model_dir),
+                dtype=spec.dtype,
+                seed=int(options["seed"]),
+                tensor_parallel_size=int(options["tensor_parallel_size"]),
+                gpu_memory_utilization=float(options["gpu_memory_utilization"]),
+                enforce_eager=bool(options["enforce_eager"]),
+                enable_prefix_caching=bool(options["enable_prefix_caching"]),
+                max_model_len=options["max_model_len"],
+                max_num_seqs=int(options["max_num_seqs"]),
+                logprobs_mode=mode,
+            )
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"vllm engine could not start on {model_dir}: {exc}") from exc
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        return cls(llm, tokenizer, logprobs_mode=mode)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def model_version(self) -> int:
+        return self._version
+
+    @property
+    def logprobs_mode(self) -> str:
+        return self._mode
+
+    def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        started = time.perf_counter()
+        items = list(tensors.items())
+
+        def load(model: Any) -> None:
+            model.load_weights(items)
+
+        try:
+            self._llm.apply_model(load)
+        except (RuntimeError, KeyError, ValueError) as exc:
+            raise EngineError(
+                f"vllm engine could not load weight version {version}: {exc}"
+            ) from exc
+        self._llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self._version = int(version)
+        self.last_update_seconds = time.perf_counter() - started
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        raise EngineError(
+            "the vllm engine holds its weights in fused layers and cannot export them under HF "
+            "names; read the version from the checkpoint store instead"
+        )
+
+    def generate(
+        self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams
+    ) -> list[list[Rollout]]:
+        why = inexact_logprobs(self._mode, params)
+        if why is not None:
+            raise EngineError(f"vllm engine cannot report exact logprobs for {why}")
+        prompts = [list(map(int, p)) for p in prompt_ids]
+        for i, p in enumerate(prompts):
+            if not p:
+                raise EngineError(f"prompt {i} is empty")
+        rows = [p for p in prompts for _ in range(params.n)]
+        outputs = self._run(rows, params)
+        flat = [self._to_rollout(rows[i], out, params) for i, out in enumerate(outputs)]
+        return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
+
+    def _sampling_params(self, params: SamplingParams, deadline: bool) -> Any:
+        import vllm
+        from vllm.sampling_params import RequestOutputKind
+
+        eos = self._tokenizer.eos_token_id
+        eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        return vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k,
+            repetition_penalty=params.repetition_penalty,
+            min_tokens=params.min_tokens,
+            max_tokens=params.max_tokens,
+            stop=list(params.stop) or None,
+            stop_token_ids=list(dict.fromkeys([*eos_ids, *params.stop_token_ids])),
+            include_stop_str_in_output=True,  # the house convention keeps the stop text
+            logprobs=0,  # the sampled token's own logprob only
+            detokenize=bool(params.stop),  # stop strings need text; we decode once at the end
+            # a deadline needs what unfinished requests have so far; otherwise only final outputs
+            output_kind=RequestOutputKind.CUMULATIVE if deadline else RequestOutputKind.FINAL_ONLY,
+        )
+
+    def _run(self, rows: list[list[int]], params: SamplingParams) -> list[Any]:
+        """Add one request per row, step the engine until all finish or the deadline passes."""
+        engine = self._llm.llm_engine
+        sampling = self._sampling_params(params, deadline=params.timeout_s is not None)
+        index: dict[str, int] = {}
+        for i, row in enumerate(rows):
+            self._next_request += 1
+            request_id = engine.add_request(
+                f"rft-{self._next_request}", {"prompt_token_ids": row}, sampling
+            )
+            index[request_id or f"rft-{self._next_request}"] = i
+        latest: list[Any] = [None] * len(rows)
+        deadline = None if params.timeout_s is None else time.monotonic() + params.timeout_s
+        timed_out: set[int] = set()
+        try:
+            while engine.has_unfinished_requests():
+                if deadline is not None and time.monotonic() >= deadline:
+                    open_ids = [rid for rid, i in index.items() if not _finished(latest[i])]
+                    engine.abort_request(open_ids)
+                    timed_out = {index[rid] for rid in open_ids}
+                    break
+                for out in engine.step():
+                    if out.request_id in index:
+                        latest[index[out.request_id]] = out
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(f"generation failed: {exc}") from exc
+        for i in timed_out:
+            latest[i] = _Timeout(latest[i])
+        return latest
+
+    def _to_rollout(self, prompt: list[int], output: Any, params: SamplingParams) -> Rollout:
+        if isinstance(output, _Timeout):  # aborted at the deadline: the tokens it had so far
+            completion = output.inner.outputs[0] if output.inner is not None else None
+            finish = "timeout"
+        else:
+            completion = output.outputs[0]
+            finish = "stop" if completion.finish_reason == "stop" else "length"
+        ids = [] if completion is None else list(completion.token_ids)
+        logprobs = [] if completion is None else _sampled_logprobs(completion, ids)
+        response = np.asarray(ids, dtype=np.int32)
+        return Rollout(
+            prompt_ids=np.asarray(prompt, dtype=np.int32),
+            response_ids=response,
+            logprobs=np.asarray(logprobs, dtype=np.float32),
+            text=self._tokenizer.decode(response.tolist(), skip_special_tokens=True),
+            finish_reason=finish,
+            logprob_temperature=params.logprob_temperature,
+        )
+
+
+class _Timeout:
+    """A request aborted at the deadline, with its last cumulative output (None if it had none)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+
+def _finished(output: Any) -> bool:
+    return output is not None and bool(output.finished)
+
+
+def _sampled_logprobs(completion: Any, ids: list[int]) -> list[float]:
+    """log p of each sampled token, from vLLM's per-position {token_id: Logprob} maps."""
+    positions = completion.logprobs or []
+    if len(positions) != len(ids):
+        raise EngineError(f"vllm returned {len(positions)} logprob positions for {len(ids)} tokens")
+    return [float(pos[token].logprob) for pos, token in zip(positions, ids, strict=True)]
+
+
+def import_vllm() -> Any:
+    """The vllm module, or EngineError with the install command."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise EngineError(
+            f"explorer.rollout_model.engine_type vllm needs vLLM {VLLM_VERSION}: {INSTALL_COMMAND}"
+        ) from exc
+    return vllm
+
+
+def _check_device(spec: ModelSpec, tensor_parallel_size: int) -> None:
+    # vLLM's in-process worker computes on the first visible GPU; a process placed on GPUs of
+    # its own sees them from cuda:0 (CUDA_VISIBLE_DEVICES), as both launchers arrange.
+    if not spec.device.startswith("cuda"):
+        raise ConfigError(
+            "explorer.rollout_model.engine_type vllm needs a GPU; this explorer computes on "
+            f"{spec.device} (set cluster.gpu_per_node, or use engine_type hf on the CPU)"
+        )
+    if spec.device not in ("cuda", "cuda:0"):
+        raise ConfigError(
+            f"vllm engine: placed on {spec.device}; start the explorer with "
+            "CUDA_VISIBLE_DEVICES naming its GPUs so they start at cuda:0"
+        )
+    if tensor_parallel_size > max(1, torch.cuda.device_count()):
+        raise ConfigError(
+            f"explorer.rollout_model.tensor_parallel_size {tensor_parallel_size}: only "
+            f"{torch.cuda.device_count()} GPU(s) visible"
+        )

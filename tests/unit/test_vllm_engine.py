@@ -1,0 +1,125 @@
+"""engine_type vllm on a machine without vLLM: lazy import, refusal at load with the install
+command, the vLLM settings reaching the engine's options, and the logprob-exactness rule.
+
+The engine itself runs on the GPU machine (bench/rollout_engines.py, infra/gpu/); CI has no vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from consumers.run_plan import RunPlan
+from rft.config import ConfigValidationError, load_config
+from rft.engines.rollout import SamplingParams
+from rft.engines.vllm_engine import PROCESSED, RAW, inexact_logprobs, logprobs_mode_for
+from tests.unit.config_samples import MINIMAL
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_engine_module_imports_without_importing_vllm() -> None:
+    code = (
+        "import sys\n"
+        "import rft.engines.vllm_engine, rft.engines.rollout\n"
+        "from rft.engines.rollout import ROLLOUT_ENGINES\n"
+        "assert 'vllm' in ROLLOUT_ENGINES.names()\n"
+        "print('vllm' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path.cwd()
+    )
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+def test_selecting_vllm_without_it_fails_at_load_with_the_install_command(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(ConfigValidationError) as err:
+        load_config(write(tmp_path, MINIMAL), ["explorer.rollout_model.engine_type=vllm"])
+    text = str(err.value)
+    assert "explorer.rollout_model.engine_type" in text
+    assert "pip install 'vllm==0.26.0'" in text
+
+
+def test_trinity_vllm_keys_reach_the_engine_options(tmp_path: Path) -> None:
+    cfg = load_config(
+        write(tmp_path, MINIMAL),
+        [
+            "explorer.rollout_model.gpu_memory_utilization=0.5",
+            "explorer.rollout_model.enforce_eager=true",
+            "explorer.rollout_model.enable_prefix_caching=false",
+            "explorer.rollout_model.max_model_len=96",
+            "model.max_prompt_tokens=64",
+            "model.max_response_tokens=32",
+            "explorer.rollout_model.seed=7",
+        ],
+    )
+    # the config is valid for either engine; the options are those the vllm engine is built with
+    cfg.explorer.rollout_model.engine_type = "vllm"
+    options = RunPlan(cfg).rollout_engine_config().options
+    assert options["gpu_memory_utilization"] == 0.5
+    assert options["enforce_eager"] is True
+    assert options["enable_prefix_caching"] is False
+    assert options["max_model_len"] == 96 == cfg.model.max_model_len
+    assert options["seed"] == 7
+    # the hf engine reads enforce_eager only (its compiled path on a GPU)
+    cfg.explorer.rollout_model.engine_type = "hf"
+    assert RunPlan(cfg).rollout_engine_config().options == {"enforce_eager": True}
+
+
+def test_a_rollout_max_model_len_unlike_the_models_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigValidationError, match="explorer.rollout_model.max_model_len"):
+        load_config(
+            write(tmp_path, MINIMAL),
+            ["model.max_model_len=4096", "explorer.rollout_model.max_model_len=3000"],
+        )
+
+
+def test_logprob_mode_follows_the_configured_temperature() -> None:
+    assert logprobs_mode_for(1.0) == RAW
+    assert logprobs_mode_for(0.0) == RAW
+    assert logprobs_mode_for(0.7) == PROCESSED
+
+
+@pytest.mark.parametrize(
+    ("mode", "params", "exact"),
+    [
+        # raw mode is log_softmax(logits): exact at T=1 whatever filters or penalties shape sampling
+        (RAW, SamplingParams(temperature=1.0, top_p=0.9, top_k=20, repetition_penalty=1.2), True),
+        (RAW, SamplingParams(temperature=0.0), True),
+        (RAW, SamplingParams(temperature=0.7), False),
+        # processed mode is after temperature and after filters and penalties
+        (PROCESSED, SamplingParams(temperature=0.7), True),
+        (PROCESSED, SamplingParams(temperature=0.0), True),
+        (PROCESSED, SamplingParams(temperature=0.0, top_p=0.5), True),
+        (PROCESSED, SamplingParams(temperature=0.7, top_p=0.9), False),
+        (PROCESSED, SamplingParams(temperature=0.7, top_k=5), False),
+        (PROCESSED, SamplingParams(temperature=0.7, repetition_penalty=1.1), False),
+        (PROCESSED, SamplingParams(temperature=0.7, min_tokens=2), False),
+    ],
+)
+def test_inexact_logprobs(mode: str, params: SamplingParams, exact: bool) -> None:
+    assert (inexact_logprobs(mode, params) is None) == exact
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="the refusal below is the one for a missing vLLM")
+def test_a_vllm_config_that_would_report_wrong_logprobs_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    text = MINIMAL + ("      rollout_args:\n        temperature: 0.7\n        top_p: 0.9\n")
+    with pytest.raises(ConfigValidationError) as err:
+        load_config(write(tmp_path, text), ["explorer.rollout_model.engine_type=vllm"])
+    assert "buffer.explorer_input.taskset.rollout_args" in str(err.value)
+    assert "top_p" in str(err.value)
