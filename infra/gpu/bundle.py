@@ -41,8 +41,9 @@ def requirements(listing: Path) -> list[str]:
             continue
         if line.endswith(".whl"):
             name, version = line[: -len(".whl")].split("-")[:2]
-            line = f"{name}=={version}"
-        out.append(line)
+        else:
+            name, version = line.split("==")
+        out.append(f"{name.lower().replace('_', '-')}=={version}")  # one spelling per project
     return out
 
 
@@ -105,6 +106,7 @@ def main() -> None:
     reqs = requirements(HERE / "rft-runtime-wheels.txt")
     if args.vllm:
         reqs += requirements(HERE / "vllm-0.26.0-wheels.txt")
+    reqs = list(dict.fromkeys(reqs))  # the vLLM set shares some pins with rft's own
     download_wheels(reqs, args.wheel_cache)
     wheels = wheel_files(reqs, args.wheel_cache)
 

@@ -4,7 +4,8 @@
 #   bash infra/gpu/measure.sh engines       # HF generate vs HF compiled (P5)
 #   bash infra/gpu/measure.sh vllm-engine   # vLLM (P5), same prompts
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
-#   bash infra/gpu/measure.sh loop ENGINE NAME [overrides...]   # the arithmetic example, one GPU
+#   bash infra/gpu/measure.sh loop ENGINE NAME [--override k=v ...]   # the arithmetic example
+#     on one GPU (explorer and trainer share it), or GPUS=2: the explorer on cuda:0, trainer cuda:1
 set -euo pipefail
 home=${RFT_GPU_HOME:-/tmp/rftgpu}
 source "$home/env.sh"
@@ -31,15 +32,17 @@ case "$stage" in
     engine=$1; name=$2; shift 2
     extra=()
     # explorer and trainer share the GPU: vLLM must leave the trainer its memory
-    [ "$engine" = vllm ] && extra=(--override explorer.rollout_model.gpu_memory_utilization=0.3)
+    if [ "$engine" = vllm ] && [ "${GPUS:-1}" = 1 ]; then
+      extra=(--override explorer.rollout_model.gpu_memory_utilization=0.3)
+    fi
     kafka_up
     # the arithmetic example on the GPU: bf16 rollouts, autocast training on fp32 masters,
     # 32 tasks x 8 rollouts per step, checkpoints on the local disk (no MinIO needed)
     /usr/bin/time -v python3 -m rft.cli.main run --config examples/arithmetic/arithmetic.yaml \
-      --override name="$name" --override cluster.gpu_per_node=1 --override model.dtype=auto \
+      --override name="$name" --override cluster.gpu_per_node="${GPUS:-1}" --override model.dtype=auto \
       --override stack.object_store.uri="file://$home/ckpt" --override buffer.batch_size=32 \
       --override explorer.runner_per_model=32 --override trainer.micro_batch_size=64 \
-      --override buffer.total_steps=30 --override explorer.rollout_model.engine_type="$engine" \
+      --override buffer.total_steps="${STEPS:-30}" --override explorer.rollout_model.engine_type="$engine" \
       "${extra[@]}" "$@" 2>&1 | tee "$out/loop-$name.txt" | grep -v "^INFO" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

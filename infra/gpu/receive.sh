@@ -4,8 +4,7 @@
 set -euo pipefail
 dest=${RFT_GPU_HOME:-/tmp/rftgpu}/parts
 mkdir -p "$dest"
-shopt -s nullglob
 for part in .gpu/part-* .gpu/bundle.sha256; do
-  cp "$part" "$dest/"
+  if [ -f "$part" ]; then cp "$part" "$dest/"; fi
 done
 echo "parts held: $(cd "$dest" && ls part-* 2>/dev/null | tr '\n' ' ')"

@@ -214,10 +214,12 @@ class VLLMRolloutEngine(RolloutEngine):
         index: dict[str, int] = {}
         for i, row in enumerate(rows):
             self._next_request += 1
-            request_id = engine.add_request(
-                f"rft-{self._next_request}", {"prompt_token_ids": row}, sampling
-            )
-            index[request_id or f"rft-{self._next_request}"] = i
+            asked = f"rft-{self._next_request}"
+            given = engine.add_request(asked, {"prompt_token_ids": row}, sampling)
+            # vLLM may suffix the id it tracks; outputs carry one of the two
+            index[asked] = i
+            if isinstance(given, str):
+                index[given] = i
         latest: list[Any] = [None] * len(rows)
         deadline = None if params.timeout_s is None else time.monotonic() + params.timeout_s
         timed_out: set[int] = set()
@@ -225,6 +227,7 @@ class VLLMRolloutEngine(RolloutEngine):
             while engine.has_unfinished_requests():
                 if deadline is not None and time.monotonic() >= deadline:
                     open_ids = [rid for rid, i in index.items() if not _finished(latest[i])]
+                    open_ids = [rid for rid in open_ids if rid.startswith("rft-")]
                     engine.abort_request(open_ids)
                     timed_out = {index[rid] for rid in open_ids}
                     break
