@@ -39,6 +39,7 @@ from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
+from rft.tracing.spans import publish_span
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,8 @@ class TaskFeeder:
         tx.begin()
         try:
             for task in tasks:
-                tx.send(self.plan.topics.tasks, task, key=task.task_id)
+                with publish_span(task, self.plan.topics.tasks):  # a trace per task starts here
+                    tx.send(self.plan.topics.tasks, task, key=task.task_id)
             tx.send_offset_positions(
                 reader,
                 [

@@ -563,6 +563,21 @@ KEY_FATES: dict[str, Fate] = {
     "MonitorConfig.monitor_args": Fate(
         "settings per sink", _SINKS, "tests/unit/test_metric_sinks.py"
     ),
+    "MonitorConfig.trace_exporter": Fate(
+        "SPAN_EXPORTERS: none, console, file, otlp (default: RFT_TRACE_EXPORTER, else none)",
+        "rft/tracing/setup.py",
+        "tests/unit/test_trace_exporters.py",
+    ),
+    "MonitorConfig.trace_args": Fate(
+        "the span exporter's settings (file: path; otlp: protocol, endpoint, headers, timeout)",
+        "rft/tracing/setup.py",
+        "tests/unit/test_trace_exporters.py",
+    ),
+    "MonitorConfig.trace_content": Fate(
+        "prompt and response text on the rollout and reward spans (off: ids and sizes only)",
+        "rft/workflows/rollout_spans.py",
+        "tests/unit/test_rollout_spans.py",
+    ),
     # -- stack
     "KafkaSettings.bootstrap_servers": Fate(
         "Kafka endpoint",
