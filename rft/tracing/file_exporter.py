@@ -63,6 +63,8 @@ def _plain(attributes: Any) -> dict[str, Any]:
 class JsonLinesSpanExporter(SpanExporter):
     """Appends each exported span as a JSON line to `path` (its directory is created)."""
 
+    synchronous = True  # written as each span ends: a local append is cheap, and nothing is lost
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         try:

@@ -6,8 +6,8 @@
 `trace_args`). Exporters come from the `SPAN_EXPORTERS` registry, each a function of its
 `trace_args` as keywords:
 
-- `none` (the default): spans are made, so the W3C context still rides in Kafka headers, but
-  they go nowhere;
+- `none` (the default): spans are not recorded, but they get ids, so the W3C context (marked
+  unsampled) still rides in Kafka headers; nothing is sent anywhere;
 - `console`: each span printed as JSON on stdout;
 - `file`: JSON lines appended to `path` (`rft.tracing.file_exporter`; default
   `<checkpoint_root_dir>/<project>/<name>/traces.jsonl`), which every process of a run may share;
@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
 from rft.errors import ConfigError
 from rft.registry import Registry, unknown_arguments
@@ -55,6 +56,8 @@ SPAN_EXPORTERS: Registry[ExporterFactory] = Registry("monitor.trace_exporter")
 
 # A train step links to every experience it trained on; the SDK's default keeps 128 links.
 MAX_LINKS = 1 << 16
+# Spans waiting for a batch exporter (the SDK's default, 2048, is below one publish of a taskset)
+QUEUE_SIZE = 1 << 15
 
 _OTLP_MODULES = {
     "http/protobuf": (
@@ -190,19 +193,30 @@ def configure_tracing(
 ) -> TracerProvider:
     """A TracerProvider for `service_name` exporting through `exporter` (with `options`).
 
-    `batch=False` exports each span as it ends (tests). With `install_global`,
+    `batch=False` exports each span as it ends (tests), as an exporter whose class sets
+    `synchronous = True` (the file exporter) always does. With `install_global`,
     `opentelemetry.trace.get_tracer` returns tracers of this provider; OpenTelemetry allows that
     only once per process, so later calls keep the first global provider. The provider flushes
     its spans when the process exits.
     """
+    span_exporter = SPAN_EXPORTERS.get(exporter)(**dict(options or {}))
     provider = TracerProvider(
+        # Exporting nowhere, spans are not recorded (a recorded span costs several times more,
+        # per task, than publishing it), but they still get ids, so the W3C context, marked
+        # unsampled, rides in Kafka headers. Exporting, every span is recorded, whatever the
+        # parent's flag: a process that exports keeps its spans even below an untraced one.
+        sampler=ALWAYS_ON if span_exporter is not None else ALWAYS_OFF,
         resource=Resource.create({"service.name": service_name}),
         span_limits=SpanLimits(max_links=MAX_LINKS),
     )
-    span_exporter = SPAN_EXPORTERS.get(exporter)(**dict(options or {}))
     if span_exporter is not None:
+        # an exporter that only appends locally writes each span as it ends and loses none; a
+        # remote one exports in batches from a queue (a burst beyond it is dropped, with a warning)
+        synchronous = not batch or getattr(span_exporter, "synchronous", False)
         processor = (
-            BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+            SimpleSpanProcessor(span_exporter)
+            if synchronous
+            else BatchSpanProcessor(span_exporter, max_queue_size=QUEUE_SIZE)
         )
         provider.add_span_processor(processor)
     if install_global:

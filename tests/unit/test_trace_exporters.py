@@ -16,6 +16,7 @@ from opentelemetry.trace import Link, SpanKind
 from rft.config import load_config
 from rft.errors import ConfigError
 from rft.tracing.file_exporter import read_span_records
+from rft.tracing.propagation import extract_trace_context, inject_trace_headers
 from rft.tracing.setup import check_exporter, configure_tracing, trace_options
 from tests.unit.config_samples import MINIMAL
 
@@ -123,7 +124,10 @@ def test_the_default_exports_nothing_but_still_makes_contexts(
     provider = configure_tracing("x", cfg.monitor.trace_exporter, install_global=False)
     assert provider._active_span_processor._span_processors == ()  # nowhere to send
     with provider.get_tracer("t").start_as_current_span("s") as span:
+        assert not span.is_recording()  # no cost beyond ids
         assert span.get_span_context().is_valid  # so Kafka headers still carry the context
+        headers = inject_trace_headers([])
+    assert [k for k, _ in headers] == ["traceparent"]
     monkeypatch.setenv("RFT_TRACE_EXPORTER", "console")
     assert load(tmp_path).monitor.trace_exporter == "console"
 
@@ -182,3 +186,23 @@ def test_otlp_is_refused_at_load_exactly_when_its_package_is_missing(
         assert f"pip install opentelemetry-exporter-otlp-{package}" in why
         with pytest.raises(ConfigError, match=f"opentelemetry-exporter-otlp-{package}"):
             configure_tracing("x", "otlp", options={"protocol": protocol}, install_global=False)
+
+
+def test_an_exporting_process_records_spans_below_an_unsampled_parent(tmp_path: Path) -> None:
+    """A publisher exporting nowhere marks its contexts unsampled; an explorer that exports
+    still records its spans, in the publisher's trace."""
+    silent = configure_tracing("rft-publisher", "none", install_global=False)
+    with silent.get_tracer("t").start_as_current_span("task.publish"):
+        headers = inject_trace_headers([])
+    path = tmp_path / "spans.jsonl"
+    loud = configure_tracing(
+        "rft-explorer", "file", options={"path": str(path)}, install_global=False, batch=False
+    )
+    with loud.get_tracer("t").start_as_current_span(
+        "explorer.rollout", context=extract_trace_context(headers)
+    ) as span:
+        assert span.is_recording()
+    loud.shutdown()
+    (record,) = read_span_records(path)
+    assert record["trace_id"] == headers[0][1].decode().split("-")[1]
+    assert record["parent_span_id"] == headers[0][1].decode().split("-")[2]
