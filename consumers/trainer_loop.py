@@ -8,6 +8,12 @@ and the counters. `tick()` is one pass of the loop and reads top to bottom:
 A weight version is written to the checkpoint store (files, then the manifest carrying the
 consumed offsets, with the sampler's state under `trainer_state/`) and then announced on the
 `weights` topic. `resume` puts a restarted trainer back where its newest version left off.
+
+Tracing (rft.tracing.spans): each experience read gets a `trainer.consume` span in its task's
+trace; each optimizer step is a `trainer.step` span linked to the consume spans of its batch;
+each version is a `trainer.publish` span (under its last step, linked to all its steps) holding
+`trainer.checkpoint_upload` and `trainer.announce`, whose context the WeightVersion's headers
+carry.
 """
 
 from __future__ import annotations
