@@ -11,11 +11,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanKind
 
 from rft.config import load_config
 from rft.errors import ConfigError
-from rft.tracing.file_exporter import read_span_records
+from rft.tracing.file_exporter import read_span_records, span_record
 from rft.tracing.propagation import extract_trace_context, inject_trace_headers
 from rft.tracing.setup import check_exporter, configure_tracing, trace_options
 from tests.unit.config_samples import MINIMAL
@@ -206,3 +212,32 @@ def test_an_exporting_process_records_spans_below_an_unsampled_parent(tmp_path: 
     (record,) = read_span_records(path)
     assert record["trace_id"] == headers[0][1].decode().split("-")[1]
     assert record["parent_span_id"] == headers[0][1].decode().split("-")[2]
+
+
+_scalars = st.one_of(
+    st.text(max_size=20),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.booleans(),
+)
+_values = st.one_of(
+    _scalars,
+    st.lists(st.text(max_size=5), max_size=4),
+    st.lists(st.integers(min_value=-(2**63), max_value=2**63 - 1), max_size=4),
+    st.lists(st.floats(allow_nan=False), max_size=4),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(attributes=st.dictionaries(st.text(min_size=1, max_size=12), _values, max_size=6))
+def test_span_attributes_round_trip_through_a_json_line(attributes: dict) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("t").start_as_current_span("s", attributes=attributes):
+        pass
+    (span,) = exporter.get_finished_spans()
+    record = json.loads(json.dumps(span_record(span)))
+    assert record["attributes"] == {
+        k: list(v) if isinstance(v, list) else v for k, v in attributes.items()
+    }
