@@ -569,12 +569,12 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_trace_exporters.py",
     ),
     "MonitorConfig.trace_args": Fate(
-        "the span exporter's settings (file: path; otlp: protocol, endpoint, headers, timeout)",
+        "exporter settings (file: path; otlp: protocol, endpoint, headers, timeout, insecure)",
         "rft/tracing/setup.py",
         "tests/unit/test_trace_exporters.py",
     ),
     "MonitorConfig.trace_content": Fate(
-        "prompt and response text on the rollout and reward spans (off: ids and sizes only)",
+        "prompt and response text on the explorer.rollout spans (off: ids and sizes only)",
         "rft/workflows/rollout_spans.py",
         "tests/unit/test_rollout_spans.py",
     ),
