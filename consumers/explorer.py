@@ -255,7 +255,7 @@ class Explorer:
     ) -> None:
         tasks_in_batch = [env for env in batch if isinstance(env.event, Task)]
         links = [link_to(env.trace_context) for env in tasks_in_batch]
-        ids: dict[str, str | int] = {
+        step_ids: dict[str, str | int] = {
             "rft.run": self.plan.run_id,
             "rft.explorer_id": self.explorer_id,
             "rft.step": step,
@@ -264,7 +264,7 @@ class Explorer:
         with tracer.start_as_current_span(
             EXPLORER_STEP, context=new_trace(), links=[link for link in links if link]
         ) as span:
-            span.set_attributes(ids)
+            span.set_attributes(step_ids)
             span.set_attribute("rft.batch_tasks", len(tasks_in_batch))
             span.set_attribute("rft.model_version", engine.model_version)
             by_id = {}
@@ -274,7 +274,7 @@ class Explorer:
             spans = RolloutSpans(
                 {tid: env.trace_context for tid, env in by_id.items()},
                 step_link=Link(span.get_span_context()),
-                attributes=ids,
+                attributes=step_ids,
                 trace_content=self.cfg.monitor.trace_content,
             )
             started = time.monotonic()
@@ -305,7 +305,7 @@ class Explorer:
                 with tracer.start_as_current_span(
                     PRODUCE, context=spans.context_of(result.task.task_id), kind=SpanKind.PRODUCER
                 ) as produce:
-                    produce.set_attributes(ids)
+                    produce.set_attributes(step_ids)
                     produce.set_attribute("rft.task_id", result.task.task_id)
                     produce.set_attribute("rft.model_version", sampled_by)
                     produce.set_attribute("rft.experiences", len(experiences))
