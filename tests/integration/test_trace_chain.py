@@ -7,13 +7,14 @@ the reward, the produce of its experiences, the trainer's consume of each, the t
 links to those consumes, the weight version that step went into (upload and announce), and the
 explorer's load of that version, linked to the announce. The Kafka headers of the experience and
 WeightVersion events must carry the produce and announce spans. No span holds prompt or response
-text (`monitor.trace_content` is off).
+text (`monitor.trace_content` is off). The task feeder (`rft feed`) starts a trace per task too.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,14 @@ import yaml
 from consumers.run_plan import RunPlan
 from rft.config import load_config
 from rft.config.connections import StackSettings
-from rft.events.models import Experience, WeightVersion
+from rft.events.models import Experience, Task, WeightVersion
 from rft.events.reader import Envelope, EventReader
+from rft.events.topics import ensure_topics
 from rft.tracing.file_exporter import read_span_records
 from tests.integration.test_rft_loop import run_config
+from tests.integration.test_task_feeder import BATCH as FEED_BATCH
+from tests.integration.test_task_feeder import ROUNDS as FEED_ROUNDS
+from tests.integration.test_task_feeder import answer_tasks, feeder_config
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +197,42 @@ def test_one_task_has_an_unbroken_trace_from_publish_to_an_explorer_loading_its_
 
     # trace_content is off: no prompt or response text anywhere
     assert not [s for s in spans if {"rft.prompt", "rft.responses"} & set(s["attributes"])]
+
+
+def test_the_task_feeder_starts_a_trace_per_task_it_publishes(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """`rft feed` (an online selector's publisher) as a process: every task it publishes has
+    its own root `task.publish` span, and the Task event's headers carry it."""
+    spans_file = tmp_path / "traces.jsonl"
+    config = feeder_config(stack, unique, tmp_path)
+    raw = yaml.safe_load(config.read_text())
+    raw["monitor"] = {"trace_exporter": "file", "trace_args": {"path": str(spans_file)}}
+    config.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    done = threading.Event()
+    answerer = threading.Thread(target=answer_tasks, args=(cfg, plan, done), daemon=True)
+    answerer.start()
+    try:
+        finish({"feeder": run_cli("feed", config)}, timeout_s=300)
+    finally:
+        done.set()
+        answerer.join(timeout=30)
+
+    publishes = {
+        s["attributes"]["rft.task_id"]: s
+        for s in read_span_records(spans_file)
+        if s["name"] == "task.publish"
+    }
+    tasks = [
+        e for e in envelopes(cfg, plan.topics.tasks, unique + "-t") if isinstance(e.event, Task)
+    ]
+    assert len(tasks) == FEED_ROUNDS * FEED_BATCH
+    assert set(publishes) == {e.event.task_id for e in tasks}
+    assert len({s["trace_id"] for s in publishes.values()}) == len(tasks)  # a trace per task
+    for env in tasks:
+        span = publishes[env.event.task_id]
+        assert span["service"] == "rft-feeder" and span["parent_span_id"] is None
+        assert traceparent_span(env) == span["span_id"]
