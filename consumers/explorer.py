@@ -9,7 +9,10 @@ offsets commit in one Kafka transaction: a task is explored again only if its ex
 that commit. Weights follow the synchronizer (consumers.explorer_sync): before each step the
 explorer waits for the version its sync style and the η bound require, and under fully_async it
 also loads new versions between rollout chunks; each Experience carries the version that sampled
-it.
+it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
+task's rollout and reward spans continue the task's own trace (rft.workflows.rollout_spans), and
+its experiences are written inside an `explorer.produce` span under them, whose context their
+headers carry.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from consumers.evaluation import correctness, eval_params, evaluate_tasksets, read_eval_tasks
 from consumers.explorer_env import apply_env_vars
@@ -47,6 +51,8 @@ from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.synchronizer import build_sync_style
+from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
+from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
 
@@ -177,6 +183,7 @@ class Explorer:
                 weights_group,
                 self.plan.checkpoint_store(),
                 consumer_config=self.plan.consumer_config,
+                explorer_id=self.explorer_id,
             ) as follower,
         ):
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
@@ -242,15 +249,31 @@ class Explorer:
         metrics: MetricEmitter,
         sync: ExplorerSync,
     ) -> None:
-        with tracer.start_as_current_span("explorer.step", context=batch[0].trace_context) as span:
-            span.set_attribute("rft.step", step)
+        tasks_in_batch = [env for env in batch if isinstance(env.event, Task)]
+        links = [link_to(env.trace_context) for env in tasks_in_batch]
+        step_ids: dict[str, str | int] = {
+            "rft.run": self.plan.run_id,
+            "rft.explorer_id": self.explorer_id,
+            "rft.step": step,
+        }
+        # the step is a trace of its own, linked to each of its tasks' traces (and they to it)
+        with tracer.start_as_current_span(
+            EXPLORER_STEP, context=new_trace(), links=[link for link in links if link]
+        ) as span:
+            span.set_attributes(step_ids)
+            span.set_attribute("rft.batch_tasks", len(tasks_in_batch))
             span.set_attribute("rft.model_version", engine.model_version)
             by_id = {}
-            for env in batch:
-                if isinstance(env.event, Task):
-                    by_id[env.event.task_id] = env
+            for env in tasks_in_batch:
+                by_id[env.event.task_id] = env  # type: ignore[union-attr]
             runnable, rejected = split_runnable([by_id[k].event for k in by_id])  # type: ignore[misc]
             compiled_before = engine.compile_seconds
+            spans = RolloutSpans(
+                {tid: env.trace_context for tid, env in by_id.items()},
+                step_link=Link(span.get_span_context()),
+                attributes=step_ids,
+                trace_content=self.cfg.monitor.trace_content,
+            )
             started = time.monotonic()
             version = engine.model_version  # at the step's start; a task's own may be newer
             outcome = run_step(
@@ -259,6 +282,7 @@ class Explorer:
                 self._base_params(step),
                 self._step_limits(),
                 before_rollout=lambda ids: sync.between_rollouts(engine, ids),
+                spans=spans,
             )
             results = outcome.results
             # a compiling engine's first call on a new shape is reported apart from rollout time
@@ -275,9 +299,23 @@ class Explorer:
             sent = 0
             for result in results:
                 sampled_by = task_versions.get(result.task.task_id, version)
-                for exp in self._experiences(result, sampled_by):
-                    tx.send(self.plan.experience_topic, exp, key=exp.task_id)
-                    sent += 1
+                experiences = self._experiences(result, sampled_by)
+                # the experiences' headers carry this span, a child of the task's rollout span
+                with tracer.start_as_current_span(
+                    PRODUCE, context=spans.context_of(result.task.task_id), kind=SpanKind.PRODUCER
+                ) as produce:
+                    produce.set_attributes(step_ids)
+                    produce.set_attribute("rft.task_id", result.task.task_id)
+                    produce.set_attribute("rft.model_version", sampled_by)
+                    produce.set_attribute("rft.experiences", len(experiences))
+                    produce.set_attribute("rft.group_id", experiences[0].group_id)
+                    produce.set_attribute(
+                        "rft.experience_ids", [e.experience_id for e in experiences]
+                    )
+                    produce.set_attribute("messaging.destination.name", self.plan.experience_topic)
+                    for exp in experiences:
+                        tx.send(self.plan.experience_topic, exp, key=exp.task_id)
+                        sent += 1
             for task_id, error in given_up.items():
                 self._dead_letter(tx, by_id[task_id], error)
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
@@ -298,6 +336,18 @@ class Explorer:
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""
+        with tracer.start_as_current_span(DEAD_LETTER, context=env.trace_context) as span:
+            if isinstance(env.event, Task):
+                span.set_attribute("rft.task_id", env.event.task_id)
+            span.set_attribute("messaging.kafka.offset", env.offset)
+            span.set_attribute("rft.error", str(error))
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+            self._send_dead_letter(tx, env, error)
+        log.warning(
+            "%s[%d]@%d: %s; parked in dead-letter", env.topic, env.partition, env.offset, error
+        )
+
+    def _send_dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         tx.send(
             self.plan.topics.dead_letter,
             DeadLetter.for_error(
@@ -311,9 +361,6 @@ class Explorer:
                 headers=env.headers,
             ),
             key=env.key,
-        )
-        log.warning(
-            "%s[%d]@%d: %s; parked in dead-letter", env.topic, env.partition, env.offset, error
         )
 
     def _experiences(self, result: WorkflowResult, version: int) -> list[Experience]:

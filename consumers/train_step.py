@@ -15,7 +15,6 @@ from typing import cast
 
 import numpy as np
 import torch
-from opentelemetry import trace
 
 from rft.algorithms.expert_rows import expert_row_loss
 from rft.algorithms.objective import AlgorithmLoss, LossBatch, compute_advantages
@@ -25,7 +24,6 @@ from rft.engines.trainer import TrainBatch, TrainerEngine
 from rft.events.models import Experience
 
 log = logging.getLogger(__name__)
-tracer = trace.get_tracer("rft.trainer")
 
 EXPERT_MASK = "expert_mask"  # the TrainBatch extra marking demonstration rows
 
@@ -148,13 +146,11 @@ class StepTrainer:
     def train(self, batch: SampledBatch, step: int) -> dict[str, float]:
         """One GRPO-style step: advantages of the learner rows, then the engine's update."""
         started = time.monotonic()
-        with tracer.start_as_current_span("trainer.step") as span:
-            span.set_attribute("rft.step", step)
-            span.set_attribute("rft.batch_size", len(batch.rows))
-            learner = [r for r in batch.rows if not r.expert]
-            train_batch = train_batch_of(batch.rows)
-            values = self._advantages(train_batch, batch.rows, learner)
-            values |= self.engine.train_step(train_batch, EngineLoss(self.loss))
+        # the trainer.step span around this call is the trainer loop's (links to the batch)
+        learner = [r for r in batch.rows if not r.expert]
+        train_batch = train_batch_of(batch.rows)
+        values = self._advantages(train_batch, batch.rows, learner)
+        values |= self.engine.train_step(train_batch, EngineLoss(self.loss))
         rewards = np.array([r.exp.reward for r in learner], dtype=np.float64)
         if len(rewards):
             values |= {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std())}

@@ -172,6 +172,7 @@ class Trainer:
                 idle_timeout_s=self.idle_timeout_s,
                 keep_checkpoints=self.cfg.trainer.max_checkpoints_to_keep,
                 stop=stop,
+                run_id=self.plan.run_id,
             )
             loop.summary = self.summary
             loop.resume(step, resume_offsets, saved)

@@ -8,6 +8,12 @@ and the counters. `tick()` is one pass of the loop and reads top to bottom:
 A weight version is written to the checkpoint store (files, then the manifest carrying the
 consumed offsets, with the sampler's state under `trainer_state/`) and then announced on the
 `weights` topic. `resume` puts a restarted trainer back where its newest version left off.
+
+Tracing (rft.tracing.spans): each experience read gets a `trainer.consume` span in its task's
+trace; each optimizer step is a `trainer.step` span linked to the consume spans of its batch;
+each version is a `trainer.publish` span (under its last step, linked to all its steps) holding
+`trainer.checkpoint_upload` and `trainer.announce`, whose context the WeightVersion's headers
+carry.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 
 from consumers.experience_mirror import ExperienceMirror
 from consumers.train_step import StepTrainer
@@ -30,9 +37,17 @@ from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.errors import TransportError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
-from rft.events.reader import EventReader
+from rft.events.reader import Envelope, EventReader
 from rft.events.writer import EventWriter
 from rft.synchronizer import SyncStyle
+from rft.tracing.spans import (
+    ANNOUNCE,
+    CONSUME,
+    PUBLISH_VERSION,
+    TRAIN_STEP,
+    UPLOAD,
+    new_trace,
+)
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.trainer")
@@ -72,6 +87,7 @@ class TrainerLoop:
         idle_timeout_s: float,
         keep_checkpoints: int | None = None,
         stop: threading.Event | None = None,
+        run_id: str = "",
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -90,6 +106,10 @@ class TrainerLoop:
         self.trained_last_tick = False
         self.previous_counters = sampler.counters.copy()
         self.idle_since = self.wait_started = time.monotonic()
+        self.run_id = run_id
+        # (topic, partition, offset) -> the trainer.consume span of an experience not yet let go
+        self.consumed: dict[tuple[tuple[str, int], int], SpanContext] = {}
+        self.unpublished_steps: list[SpanContext] = []  # train step spans since the last version
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -177,6 +197,7 @@ class TrainerLoop:
             if not self.ledger.polled(tp, env.offset):
                 continue  # settled before a restart: trained, dropped or filtered already
             if isinstance(env.event, Experience):
+                self.consumed[(tp, env.offset)] = self._consume_span(env, env.event)
                 self.sampler.add(Admitted(env.event, tp, env.offset))
                 continue
             log.warning(
@@ -188,6 +209,27 @@ class TrainerLoop:
             )
             self.ledger.settled(tp, env.offset)
         return len(got)
+
+    def _consume_span(self, env: Envelope, exp: Experience) -> SpanContext:
+        """A span, child of the experience's produce span, marking that the trainer read it;
+        the train step that uses the experience links to it."""
+        with tracer.start_as_current_span(
+            CONSUME, context=env.trace_context, kind=SpanKind.CONSUMER
+        ) as span:
+            span.set_attributes(
+                {
+                    "rft.run": self.run_id,
+                    "rft.experience_id": exp.experience_id,
+                    "rft.task_id": exp.task_id,
+                    "rft.explorer_id": exp.explorer_id,
+                    "rft.model_version": exp.model_version,
+                    "rft.response_tokens": len(exp.response_ids),
+                    "messaging.destination.name": env.topic,
+                    "messaging.destination.partition.id": str(env.partition),
+                    "messaging.kafka.offset": env.offset,
+                }
+            )
+            return span.get_span_context()
 
     def commit_for_monitoring(self) -> None:
         """Commit the group's offsets, which only tools like lag monitors read: resumes use the
@@ -201,7 +243,26 @@ class TrainerLoop:
         """One optimizer step on `batch`, and its metrics."""
         wait_s = time.monotonic() - self.wait_started
         self.step += 1
-        values = self.step_trainer.train(batch, self.step)
+        links = [
+            Link(self.consumed[(row.source.tp, row.source.offset)])
+            for row in batch.rows
+            if row.source is not None and (row.source.tp, row.source.offset) in self.consumed
+        ]
+        # a step trains many tasks' experiences: a trace of its own, linked to each one's consume
+        with tracer.start_as_current_span(TRAIN_STEP, context=new_trace(), links=links) as span:
+            span.set_attributes(
+                {
+                    "rft.run": self.run_id,
+                    "rft.step": self.step,
+                    "rft.batch_size": len(batch.rows),
+                    "rft.version": batch.version,
+                    "rft.expert_rows": sum(1 for r in batch.rows if r.expert),
+                    "rft.experience_ids": [r.exp.experience_id for r in batch.rows],
+                }
+            )
+            values = self.step_trainer.train(batch, self.step)
+            span.set_attribute("rft.step_time_s", values["step_time_s"])
+        self.unpublished_steps.append(span.get_span_context())
         values |= batch_metrics(batch, self.previous_counters)
         values["wait_time_s"] = wait_s
         self.clients.metrics.emit(self.step, values)
@@ -218,13 +279,21 @@ class TrainerLoop:
         """Tell the ledger what the sampler let go."""
         for item in self.sampler.release():
             self.ledger.settled(item.tp, item.offset)
+            self.consumed.pop((item.tp, item.offset), None)
 
     def publish(self, *, final: bool) -> None:
         """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
         started = time.monotonic()
-        step, parent = self.step, self.last_published
-        with tracer.start_as_current_span("trainer.publish") as span:
-            span.set_attribute("rft.version", step)
+        step, parent_version = self.step, self.last_published
+        steps, self.unpublished_steps = self.unpublished_steps, []
+        # the version is part of the newest step's trace, and linked to every step it holds
+        parent = trace.set_span_in_context(NonRecordingSpan(steps[-1])) if steps else new_trace()
+        with tracer.start_as_current_span(
+            PUBLISH_VERSION, context=parent, links=[Link(s) for s in steps]
+        ) as span:
+            span.set_attributes(
+                {"rft.run": self.run_id, "rft.version": step, "rft.parent_version": parent_version}
+            )
             offsets = [(t, p, o) for (t, p), o in sorted(self.ledger.safe_offsets().items())]
             state = {
                 "sampler": self.sampler.state(),
@@ -233,19 +302,42 @@ class TrainerLoop:
                     for (t, p), offs in sorted(self.ledger.settled_ahead().items())
                 ],
             }
-            manifest = self.checkpoints.write(
-                self.step_trainer.engine, step, parent, offsets, final=final, sampler_state=state
-            )
+            with tracer.start_as_current_span(UPLOAD) as upload:
+                manifest = self.checkpoints.write(
+                    self.step_trainer.engine,
+                    step,
+                    parent_version,
+                    offsets,
+                    final=final,
+                    sampler_state=state,
+                )
+                upload.set_attributes(
+                    {
+                        "rft.version": step,
+                        "rft.uri": self.checkpoints.store.uri(step),
+                        "rft.files": len(manifest.files),
+                        "rft.bytes": sum(f.size for f in manifest.files),
+                        "rft.with_trainer_state": bool(manifest.extra.get("trainer_state")),
+                    }
+                )
             event = WeightVersion(
                 version=step,
                 train_step=step,
                 uri=self.checkpoints.store.uri(step),
                 manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
                 consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
-                parent_version=parent,
+                parent_version=parent_version,
             )
-            self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
-            self.clients.writer.flush()
+            # the WeightVersion's headers carry this span: each explorer's load links to it
+            with tracer.start_as_current_span(ANNOUNCE, kind=SpanKind.PRODUCER) as announce:
+                announce.set_attributes(
+                    {
+                        "rft.version": step,
+                        "messaging.destination.name": self.clients.weights_topic,
+                    }
+                )
+                self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
+                self.clients.writer.flush()
         if self.keep_checkpoints:
             self.checkpoints.store.prune(keep_last=self.keep_checkpoints)
         self.last_published, self.sync_requested = step, False

@@ -3,7 +3,9 @@
 Every explorer reads every WeightVersion (its own consumer group, never committed, read from the
 start) and keeps the newest announcement. Loading downloads the version from the checkpoint store,
 which verifies every file's size and sha256 against the manifest; a version that is incomplete or
-corrupt is refused with the reason logged, and the engine keeps the weights it has.
+corrupt is refused with the reason logged, and the engine keeps the weights it has. Each load is
+an `explorer.load_weights` span linked to the trainer's `trainer.announce` span of that version
+(from the WeightVersion's Kafka headers).
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Status, StatusCode
+
 from rft.config.connections import KafkaSettings
 from rft.engines.rollout import RolloutEngine
 from rft.engines.weights import read_safetensors_dir
@@ -23,8 +29,10 @@ from rft.errors import CheckpointError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
+from rft.tracing.spans import LOAD_WEIGHTS, link_to, new_trace
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("rft.explorer")
 
 
 def load_version(
@@ -50,11 +58,15 @@ class WeightFollower:
         checkpoints: CheckpointStore,
         workdir: Path | None = None,
         consumer_config: Mapping[str, Any] | None = None,
+        explorer_id: str = "",
     ) -> None:
         self.checkpoints = checkpoints
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
+        self.explorer_id = explorer_id
+        # the newest version's announcement context (its trainer.announce span), for links
+        self._announced: tuple[int, Context] | None = None
         self._reader = EventReader.open(
             kafka, group_id, [weights_topic], from_beginning=True, config=consumer_config
         )
@@ -74,6 +86,7 @@ class WeightFollower:
                 continue
             if self.latest is None or event.version > self.latest.version:
                 self.latest = event
+                self._announced = (event.version, env.trace_context)
         return self.latest
 
     def wait_for(self, min_version: int, timeout_s: float) -> WeightVersion | None:
@@ -97,17 +110,31 @@ class WeightFollower:
 
     def load(self, engine: RolloutEngine, version: int) -> bool:
         started = time.monotonic()
-        try:
-            load_version(engine, self.checkpoints, version, self.workdir)
-        except CheckpointError as exc:
-            self.refused[version] = str(exc)
-            log.error(
-                "weight version %d refused, keeping version %d: %s",
-                version,
-                engine.model_version,
-                exc,
+        announced = self._announced
+        link = link_to(announced[1]) if announced and announced[0] == version else None
+        # this explorer's own span, linked to the trainer's announcement of the version
+        with tracer.start_as_current_span(
+            LOAD_WEIGHTS, context=new_trace(), links=[link] if link else None
+        ) as span:
+            span.set_attributes(
+                {
+                    "rft.explorer_id": self.explorer_id,
+                    "rft.version": version,
+                    "rft.previous_version": engine.model_version,
+                }
             )
-            return False
+            try:
+                load_version(engine, self.checkpoints, version, self.workdir)
+            except CheckpointError as exc:
+                self.refused[version] = str(exc)
+                span.set_status(Status(StatusCode.ERROR, f"refused: {exc}"))
+                log.error(
+                    "weight version %d refused, keeping version %d: %s",
+                    version,
+                    engine.model_version,
+                    exc,
+                )
+                return False
         log.info("loaded weight version %d in %.1fs", version, time.monotonic() - started)
         return True
 

@@ -10,7 +10,8 @@ sits between the taskset and the `tasks` topic:
 2. while at most `lookahead_batches` - 1 batches' worth of tasks are unanswered, it asks the
    selector for the next `buffer.batch_size` rows and publishes them as Task events `<taskset>:r<round>:<index>`,
    in one Kafka transaction that also commits its consumer group's offsets with
-   `{"round": R, "published": N}` as their metadata.
+   `{"round": R, "published": N}` as their metadata. Each task is sent inside its own root
+   `task.publish` span, so its trace starts here as it does in the publisher.
 
 Exactly resumable: the committed metadata says how many rounds are durable, a restarted feeder
 re-reads the experience log from the start (the selector's state depends only on which rewards
@@ -39,6 +40,7 @@ from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
+from rft.tracing.spans import publish_span
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +229,8 @@ class TaskFeeder:
         tx.begin()
         try:
             for task in tasks:
-                tx.send(self.plan.topics.tasks, task, key=task.task_id)
+                with publish_span(task, self.plan.topics.tasks):  # a trace per task starts here
+                    tx.send(self.plan.topics.tasks, task, key=task.task_id)
             tx.send_offset_positions(
                 reader,
                 [

@@ -5,6 +5,7 @@ selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded rando
 offline easy-to-hard curriculum); eval tasksets once, in file order. A training taskset with an
 online selector (difficulty_based) is left to the task feeder (`producers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
 in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
+Each task is sent inside its own root `task.publish` span, so its trace starts here.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
 from rft.events.writer import EventWriter
+from rft.tracing.spans import publish_span
 
 
 class TaskSink(Protocol):
@@ -130,7 +132,8 @@ class TaskPublisher:
                     # a selector that draws with replacement repeats rows: ids stay unique
                     draw = draws[position] = draws.get(position, -1) + 1
                     task = self.make_task(taskset, epoch, position, draw)
-                    self.sink.send(topic, task, key=task.task_id)
+                    with publish_span(task, topic):  # each task starts a trace of its own
+                        self.sink.send(topic, task, key=task.task_id)
                     per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
                     bar.update(1)
         self.sink.flush()

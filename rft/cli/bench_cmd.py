@@ -62,7 +62,7 @@ def run_bench(cfg: RftConfig, args: argparse.Namespace, versions: list[int] | No
 
     bench = Bench(cfg, versions=versions)
     RunSupervisor(cfg, Path(args.config), list(args.override)).ensure_stack()
-    start_tracing("bench")
+    start_tracing("bench", cfg)
     report = bench.run()
     print(report.table(), flush=True)
     return 1 if report.refused else 0

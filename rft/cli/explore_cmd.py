@@ -20,14 +20,12 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def start_tracing(component: str) -> None:
-    """Spans export where RFT_TRACE_EXPORTER says: none (default), console or otlp
-    (OTEL_EXPORTER_OTLP_ENDPOINT, with the `otlp` extra installed)."""
-    import os
+def start_tracing(component: str, cfg: RftConfig | None = None) -> None:
+    """This process's spans go where `monitor.trace_exporter` / `trace_args` say (default none;
+    with no run config, where RFT_TRACE_EXPORTER says)."""
+    from rft.tracing.setup import configure_from_monitor
 
-    from rft.tracing.setup import configure_tracing
-
-    configure_tracing(f"rft-{component}", os.environ.get("RFT_TRACE_EXPORTER", "none"))
+    configure_from_monitor(component, cfg)
 
 
 def stop_on_signals() -> threading.Event:
@@ -75,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_explorer_config(args.config, args.override)
     from consumers.explorer import Explorer
 
-    start_tracing("explorer")
+    start_tracing("explorer", cfg)
     explorer = Explorer(cfg, explorer_id=args.explorer_id, idle_timeout_s=args.idle_timeout)
     summary = explorer.run(stop_on_signals())
     print(

@@ -12,7 +12,7 @@ import argparse
 import json
 from typing import Any
 
-from rft.cli.explore_cmd import add_run_args, stop_on_signals
+from rft.cli.explore_cmd import add_run_args, start_tracing, stop_on_signals
 from rft.errors import ConfigError
 
 
@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
+    start_tracing("feeder", cfg)
     taskset = cfg.buffer.explorer_input.taskset
     if taskset is None:
         raise ConfigError("buffer.explorer_input.taskset: rft feed needs a training taskset")

@@ -64,11 +64,13 @@ def run(args: argparse.Namespace) -> int:
     # heavy imports stay out of `rft --help`
     from producers.task_publisher import load_run_tasksets, publish_atomically
     from producers.taskset_reader import load_taskset
+    from rft.cli.explore_cmd import start_tracing
     from rft.config.connections import KafkaSettings
     from rft.events.topics import TopicNames, ensure_topics
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
+    config = None
     if args.config:
         from rft.config import load_config
 
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{taskset.name}: {len(taskset.rows)} valid rows, {len(taskset.bad_rows)} bad")
         return EXIT_SKIPPED_ROWS if any(t.bad_rows for t in tasksets) else 0
 
+    start_tracing("publisher", config)
     ensure_topics(kafka, topic_names)
     summary = publish_atomically(
         kafka,

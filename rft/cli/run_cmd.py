@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
         return bench_cmd.run_bench(cfg, args, versions=None)
     import signal
 
+    from rft.cli.explore_cmd import start_tracing
     from rft.supervisor.run_supervisor import RunSupervisor
+
+    start_tracing("publisher", cfg)  # this process publishes; its children trace themselves
 
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt

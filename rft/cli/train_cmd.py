@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
-    start_tracing("trainer")
+    start_tracing("trainer", cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1:  # one rank of a sharded trainer, started by a launcher (Ray)
         from consumers.trainer_ranks import run_trainer_rank

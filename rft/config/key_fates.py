@@ -579,6 +579,21 @@ KEY_FATES: dict[str, Fate] = {
     "MonitorConfig.monitor_args": Fate(
         "settings per sink", _SINKS, "tests/unit/test_metric_sinks.py"
     ),
+    "MonitorConfig.trace_exporter": Fate(
+        "SPAN_EXPORTERS: none, console, file, otlp (default: RFT_TRACE_EXPORTER, else none)",
+        "rft/tracing/setup.py",
+        "tests/unit/test_trace_exporters.py",
+    ),
+    "MonitorConfig.trace_args": Fate(
+        "exporter settings (file: path; otlp: protocol, endpoint, headers, timeout, insecure)",
+        "rft/tracing/setup.py",
+        "tests/unit/test_trace_exporters.py",
+    ),
+    "MonitorConfig.trace_content": Fate(
+        "prompt and response text on the explorer.rollout spans (off: ids and sizes only)",
+        "rft/workflows/rollout_spans.py",
+        "tests/unit/test_rollout_spans.py",
+    ),
     # -- stack
     "KafkaSettings.bootstrap_servers": Fate(
         "Kafka endpoint",

@@ -147,6 +147,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.storage.object_store import OBJECT_STORES
     from rft.supervisor.launchers import LAUNCHERS
     from rft.synchronizer import SYNC_STYLES, build_sync_style
+    from rft.tracing.setup import check_exporter
     from rft.workflows import WORKFLOWS
 
     c = _Checker()
@@ -269,6 +270,8 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         check_sinks(cfg.monitor.monitor_type, cfg.monitor.monitor_args)
     except SinkConfigError as exc:
         c.issues.append(Issue(exc.key, str(exc)))
+    for key, problem in check_exporter(cfg.monitor.trace_exporter, cfg.monitor.trace_args):
+        c.issues.append(Issue(key, problem))
     c.look("stack.kafka.client", lambda: known_backend(cfg.stack.kafka.client))
     uri = cfg.stack.object_store.uri
     if uri is not None:

@@ -9,6 +9,7 @@ instead. `rft.config.key_fates` names, for every field, the code that acts on it
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -487,11 +488,19 @@ class MonitorConfig:
 
     `monitor_type` names sinks of `consumers.metric_sinks.METRIC_SINKS` (one name or a list);
     `monitor_args` holds their settings, per sink (`{tensorboard: {log_dir: ...}}`) or, with one
-    sink, flat. `consumers.metric_sinks.check_sinks` checks both.
+    sink, flat. `consumers.metric_sinks.check_sinks` checks both. `trace_exporter`, `trace_args`
+    and `trace_content` set the OpenTelemetry spans of every process (`rft.tracing.setup`).
     """
 
     monitor_type: list[str] = field(default_factory=lambda: ["console"])
     monitor_args: dict[str, Any] = field(default_factory=dict)
+    # rft: where each process's spans go (rft.tracing.setup.SPAN_EXPORTERS: none, console, file,
+    # otlp); the default comes from RFT_TRACE_EXPORTER, else none (nothing is sent anywhere)
+    trace_exporter: str = field(
+        default_factory=lambda: os.environ.get("RFT_TRACE_EXPORTER", "none")
+    )
+    trace_args: dict[str, Any] = field(default_factory=dict)  # rft: the exporter's settings
+    trace_content: bool = False  # rft: prompt and response text in spans (off: ids and sizes)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_ray_timeline": _RAY,

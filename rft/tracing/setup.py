@@ -1,20 +1,37 @@
 """Tracer provider setup for rft processes, with span exporters chosen by name.
 
-`configure_tracing(service, exporter)` builds a TracerProvider for one component (explorer,
-trainer, CLI), installs it globally unless told not to, and returns it. Exporters come from the
-`SPAN_EXPORTERS` registry: "none", "console", "memory" (tests) and "otlp" (needs the optional
-`opentelemetry-exporter-otlp-proto-http` package).
+`configure_tracing(service, exporter, options)` builds a TracerProvider for one component
+(publisher, explorer, trainer, feeder), installs it globally unless told not to, and returns it;
+`configure_from_monitor` does the same from the `monitor` section (`trace_exporter`,
+`trace_args`). Exporters come from the `SPAN_EXPORTERS` registry, each a function of its
+`trace_args` as keywords:
+
+- `none` (the default): spans are not recorded, but they get ids, so the W3C context (marked
+  unsampled) still rides in Kafka headers; nothing is sent anywhere;
+- `console`: each span printed as JSON on stdout;
+- `file`: JSON lines appended to `path` (`rft.tracing.file_exporter`; default
+  `<checkpoint_root_dir>/<project>/<name>/traces.jsonl`), which every process of a run may share;
+- `otlp`: OTLP to a collector, over `http/protobuf` or `grpc` as `protocol` (or the standard
+  OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL) says; the endpoint, headers
+  and timeout come from `trace_args` or the standard OTEL_EXPORTER_OTLP_* variables. Its package
+  is imported only when selected, and `check_exporter` refuses it at load when it is missing;
+- `memory`: kept in memory (tests).
+
+A user adds an exporter with one function: `@SPAN_EXPORTERS.register("name")`.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from typing import Any
+import importlib.util
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     ConsoleSpanExporter,
@@ -22,65 +39,204 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
 from rft.errors import ConfigError
-from rft.registry import Registry
+from rft.registry import Registry, unknown_arguments
+from rft.tracing.file_exporter import JsonLinesSpanExporter
 
-# An exporter factory takes the exporter's options (e.g. endpoint) and returns a SpanExporter,
-# or None for "record nothing".
-ExporterFactory = Callable[[dict[str, Any]], SpanExporter | None]
+if TYPE_CHECKING:
+    from rft.config.schema import RftConfig
+
+# An exporter factory takes its `monitor.trace_args` as keyword arguments and returns a
+# SpanExporter, or None for "record nothing".
+ExporterFactory = Callable[..., SpanExporter | None]
 
 SPAN_EXPORTERS: Registry[ExporterFactory] = Registry("monitor.trace_exporter")
 
+# A train step links to every experience it trained on; the SDK's default keeps 128 links.
+MAX_LINKS = 1 << 16
+# Spans waiting for a batch exporter (the SDK's default, 2048, is below one publish of a taskset)
+QUEUE_SIZE = 1 << 15
+
+_OTLP_MODULES = {
+    "http/protobuf": (
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-http",
+    ),
+    "grpc": (
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+        "opentelemetry-exporter-otlp-proto-grpc",
+    ),
+}
+
 
 @SPAN_EXPORTERS.register("none")
-def no_exporter(options: dict[str, Any]) -> SpanExporter | None:
+def no_exporter() -> SpanExporter | None:
     return None
 
 
 @SPAN_EXPORTERS.register("console")
-def console_exporter(options: dict[str, Any]) -> SpanExporter | None:
-    return ConsoleSpanExporter()
+def console_exporter() -> SpanExporter | None:
+    return ConsoleSpanExporter(out=sys.stdout)  # the stdout of now, not of import time
 
 
 @SPAN_EXPORTERS.register("memory")
-def memory_exporter(options: dict[str, Any]) -> SpanExporter | None:
+def memory_exporter() -> SpanExporter | None:
     return InMemorySpanExporter()
 
 
+@SPAN_EXPORTERS.register("file")
+def file_exporter(path: str) -> SpanExporter | None:
+    return JsonLinesSpanExporter(path)
+
+
+def otlp_protocol(protocol: str | None = None) -> str:
+    """The OTLP protocol: the argument, else the standard OTEL variables, else http/protobuf."""
+    chosen = (
+        protocol
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    if chosen not in _OTLP_MODULES:
+        raise ConfigError(
+            f"monitor.trace_args.protocol: OTLP protocol {chosen!r} is not one of "
+            f"{', '.join(_OTLP_MODULES)}"
+        )
+    return chosen
+
+
 @SPAN_EXPORTERS.register("otlp")
-def otlp_exporter(options: dict[str, Any]) -> SpanExporter | None:
+def otlp_exporter(
+    protocol: str | None = None,
+    endpoint: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    insecure: bool | None = None,
+) -> SpanExporter | None:
+    """`endpoint`: the full traces URL for http/protobuf (`http://host:4318/v1/traces`), host:port
+    for grpc; left out, the exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT."""
+    chosen = otlp_protocol(protocol)
+    module_name, package = _OTLP_MODULES[chosen]
     try:
-        module = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ConfigError(
-            "monitor.trace_exporter: 'otlp' needs the package opentelemetry-exporter-otlp-proto-http "
-            "(pip install 'rft[otlp]')"
+            f"monitor.trace_exporter: 'otlp' over {chosen} needs the package {package} "
+            f"(pip install {package}, or pip install 'rft[otlp]')"
         ) from exc
-    return module.OTLPSpanExporter(**options)
+    options: dict[str, Any] = {"endpoint": endpoint, "timeout": timeout}
+    if headers is not None:
+        options["headers"] = dict(headers)
+    if chosen == "grpc" and insecure is not None:
+        options["insecure"] = insecure
+    return module.OTLPSpanExporter(**{k: v for k, v in options.items() if v is not None})
+
+
+def _otlp_package(args: Mapping[str, Any]) -> tuple[str, str]:
+    return _OTLP_MODULES[otlp_protocol(args.get("protocol"))]
+
+
+# (module, pip package) an exporter imports when built, by exporter name: checked at load
+_PACKAGE_NEEDED: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
+    "otlp": _otlp_package,
+}
+
+
+def _importable(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def check_exporter(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(config key, problem) for `monitor.trace_exporter` / `trace_args`: an unknown name, an
+    argument its exporter does not take, or the optional package it needs missing."""
+    try:
+        factory = SPAN_EXPORTERS.get(name)
+    except ConfigError as exc:
+        return [("monitor.trace_exporter", str(exc))]
+    unknown, accepted = unknown_arguments(factory, args)
+    problems = [
+        (
+            f"monitor.trace_args.{arg}",
+            f"is not a setting of trace exporter {name!r} (accepts: {', '.join(accepted) or 'none'})",
+        )
+        for arg in unknown
+    ]
+    needs = _PACKAGE_NEEDED.get(name)
+    if needs is not None and not unknown:
+        try:
+            module_name, package = needs(args)
+        except ConfigError as exc:
+            return [("monitor.trace_args.protocol", str(exc).split(": ", 1)[1])]
+        if not _importable(module_name):
+            problems.append(
+                (
+                    "monitor.trace_exporter",
+                    f"{name!r} needs the package {package} (pip install {package}, "
+                    "or pip install 'rft[otlp]')",
+                )
+            )
+    return problems
 
 
 def configure_tracing(
     service_name: str,
     exporter: str = "none",
     *,
-    options: dict[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
     install_global: bool = True,
     batch: bool = True,
 ) -> TracerProvider:
-    """A TracerProvider for `service_name` exporting through `exporter`.
+    """A TracerProvider for `service_name` exporting through `exporter` (with `options`).
 
-    `batch=False` exports each span as it ends (tests, short CLI runs). With `install_global`,
+    `batch=False` exports each span as it ends (tests), as an exporter whose class sets
+    `synchronous = True` (the file exporter) always does. With `install_global`,
     `opentelemetry.trace.get_tracer` returns tracers of this provider; OpenTelemetry allows that
-    only once per process, so later calls keep the first global provider.
+    only once per process, so later calls keep the first global provider. The provider flushes
+    its spans when the process exits.
     """
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    span_exporter = SPAN_EXPORTERS.get(exporter)(dict(options or {}))
+    span_exporter = SPAN_EXPORTERS.get(exporter)(**dict(options or {}))
+    provider = TracerProvider(
+        # Exporting nowhere, spans are not recorded (a recorded span costs several times more,
+        # per task, than publishing it), but they still get ids, so the W3C context, marked
+        # unsampled, rides in Kafka headers. Exporting, every span is recorded, whatever the
+        # parent's flag: a process that exports keeps its spans even below an untraced one.
+        sampler=ALWAYS_ON if span_exporter is not None else ALWAYS_OFF,
+        resource=Resource.create({"service.name": service_name}),
+        span_limits=SpanLimits(max_links=MAX_LINKS),
+    )
     if span_exporter is not None:
+        # an exporter that only appends locally writes each span as it ends and loses none; a
+        # remote one exports in batches from a queue (a burst beyond it is dropped, with a warning)
+        synchronous = not batch or getattr(span_exporter, "synchronous", False)
         processor = (
-            BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+            SimpleSpanProcessor(span_exporter)
+            if synchronous
+            else BatchSpanProcessor(span_exporter, max_queue_size=QUEUE_SIZE)
         )
         provider.add_span_processor(processor)
     if install_global:
         trace.set_tracer_provider(provider)
     return provider
+
+
+def trace_options(cfg: RftConfig) -> dict[str, Any]:
+    """`monitor.trace_args`, with the `file` exporter's path defaulting into the run's job dir."""
+    options = dict(cfg.monitor.trace_args)
+    if cfg.monitor.trace_exporter == "file" and "path" not in options:
+        options["path"] = str(cfg.job_dir / "traces.jsonl")
+    return options
+
+
+def configure_from_monitor(component: str, cfg: RftConfig | None) -> TracerProvider:
+    """The global provider of one rft process (`rft-<component>`), as `cfg.monitor` says; with
+    no run config, as RFT_TRACE_EXPORTER says (no options)."""
+    if cfg is None:
+        return configure_tracing(f"rft-{component}", os.environ.get("RFT_TRACE_EXPORTER", "none"))
+    return configure_tracing(
+        f"rft-{component}", cfg.monitor.trace_exporter, options=trace_options(cfg)
+    )

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 # Taskset rollout_args keys with no SamplingParams field that need no action: the engine always
 # reports per-token logprobs.
 IGNORED_ROLLOUT_ARGS = frozenset({"logprobs"})
+
+
+# (item position, phase "generate" or "reward", start, end in Unix ns): see `roll_out`
+PhaseRecorder = Callable[[int, str, int, int], None]
 
 
 class WorkflowResult(NamedTuple):
@@ -151,6 +155,7 @@ def roll_out(
     *,
     timeout_s: float | None = None,
     seed_salt: int = 0,
+    on_phase: PhaseRecorder | None = None,
 ) -> list[WorkflowResult | Exception]:
     """Generate and score `items`; per item, in order, its result or the exception that ended it.
 
@@ -158,6 +163,8 @@ def roll_out(
     flight together, each with that much time: generation shares the clock (the engine stops
     at the deadline, and every item times out if generation reaches it, since none has time left
     to be scored); then each item's scoring gets the time left, its own, in a worker thread.
+    `on_phase(position, phase, start_ns, end_ns)` hears when each item's engine call
+    ("generate", shared by the items of one call) and its scoring ("reward") ran, in Unix ns.
     """
     started = time.monotonic()
     outcomes: list[WorkflowResult | Exception | None] = [None] * len(items)
@@ -173,7 +180,12 @@ def roll_out(
                 break
             call_params = dataclasses.replace(call_params, timeout_s=left)
         try:
+            generate_start = time.time_ns()
             outputs = _generate(engine, [items[p].prompt for p in positions], call_params)
+            if on_phase is not None:
+                generate_end = time.time_ns()
+                for position in positions:
+                    on_phase(position, "generate", generate_start, generate_end)
             for position, produced in zip(positions, outputs, strict=True):
                 if len(produced) != group_params.n:
                     raise EngineError(
@@ -200,7 +212,9 @@ def roll_out(
         scoring_s = None if timeout_s is None else timeout_s - generation_s
         try:
             outcomes[position] = call_with_timeout(
-                functools.partial(_score, item, rollouts[position]), scoring_s, "reward-fn"
+                functools.partial(_score, item, rollouts[position], position, on_phase),
+                scoring_s,
+                "reward-fn",
             )
         except CallTimedOut:
             outcomes[position] = WorkflowTimeoutError(
@@ -225,7 +239,20 @@ def _generate(
     return outputs
 
 
-def _score(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResult:
+def _score(
+    item: PreparedTask,
+    rollouts: list[Rollout],
+    position: int = 0,
+    on_phase: PhaseRecorder | None = None,
+) -> WorkflowResult:
+    started = time.time_ns()
+    result = _score_rollouts(item, rollouts)
+    if on_phase is not None:
+        on_phase(position, "reward", started, time.time_ns())
+    return result
+
+
+def _score_rollouts(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResult:
     task = item.task
     rewards: list[float] = []
     infos: list[RewardInfo] = []

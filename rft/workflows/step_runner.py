@@ -18,6 +18,7 @@ with either its experiences or its dead letter, in the one transaction of its st
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from rft.workflows.deadline import (
     abandoned_calls,
     describe_failure,
 )
+from rft.workflows.rollout_spans import PhaseTimes, RolloutSpans
 from rft.workflows.runner import (
     PreparedTask,
     WorkflowResult,
@@ -90,12 +92,13 @@ def run_step(
     params: SamplingParams,
     limits: StepLimits,
     before_rollout: Callable[[list[str]], None] | None = None,
+    spans: RolloutSpans | None = None,
 ) -> StepOutcome:
     """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`.
 
     `before_rollout(task_ids)` runs before each engine call (a chunk, or one retry): the
     explorer's sync loads weights announced since (fully_async) and records which version
-    samples those tasks.
+    samples those tasks. `spans` makes each task's rollout and reward spans, per attempt.
     """
     outcome = StepOutcome()
     ready = _prepare(tasks, engine, params, limits, outcome)
@@ -127,7 +130,7 @@ def run_step(
         chunk = ready[lo : lo + size]
         if before_rollout is not None:
             before_rollout([item.task.task_id for item in chunk])
-        got = roll_out(chunk, engine, timeout_s=limits.max_timeout, seed_salt=chunk_index)
+        got = _traced_roll_out(chunk, engine, limits, chunk_index, spans, attempt=0)
         for item, result in zip(chunk, got, strict=True):
             record(item, result, 0)
     for attempt in range(1, limits.max_retry_times + 1):
@@ -138,7 +141,7 @@ def run_step(
             salt = attempt * salts + position + 1
             if before_rollout is not None:
                 before_rollout([item.task.task_id])
-            (result,) = roll_out([item], engine, timeout_s=limits.max_timeout, seed_salt=salt)
+            (result,) = _traced_roll_out([item], engine, limits, salt, spans, attempt=attempt)
             record(item, result, attempt)
     for item in ready:
         tid = item.task.task_id
@@ -148,6 +151,36 @@ def run_step(
             outcome.failed_tasks += 1
             outcome.given_up[tid] = _final_error(tid, last_error[tid], limits.max_retry_times)
     return outcome
+
+
+def _traced_roll_out(
+    items: list[PreparedTask],
+    engine: RolloutEngine,
+    limits: StepLimits,
+    salt: int,
+    spans: RolloutSpans | None,
+    *,
+    attempt: int,
+) -> list[WorkflowResult | Exception]:
+    """`roll_out`, and with `spans` the rollout spans of its items, timed as the call reports."""
+    if spans is None:
+        return roll_out(items, engine, timeout_s=limits.max_timeout, seed_salt=salt)
+    times = PhaseTimes()
+    version = engine.model_version  # the call samples with the weights loaded before it
+    started = time.time_ns()
+    got = roll_out(
+        items, engine, timeout_s=limits.max_timeout, seed_salt=salt, on_phase=times.record
+    )
+    spans.record(
+        items,
+        got,
+        times,
+        call_start_ns=started,
+        call_end_ns=time.time_ns(),
+        attempt=attempt,
+        model_version=version,
+    )
+    return got
 
 
 def _prepare(

@@ -98,7 +98,7 @@ def test_configure_tracing_exports_through_a_registered_exporter() -> None:
     exporter = InMemorySpanExporter()
 
     @SPAN_EXPORTERS.register("unit-test-memory", replace=True)
-    def unit_test_memory(options: dict) -> InMemorySpanExporter:
+    def unit_test_memory() -> InMemorySpanExporter:
         return exporter
 
     provider = configure_tracing("explorer", "unit-test-memory", install_global=False, batch=False)
@@ -107,7 +107,7 @@ def test_configure_tracing_exports_through_a_registered_exporter() -> None:
     (span,) = exporter.get_finished_spans()
     assert span.name == "rollout"
     assert span.resource.attributes["service.name"] == "explorer"
-    assert set(SPAN_EXPORTERS.names()) >= {"none", "console", "memory", "otlp"}
+    assert set(SPAN_EXPORTERS.names()) >= {"none", "console", "memory", "file", "otlp"}
 
 
 def test_unknown_exporter_names_the_config_key() -> None:

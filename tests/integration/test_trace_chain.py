@@ -1,0 +1,238 @@
+"""One trace per task, end to end: `rft publish`, `rft train` and `rft explore` as separate
+processes on the real Kafka and MinIO, each exporting its spans with the `file` exporter into one
+JSON-lines file (`monitor.trace_exporter: file`).
+
+From that file alone the test follows one task: its publish span, the explorer's rollout of it,
+the reward, the produce of its experiences, the trainer's consume of each, the train step that
+links to those consumes, the weight version that step went into (upload and announce), and the
+explorer's load of that version, linked to the announce. The Kafka headers of the experience and
+WeightVersion events must carry the produce and announce spans. No span holds prompt or response
+text (`monitor.trace_content` is off). The task feeder (`rft feed`) starts a trace per task too.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from consumers.run_plan import RunPlan
+from rft.config import load_config
+from rft.config.connections import StackSettings
+from rft.events.models import Experience, Task, WeightVersion
+from rft.events.reader import Envelope, EventReader
+from rft.events.topics import ensure_topics
+from rft.tracing.file_exporter import read_span_records
+from tests.integration.test_rft_loop import run_config
+from tests.integration.test_task_feeder import BATCH as FEED_BATCH
+from tests.integration.test_task_feeder import ROUNDS as FEED_ROUNDS
+from tests.integration.test_task_feeder import answer_tasks, feeder_config
+
+pytestmark = pytest.mark.integration
+
+STEPS = 2
+
+Span = dict[str, Any]
+
+
+def run_cli(verb: str, config: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(procs: dict[str, subprocess.Popen[str]], timeout_s: float = 420) -> None:
+    for name, proc in procs.items():
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            raise
+        assert proc.returncode == 0, f"{name} failed:\n{out[-4000:]}"
+
+
+def envelopes(cfg: Any, topic: str, group: str) -> list[Envelope]:
+    got: list[Envelope] = []
+    with EventReader.open(cfg.stack.kafka, group, [topic], from_beginning=True) as reader:
+        quiet = 0
+        while quiet < 3:
+            batch = reader.poll(500, timeout_s=1.0)
+            quiet = 0 if batch else quiet + 1
+            got.extend(batch)
+    return got
+
+
+def traceparent_span(env: Envelope) -> str:
+    """The parent span id the event's `traceparent` header names."""
+    header = env.header("traceparent")
+    assert header is not None, f"{env.topic}@{env.offset} carries no trace context"
+    return header.decode().split("-")[2]
+
+
+def one(spans: list[Span], what: str) -> Span:
+    assert len(spans) == 1, f"expected one {what}, found {len(spans)}: {spans}"
+    return spans[0]
+
+
+def test_one_task_has_an_unbroken_trace_from_publish_to_an_explorer_loading_its_version(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    spans_file = tmp_path / "traces.jsonl"
+    raw = run_config(stack, unique, tmp_path)
+    raw["buffer"]["total_steps"] = STEPS
+    raw["monitor"] = {"trace_exporter": "file", "trace_args": {"path": str(spans_file)}}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config)
+    plan = RunPlan(cfg)
+
+    finish({"publisher": run_cli("publish", config)}, timeout_s=180)
+    finish({"trainer": run_cli("train", config), "explorer": run_cli("explore", config)})
+
+    spans = list(read_span_records(spans_file))
+    by_id = {s["span_id"]: s for s in spans}
+    children: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        if s["parent_span_id"] is not None:
+            children[s["parent_span_id"]].append(s)
+
+    def named(name: str, among: list[Span] | None = None) -> list[Span]:
+        return [s for s in (spans if among is None else among) if s["name"] == name]
+
+    assert {s["service"] for s in spans} >= {"rft-publisher", "rft-explorer", "rft-trainer"}
+    # the first optimizer step, and the version it went into, as announced
+    step = one(
+        [s for s in named("trainer.step") if s["attributes"]["rft.step"] == 1], "train step 1"
+    )
+    assert step["service"] == "rft-trainer" and step["parent_span_id"] is None
+    assert step["attributes"]["rft.batch_size"] == len(step["links"]) > 0
+    consumed = [by_id[link["span_id"]] for link in step["links"]]
+    assert {c["name"] for c in consumed} == {"trainer.consume"}
+    task_id = consumed[0]["attributes"]["rft.task_id"]
+
+    # publish -> rollout -> reward / produce, in the task's own trace
+    publish = one(
+        [s for s in named("task.publish") if s["attributes"]["rft.task_id"] == task_id],
+        f"publish span of {task_id}",
+    )
+    assert publish["service"] == "rft-publisher" and publish["parent_span_id"] is None
+    trace_id = publish["trace_id"]
+    rollout = one(named("explorer.rollout", children[publish["span_id"]]), "rollout")
+    assert rollout["service"] == "rft-explorer" and rollout["status"] != "ERROR"
+    assert rollout["trace_id"] == trace_id
+    assert rollout["attributes"]["rft.task_id"] == task_id
+    assert rollout["attributes"]["rft.rollouts"] == raw["algorithm"]["repeat_times"]
+    # batched: its chunk's other task shares the engine call and the step span it links to
+    assert rollout["attributes"]["rft.chunk_tasks"] == raw["buffer"]["batch_size"]
+    (step_link,) = rollout["links"]
+    assert by_id[step_link["span_id"]]["name"] == "explorer.step"
+    reward = one(named("explorer.reward", children[rollout["span_id"]]), "reward")
+    assert len(reward["attributes"]["rft.rewards"]) == raw["algorithm"]["repeat_times"]
+    produce = one(named("explorer.produce", children[rollout["span_id"]]), "produce")
+    experience_ids = set(produce["attributes"]["rft.experience_ids"])
+    assert len(experience_ids) == raw["algorithm"]["repeat_times"]
+
+    # produce -> consume (one per experience, in the trainer) -> the train step's links
+    consumes = named("trainer.consume", children[produce["span_id"]])
+    assert {c["attributes"]["rft.experience_id"] for c in consumes} == experience_ids
+    assert all(c["trace_id"] == trace_id and c["service"] == "rft-trainer" for c in consumes)
+    linked = {link["span_id"] for link in step["links"]}
+    assert {c["span_id"] for c in consumes} <= linked
+
+    # the Kafka headers of those experiences carry the produce span
+    experience_events = [
+        e
+        for e in envelopes(cfg, plan.experience_topic, unique + "-e")
+        if isinstance(e.event, Experience) and e.event.experience_id in experience_ids
+    ]
+    assert len(experience_events) == len(experience_ids)
+    assert {traceparent_span(e) for e in experience_events} == {produce["span_id"]}
+    assert {(c["attributes"]["messaging.kafka.offset"]) for c in consumes} == {
+        e.offset for e in experience_events
+    }
+
+    # step -> its weight version: publish (child of the step), upload and announce under it
+    version = one(
+        [
+            s
+            for s in named("trainer.publish")
+            if step["span_id"] in {link["span_id"] for link in s["links"]}
+        ],
+        "version holding step 1",
+    )
+    assert version["parent_span_id"] == step["span_id"]
+    assert version["attributes"]["rft.version"] == 1  # sync_interval 1: a version per step
+    upload = one(named("trainer.checkpoint_upload", children[version["span_id"]]), "upload")
+    assert upload["attributes"]["rft.bytes"] > 0 and upload["attributes"]["rft.files"] > 0
+    announce = one(named("trainer.announce", children[version["span_id"]]), "announce")
+    weight_events = [
+        e
+        for e in envelopes(cfg, plan.topics.weights, unique + "-w")
+        if isinstance(e.event, WeightVersion) and e.event.version == 1
+    ]
+    assert [traceparent_span(e) for e in weight_events] == [announce["span_id"]]
+
+    # -> the explorer's load of that version: its own span, linked to the announce
+    load = one(
+        [
+            s
+            for s in named("explorer.load_weights")
+            if announce["span_id"] in {link["span_id"] for link in s["links"]}
+        ],
+        "load of version 1",
+    )
+    assert load["service"] == "rft-explorer" and load["status"] != "ERROR"
+    assert load["attributes"]["rft.version"] == 1
+    assert load["attributes"]["rft.explorer_id"]
+
+    # trace_content is off: no prompt or response text anywhere
+    assert not [s for s in spans if {"rft.prompt", "rft.responses"} & set(s["attributes"])]
+
+
+def test_the_task_feeder_starts_a_trace_per_task_it_publishes(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """`rft feed` (an online selector's publisher) as a process: every task it publishes has
+    its own root `task.publish` span, and the Task event's headers carry it."""
+    spans_file = tmp_path / "traces.jsonl"
+    config = feeder_config(stack, unique, tmp_path)
+    raw = yaml.safe_load(config.read_text())
+    raw["monitor"] = {"trace_exporter": "file", "trace_args": {"path": str(spans_file)}}
+    config.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    done = threading.Event()
+    answerer = threading.Thread(target=answer_tasks, args=(cfg, plan, done), daemon=True)
+    answerer.start()
+    try:
+        finish({"feeder": run_cli("feed", config)}, timeout_s=300)
+    finally:
+        done.set()
+        answerer.join(timeout=30)
+
+    publishes = {
+        s["attributes"]["rft.task_id"]: s
+        for s in read_span_records(spans_file)
+        if s["name"] == "task.publish"
+    }
+    tasks = [
+        e for e in envelopes(cfg, plan.topics.tasks, unique + "-t") if isinstance(e.event, Task)
+    ]
+    assert len(tasks) == FEED_ROUNDS * FEED_BATCH
+    assert set(publishes) == {e.event.task_id for e in tasks}
+    assert len({s["trace_id"] for s in publishes.values()}) == len(tasks)  # a trace per task
+    for env in tasks:
+        span = publishes[env.event.task_id]
+        assert span["service"] == "rft-feeder" and span["parent_span_id"] is None
+        assert traceparent_span(env) == span["span_id"]
