@@ -2,7 +2,9 @@
 
 Layout: `<project>/<name>/v<version:06d>/<files...>` plus `manifest.json` in the same directory.
 A version exists only once its manifest does: `write` uploads every file first and the manifest
-last, and readers look at manifests only, so a crashed write is invisible. `download` checks every
+last, and readers look at manifests only, so a crashed write is invisible. The manifest is
+created only if absent (S3 If-None-Match, O_EXCL locally): that create is the commit point, and
+of two writers of one version exactly one commits it; the other gets `VersionTakenError`. `download` checks every
 file's size and sha256 and publishes the directory only when all match.
 
 Version 0 is the base model and is never written: with no checkpoint, `latest_version()` is 0 and
@@ -23,14 +25,19 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from rft.errors import CheckpointError, StorageError
+from rft.errors import CheckpointError, FencedError, StorageError
 from rft.storage.checkpoint_manifest import (
     MANIFEST_NAME,
     CheckpointManifest,
     ConsumedOffset,
     ManifestFile,
 )
-from rft.storage.object_store_base import ObjectNotFoundError, ObjectStore, validate_key
+from rft.storage.object_store_base import (
+    ObjectExistsError,
+    ObjectNotFoundError,
+    ObjectStore,
+    validate_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +50,10 @@ TRAINER_STATE_DIR = "trainer_state/"
 _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 
 OffsetLike = ConsumedOffset | tuple[str, int, int]
+
+
+class VersionTakenError(CheckpointError, FencedError):
+    """Another writer created this version's manifest first; this writer's version is void."""
 
 
 class _Sha256Reader:
@@ -118,7 +129,8 @@ class CheckpointStore:
         """Upload every file under `local_dir` as `version`, then its manifest; return it.
 
         Versions are immutable: writing a version that already has a manifest raises
-        CheckpointError. Rewriting a version whose earlier write crashed (files, no manifest) is
+        CheckpointError; one whose manifest another writer creates while this one uploads raises
+        VersionTakenError. Rewriting a version whose earlier write crashed (files, no manifest) is
         allowed and overwrites the leftovers.
         """
         self._check_version(version)
@@ -150,7 +162,7 @@ class CheckpointStore:
             extra=dict(extra or {}),
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
-        self.store.put_bytes(manifest_key, payload)
+        self._commit_manifest(version, manifest_key, payload)
         log.info(
             "checkpoint v%d written: %d files, %d bytes at %s",
             version,
@@ -159,6 +171,23 @@ class CheckpointStore:
             self.uri(version),
         )
         return manifest
+
+    def _commit_manifest(self, version: int, key: str, payload: bytes) -> None:
+        """Create the manifest if absent: the commit point of the version."""
+        try:
+            self.store.put_bytes_if_absent(key, payload)
+        except ObjectExistsError as exc:
+            # A PUT retried after a lost response finds its own first attempt: same bytes.
+            try:
+                if self.store.get_bytes(key) == payload:
+                    return
+            except ObjectNotFoundError:
+                pass  # pruned meanwhile: still someone else's version
+            raise VersionTakenError(
+                f"checkpoint v{version}: another writer created its manifest first at "
+                f"{self.store.uri(key)}; this writer's v{version} is void (is a second trainer "
+                "running on this run?)"
+            ) from exc
 
     def _upload_file(self, version: int, local: Path, rel: str) -> ManifestFile:
         path = local / rel

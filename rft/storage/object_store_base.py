@@ -33,6 +33,10 @@ class ObjectNotFoundError(StorageError):
     """The key (or the bucket holding it) does not exist."""
 
 
+class ObjectExistsError(StorageError):
+    """`put_bytes_if_absent` found the key already there; nothing was written."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
     """One stored object: its key relative to the store, its size in bytes and its etag.
@@ -113,6 +117,15 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         """Store `data` under `key`."""
+
+    @abstractmethod
+    def put_bytes_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        """Create `key` with `data` only if no object has that key; ObjectExistsError otherwise.
+
+        Of any number of concurrent creators of one key exactly one succeeds, and the object
+        appears whole or not at all. It is the commit point of a checkpoint version: two writers
+        can never both create one version's manifest.
+        """
 
     @abstractmethod
     def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
