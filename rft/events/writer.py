@@ -85,6 +85,10 @@ class EventWriter:
         """Block until every queued event is acknowledged by all in-sync replicas."""
         self._producer.flush(timeout_s)
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
     def begin(self) -> None:
         self._producer.begin_transaction()
         self._in_transaction = True
