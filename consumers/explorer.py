@@ -172,7 +172,7 @@ class Explorer:
                 config=self.plan.consumer_config,
             ) as tasks,
             EventWriter.open(
-                kafka, transactional_id=f"{self.plan.explorer_group}.{self.explorer_id}"
+                kafka, transactional_id=self.plan.explorer_transactional_id(self.explorer_id)
             ) as tx,
             EventWriter.open(kafka) as plain,
             WeightFollower(

@@ -20,7 +20,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -125,8 +125,13 @@ class CheckpointStore:
         consumed_offsets: Iterable[OffsetLike] = (),
         parent_version: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        before_commit: Callable[[CheckpointManifest], None] | None = None,
     ) -> CheckpointManifest:
         """Upload every file under `local_dir` as `version`, then its manifest; return it.
+
+        `before_commit(manifest)` runs after the files are up and before the manifest is
+        created; if it raises, no manifest is written (the trainer checks there that it still
+        owns the run, and stages its announcement).
 
         Versions are immutable: writing a version that already has a manifest raises
         CheckpointError; one whose manifest another writer creates while this one uploads raises
@@ -162,6 +167,8 @@ class CheckpointStore:
             extra=dict(extra or {}),
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
+        if before_commit is not None:
+            before_commit(manifest)
         self._commit_manifest(version, manifest_key, payload)
         log.info(
             "checkpoint v%d written: %d files, %d bytes at %s",
