@@ -183,6 +183,10 @@ class Explorer:
                 consumer_config=self.plan.consumer_config,
             ) as follower,
         ):
+            # Claim the explorer id now, not at the first step's commit: an explorer process
+            # already running with this id is fenced at once (its next transaction fails).
+            tx.begin()
+            tx.commit()
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
             sync = ExplorerSync(
                 self.cfg.synchronizer,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 from typing import Any
@@ -23,6 +24,7 @@ from consumers.run_plan import RunPlan
 from consumers.train_step import StepTrainer, set_advantages
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from consumers.trainer_loop import LoopClients, TrainerLoop, TrainerSummary
+from consumers.versions_in_use import versions_in_use
 from producers.metric_emitter import MetricEmitter
 from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
@@ -181,6 +183,9 @@ class Trainer:
                 total_steps=self.plan.total_steps,
                 idle_timeout_s=self.idle_timeout_s,
                 keep_checkpoints=self.cfg.trainer.max_checkpoints_to_keep,
+                versions_in_use=functools.partial(
+                    versions_in_use, kafka, topics, self.plan.experience_topic
+                ),
                 stop=stop,
             )
             loop.summary = self.summary

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +82,7 @@ class TrainerLoop:
         total_steps: int,
         idle_timeout_s: float,
         keep_checkpoints: int | None = None,
+        versions_in_use: Callable[[], Collection[int] | None] | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.clients = clients
@@ -92,6 +93,7 @@ class TrainerLoop:
         self.total_steps = total_steps
         self.idle_timeout_s = idle_timeout_s
         self.keep_checkpoints = keep_checkpoints
+        self.versions_in_use = versions_in_use  # what retention must not delete
         self.stop = stop or threading.Event()
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
@@ -267,7 +269,7 @@ class TrainerLoop:
                 raise
             self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
         if self.keep_checkpoints:
-            self.checkpoints.store.prune(keep_last=self.keep_checkpoints)
+            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
         self.last_published, self.sync_requested = step, False
         self.summary.published_versions.append(step)
         log.info("published weight version %d in %.1fs", step, time.monotonic() - started)

@@ -20,7 +20,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rft.storage.checkpoint_manifest import (
 )
 from rft.storage.object_store_base import (
     ObjectExistsError,
+    ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
     validate_key,
@@ -223,15 +224,18 @@ class CheckpointStore:
 
     def _scan(self) -> dict[int, bool]:
         """Every version directory present -> whether it has a manifest."""
-        found: dict[int, bool] = {}
+        return {
+            version: any(o.key == self._manifest_key(version) for o in objects)
+            for version, objects in self.version_objects().items()
+        }
+
+    def version_objects(self) -> dict[int, list[ObjectInfo]]:
+        """Every version directory present -> the objects under it (manifest included)."""
+        found: dict[int, list[ObjectInfo]] = {}
         for info in self.store.list(self._root):
-            rel = info.key[len(self._root) :]
-            match = _VERSION_DIR.match(rel)
-            if not match:
-                continue
-            version = int(match.group(1))
-            is_manifest = rel[match.end() :] == MANIFEST_NAME
-            found[version] = found.get(version, False) or is_manifest
+            match = _VERSION_DIR.match(info.key[len(self._root) :])
+            if match:
+                found.setdefault(int(match.group(1)), []).append(info)
         return found
 
     def latest_version(self) -> int:
@@ -334,13 +338,18 @@ class CheckpointStore:
 
     # -- retention ----------------------------------------------------------------------------
 
-    def prune(self, keep_last: int) -> list[int]:
+    def prune(
+        self, keep_last: int, in_use: Callable[[], Collection[int] | None] | None = None
+    ) -> list[int]:
         """Delete all but the newest `keep_last` complete versions; return the versions removed.
 
-        The newest complete version is never deleted. Incomplete directories (crash leftovers)
-        older than the newest complete version are removed too; newer ones may be a write in
-        progress and are left alone. A version's manifest is deleted before its files, so a
-        version being pruned turns invisible first and is never seen half-deleted.
+        The newest complete version is never deleted, nor any version `in_use()` names (the
+        versions live explorers still hold; asked only when something would be deleted). When
+        `in_use()` returns None (not known), no complete version is deleted. Incomplete
+        directories (crash leftovers) older than the newest complete version are removed too;
+        newer ones may be a write in progress and are left alone. A version's manifest is
+        deleted before its files, so a version being pruned turns invisible first and is never
+        seen half-deleted.
         """
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise CheckpointError(f"prune keep_last must be an integer >= 1, got {keep_last!r}")
@@ -350,12 +359,27 @@ class CheckpointStore:
             return []
         newest = complete[-1]
         doomed = set(complete[:-keep_last])
+        if doomed and in_use is not None:
+            held = in_use()
+            kept = doomed if held is None else doomed & set(held)
+            if kept:
+                log.info(
+                    "retention keeps versions %s: live explorers hold (or may hold) them",
+                    sorted(kept),
+                )
+            doomed -= kept
         doomed |= {v for v, has_manifest in scan.items() if not has_manifest and v < newest}
         for version in sorted(doomed):
             self._delete_version(version)
         if doomed:
             log.info("pruned checkpoint versions %s of %s", sorted(doomed), self)
         return sorted(doomed)
+
+    def delete_version(self, version: int) -> None:
+        """Remove a version directory: manifest first (the version turns invisible), then
+        the files; a directory without a manifest (crash leftovers) is removed the same way."""
+        self._check_version(version)
+        self._delete_version(version)
 
     def _delete_version(self, version: int) -> None:
         prefix = self.version_prefix(version)

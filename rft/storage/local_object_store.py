@@ -133,7 +133,7 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"cannot stat {self.uri(key)} at {path}: {exc}") from exc
         if not path.is_file():
             raise ObjectNotFoundError(f"no object {self.uri(key)}: {path} is a directory")
-        return ObjectInfo(key=key, size=st.st_size, etag=f"{st.st_size:x}-{st.st_mtime_ns:x}")
+        return ObjectInfo(key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}", st.st_mtime)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         # Walk only the deepest directory the prefix names fully, then filter by string prefix,
@@ -157,7 +157,9 @@ class LocalObjectStore(ObjectStore):
                         except FileNotFoundError:
                             continue  # deleted while listing
                         found.append(
-                            ObjectInfo(key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}")
+                            ObjectInfo(
+                                key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}", st.st_mtime
+                            )
                         )
         except OSError as exc:
             raise StorageError(f"cannot list {self.base_uri}/{clean}: {exc}") from exc

@@ -39,7 +39,8 @@ class ObjectExistsError(StorageError):
 
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One stored object: its key relative to the store, its size in bytes and its etag.
+    """One stored object: its key relative to the store, its size in bytes, its etag and when it
+    was last written (seconds since the epoch; None where the call that made it does not say).
 
     The etag is an opaque change token: equal etags mean unchanged content within one backend,
     but it is not a content hash that can be compared across backends.
@@ -48,6 +49,7 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+    modified: float | None = None
 
 
 def validate_key(key: str) -> str:

@@ -187,7 +187,12 @@ class S3ObjectStore(ObjectStore):
         name = self._object_name(key)
         client = self.client
         obj = self._call("stat of", key, lambda: client.stat_object(self.bucket, name))
-        return ObjectInfo(key=key, size=int(obj.size or 0), etag=str(obj.etag or ""))
+        return ObjectInfo(
+            key=key,
+            size=int(obj.size or 0),
+            etag=str(obj.etag or ""),
+            modified=obj.last_modified.timestamp() if obj.last_modified else None,
+        )
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         full_prefix = self.prefix + prefix.lstrip("/")
@@ -203,6 +208,7 @@ class S3ObjectStore(ObjectStore):
                         key=name[len(self.prefix) :],
                         size=int(obj.size or 0),
                         etag=str(obj.etag or ""),
+                        modified=obj.last_modified.timestamp() if obj.last_modified else None,
                     )
                 )
         except S3Error as exc:

@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from rft.storage import (
     ObjectStore,
     S3ObjectStore,
 )
+from rft.storage.checkpoint_gc import collect_orphans, find_orphans
 from rft.storage.checkpoint_store import VersionTakenError
 from rft.storage.object_store_base import CHUNK_SIZE
 
@@ -124,6 +126,17 @@ def test_concurrent_creators_exactly_one_wins(store: ObjectStore) -> None:
     assert len(winners) == 1
     assert len(errors) == 5 and all(isinstance(e, ObjectExistsError) for e in errors)
     assert store.get_bytes("race") == b"writer-%d" % winners[0]
+
+
+def test_stat_and_list_report_when_an_object_was_written(store: ObjectStore) -> None:
+    before = time.time()
+    store.put_bytes("w/a", b"a")
+    after = time.time()
+    listed = store.list("w/")[0].modified
+    stated = store.stat("w/a").modified
+    for when in (listed, stated):
+        # S3 keeps whole seconds; either clock may be a little off the other
+        assert when is not None and before - 5 <= when <= after + 5
 
 
 def test_empty_object(store: ObjectStore) -> None:
@@ -393,3 +406,55 @@ def test_prune_keeps_the_newest(ckpts: CheckpointStore, tmp_path: Path) -> None:
     assert ckpts.list_versions() == [3]
     assert [i.key.split("/")[2] for i in ckpts.store.list("proj/run/")] == ["v000003"] * 4
     assert _same_tree(tmp_path / "model-3", ckpts.download(3, tmp_path / "dl"))
+
+
+def test_prune_spares_the_versions_live_explorers_hold(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    for version in (1, 2, 3, 4, 5):
+        ckpts.write(version, version, _model_dir(tmp_path, version, big=10))
+    asked: list[int] = []
+
+    def held(versions: set[int] | None) -> Callable[[], set[int] | None]:
+        def in_use() -> set[int] | None:
+            asked.append(1)
+            return versions
+
+        return in_use
+
+    assert ckpts.prune(keep_last=2, in_use=held(None)) == []  # not known: nothing goes
+    assert ckpts.prune(keep_last=2, in_use=held({2, 5})) == [1, 3]
+    assert ckpts.list_versions() == [2, 4, 5]
+    assert len(asked) == 2
+    assert ckpts.prune(keep_last=3, in_use=held({2})) == []  # nothing doomed: not even asked
+    assert len(asked) == 2
+    assert ckpts.prune(keep_last=1, in_use=held(set())) == [2, 4]  # released: pruned
+    assert _same_tree(tmp_path / "model-5", ckpts.download(5, tmp_path / "dl"))
+
+
+def _orphan(ckpts: CheckpointStore, version: int, files: int = 2) -> None:
+    for i in range(files):
+        ckpts.store.put_bytes(ckpts.version_prefix(version) + f"part-{i}.bin", b"x" * (10 + i))
+
+
+def test_gc_removes_orphans_older_than_the_ttl_only(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    _orphan(ckpts, 2)
+    _orphan(ckpts, 3, files=1)
+    written = time.time()
+    found = find_orphans(ckpts)
+    assert [(o.version, o.files, o.size) for o in found] == [(2, 2, 21), (3, 1, 10)]
+    assert all(abs(o.newest_write - written) < 10 for o in found)
+
+    # written just now: a write that may be in progress, kept under a one-hour TTL
+    collected, kept = collect_orphans(ckpts, 3600.0)
+    assert collected == [] and [o.version for o in kept] == [2, 3]
+    # an hour and a bit later (the clock given, not waited for): both are old enough
+    later = max(o.newest_write for o in found) + 3601
+    collected, kept = collect_orphans(ckpts, 3600.0, dry_run=True, now=later)
+    assert [o.version for o in collected] == [2, 3] and kept == []
+    assert sorted(ckpts.version_objects()) == [1, 2, 3]  # a dry run removes nothing
+    collected, _ = collect_orphans(ckpts, 3600.0, now=later)
+    assert [o.version for o in collected] == [2, 3]
+    assert sorted(ckpts.version_objects()) == [1]  # the version with a manifest is untouched
+    assert _same_tree(tmp_path / "model-1", ckpts.download(1, tmp_path / "dl"))
