@@ -187,6 +187,11 @@ class Explorer:
             # already running with this id is fenced at once (its next transaction fails).
             tx.begin()
             tx.commit()
+            log.info(
+                "explorer %s holds transactional id %r: an earlier process with this id is fenced",
+                self.explorer_id,
+                self.plan.explorer_transactional_id(self.explorer_id),
+            )
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
             sync = ExplorerSync(
                 self.cfg.synchronizer,
