@@ -174,7 +174,7 @@ class Explorer:
                 config=self.plan.consumer_config,
             ) as tasks,
             EventWriter.open(
-                kafka, transactional_id=f"{self.plan.explorer_group}.{self.explorer_id}"
+                kafka, transactional_id=self.plan.explorer_transactional_id(self.explorer_id)
             ) as tx,
             EventWriter.open(kafka) as plain,
             WeightFollower(
@@ -186,6 +186,15 @@ class Explorer:
                 explorer_id=self.explorer_id,
             ) as follower,
         ):
+            # Claim the explorer id now, not at the first step's commit: an explorer process
+            # already running with this id is fenced at once (its next transaction fails).
+            tx.begin()
+            tx.commit()
+            log.info(
+                "explorer %s holds transactional id %r: an earlier process with this id is fenced",
+                self.explorer_id,
+                self.plan.explorer_transactional_id(self.explorer_id),
+            )
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
             sync = ExplorerSync(
                 self.cfg.synchronizer,

@@ -50,6 +50,16 @@ class RunPlan:
         return f"{self.run_id}.trainer.{self.cfg.trainer.name}"
 
     @property
+    def trainer_transactional_id(self) -> str:
+        """One per run, whatever the trainer's name: the trainers of a run share its checkpoint
+        store, so a second one must fence the first (its epoch bump) rather than run beside it."""
+        return f"{self.run_id}.trainer"
+
+    def explorer_transactional_id(self, explorer_id: str) -> str:
+        """One per explorer id: a second process with the same id fences the first."""
+        return f"{self.explorer_group}.{explorer_id}"
+
+    @property
     def experience_topic(self) -> str:
         return self.cfg.buffer.trainer_input.experience_buffer.topic or self.topics.experiences
 

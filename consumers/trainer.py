@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import threading
 from typing import Any
@@ -23,6 +24,7 @@ from consumers.run_plan import RunPlan
 from consumers.train_step import StepTrainer, set_advantages
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from consumers.trainer_loop import LoopClients, TrainerLoop, TrainerSummary
+from consumers.versions_in_use import versions_in_use
 from producers.metric_emitter import MetricEmitter
 from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
@@ -129,13 +131,24 @@ class Trainer:
             self.cfg.trainer.save_interval,
             weights_dtype=torch_dtype(self.plan.rollout_dtype),
         )
-        step, resume_offsets = (
-            checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
-        )
-        saved = checkpoints.read_sampler_state(step) if step else None
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:
             stack.enter_context(contextlib.closing(engine))  # stops the engine's other ranks
+            writer = stack.enter_context(
+                EventWriter.open(kafka, transactional_id=self.plan.trainer_transactional_id)
+            )
+            # Claim the run before reading its newest version: a trainer already running on it
+            # is fenced from here on and can announce nothing more (its next transaction fails).
+            writer.begin()
+            writer.commit()
+            log.info(
+                "trainer holds transactional id %r: any earlier trainer of this run is fenced",
+                self.plan.trainer_transactional_id,
+            )
+            step, resume_offsets = (
+                checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
+            )
+            saved = checkpoints.read_sampler_state(step) if step else None
             reader = stack.enter_context(
                 EventReader.open(
                     kafka,
@@ -151,7 +164,6 @@ class Trainer:
             control = stack.enter_context(
                 EventReader.open(kafka, control_group, [topics.control], from_beginning=True)
             )
-            writer = stack.enter_context(EventWriter.open(kafka))
             mirror = stack.enter_context(experience_mirror(self.cfg, tokenizer.decode))
             sampler = self._sampler(tokenizer, stack)
             clients = LoopClients(
@@ -171,6 +183,9 @@ class Trainer:
                 total_steps=self.plan.total_steps,
                 idle_timeout_s=self.idle_timeout_s,
                 keep_checkpoints=self.cfg.trainer.max_checkpoints_to_keep,
+                versions_in_use=functools.partial(
+                    versions_in_use, kafka, topics, self.plan.experience_topic
+                ),
                 stop=stop,
                 run_id=self.plan.run_id,
             )

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import socket
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,12 @@ log = logging.getLogger(__name__)
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
 _SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
+
+
+def writer_identity() -> str:
+    """`host:pid` of this process, kept in each manifest it commits (extra `writer`), so an
+    operator (and the fencing test) can tell which of two trainers wrote a version."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class TrainerCheckpointer:
@@ -69,12 +77,13 @@ class TrainerCheckpointer:
         *,
         final: bool,
         sampler_state: Mapping[str, Any] | None = None,
+        before_commit: Callable[[CheckpointManifest], None] | None = None,
     ) -> CheckpointManifest:
         """Write version `step`; training state rides along when due or when `final`, the
-        sampler's state (JSON) always when given."""
+        sampler's state (JSON) always when given. `before_commit`: see `CheckpointStore.write`."""
         with_state = final or step - self._state_saved_at >= self.save_interval
         rounded = self.weights_dtype is not None and self.weights_dtype != engine.dtype
-        extra: dict[str, str] = {}
+        extra: dict[str, str] = {"writer": writer_identity()}
         tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
         try:
             engine.save_hf(tmp, dtype=self.weights_dtype)
@@ -96,7 +105,8 @@ class TrainerCheckpointer:
                 tmp,
                 consumed_offsets=offsets,
                 parent_version=parent,
-                extra=extra or None,
+                extra=extra,
+                before_commit=before_commit,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

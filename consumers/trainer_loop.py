@@ -6,8 +6,17 @@ and the counters. `tick()` is one pass of the loop and reads top to bottom:
     answer sync requests -> ingest experiences -> train a ready batch -> publish if due
 
 A weight version is written to the checkpoint store (files, then the manifest carrying the
-consumed offsets, with the sampler's state under `trainer_state/`) and then announced on the
-`weights` topic. `resume` puts a restarted trainer back where its newest version left off.
+consumed offsets, with the sampler's state under `trainer_state/`) and announced on the `weights`
+topic. The trainer's producer is transactional with one id per run, so a second trainer fences
+the first; everything it writes goes inside a transaction. A publish runs in this order:
+
+    upload files -> begin; stage the WeightVersion and the group offsets; flush
+    -> create the manifest if absent (the commit point) -> commit the transaction
+
+A fenced trainer fails at the flush (or at any step's metrics transaction before it), before
+its manifest exists; a manifest another writer created first voids this one's version and
+aborts its announcement. `resume` puts a restarted trainer back where its newest version left
+off.
 
 Tracing (rft.tracing.spans): each experience read gets a `trainer.consume` span in its task's
 trace; each optimizer step is a `trainer.step` span linked to the consume spans of its batch;
@@ -21,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +44,12 @@ from producers.metric_emitter import MetricEmitter
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
-from rft.errors import TransportError
+from rft.errors import FencedError, TransportError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import Envelope, EventReader
+from rft.events.transport import TopicPartitionOffset, TransactionError
 from rft.events.writer import EventWriter
+from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.synchronizer import SyncStyle
 from rft.tracing.spans import (
     ANNOUNCE,
@@ -86,6 +97,7 @@ class TrainerLoop:
         total_steps: int,
         idle_timeout_s: float,
         keep_checkpoints: int | None = None,
+        versions_in_use: Callable[[], Collection[int] | None] | None = None,
         stop: threading.Event | None = None,
         run_id: str = "",
     ) -> None:
@@ -97,6 +109,7 @@ class TrainerLoop:
         self.total_steps = total_steps
         self.idle_timeout_s = idle_timeout_s
         self.keep_checkpoints = keep_checkpoints
+        self.versions_in_use = versions_in_use  # what retention must not delete
         self.stop = stop or threading.Event()
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
@@ -265,7 +278,10 @@ class TrainerLoop:
         self.unpublished_steps.append(span.get_span_context())
         values |= batch_metrics(batch, self.previous_counters)
         values["wait_time_s"] = wait_s
+        # in a transaction of its own: a fenced trainer learns it here, at the next step
+        self.clients.writer.begin()
         self.clients.metrics.emit(self.step, values)
+        self.clients.writer.commit()
         self.commit_for_monitoring()
         self.summary.experiences += len(batch.rows)
         self.summary.dropped_stale += (
@@ -302,47 +318,96 @@ class TrainerLoop:
                     for (t, p), offs in sorted(self.ledger.settled_ahead().items())
                 ],
             }
-            with tracer.start_as_current_span(UPLOAD) as upload:
-                manifest = self.checkpoints.write(
-                    self.step_trainer.engine,
-                    step,
-                    parent_version,
-                    offsets,
-                    final=final,
-                    sampler_state=state,
-                )
-                upload.set_attributes(
-                    {
-                        "rft.version": step,
-                        "rft.uri": self.checkpoints.store.uri(step),
-                        "rft.files": len(manifest.files),
-                        "rft.bytes": sum(f.size for f in manifest.files),
-                        "rft.with_trainer_state": bool(manifest.extra.get("trainer_state")),
-                    }
-                )
-            event = WeightVersion(
-                version=step,
-                train_step=step,
-                uri=self.checkpoints.store.uri(step),
-                manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
-                consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
-                parent_version=parent_version,
-            )
-            # the WeightVersion's headers carry this span: each explorer's load links to it
-            with tracer.start_as_current_span(ANNOUNCE, kind=SpanKind.PRODUCER) as announce:
-                announce.set_attributes(
-                    {
-                        "rft.version": step,
-                        "messaging.destination.name": self.clients.weights_topic,
-                    }
-                )
-                self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
-                self.clients.writer.flush()
+            positions = [TopicPartitionOffset(t, p, o) for t, p, o in offsets]
+            publish_context = trace.set_span_in_context(span)
+
+            def stage(manifest: CheckpointManifest) -> None:
+                # a sibling of the upload under the version's span; the WeightVersion's headers
+                # carry it, and each explorer's load links to it
+                with tracer.start_as_current_span(
+                    ANNOUNCE, context=publish_context, kind=SpanKind.PRODUCER
+                ) as announce:
+                    announce.set_attributes(
+                        {
+                            "rft.version": step,
+                            "messaging.destination.name": self.clients.weights_topic,
+                        }
+                    )
+                    self.stage_announcement(manifest, parent_version, positions)
+
+            try:
+                with tracer.start_as_current_span(UPLOAD) as upload:
+                    manifest = self.checkpoints.write(
+                        self.step_trainer.engine,
+                        step,
+                        parent_version,
+                        offsets,
+                        final=final,
+                        sampler_state=state,
+                        before_commit=stage,
+                    )
+                    upload.set_attributes(
+                        {
+                            "rft.version": step,
+                            "rft.uri": self.checkpoints.store.uri(step),
+                            "rft.files": len(manifest.files),
+                            "rft.bytes": sum(f.size for f in manifest.files),
+                            "rft.with_trainer_state": bool(manifest.extra.get("trainer_state")),
+                        }
+                    )
+            except BaseException as exc:
+                self.abort_announcement(exc)
+                raise
+            self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
         if self.keep_checkpoints:
-            self.checkpoints.store.prune(keep_last=self.keep_checkpoints)
+            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
         self.last_published, self.sync_requested = step, False
         self.summary.published_versions.append(step)
         log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
+
+    def stage_announcement(
+        self,
+        manifest: CheckpointManifest,
+        parent: int,
+        positions: list[TopicPartitionOffset],
+    ) -> None:
+        """Open the version's transaction: its WeightVersion and the group's offsets, flushed,
+        so a fenced producer fails here, before the manifest exists."""
+        writer = self.clients.writer
+        event = WeightVersion(
+            version=manifest.version,
+            train_step=manifest.train_step,
+            uri=self.checkpoints.store.uri(manifest.version),
+            manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
+            consumed_offsets=tuple(TopicOffset(p.topic, p.partition, p.offset) for p in positions),
+            parent_version=parent,
+        )
+        writer.begin()
+        writer.send(self.clients.weights_topic, event, key=b"weights")
+        try:
+            writer.send_offset_positions(self.clients.experiences, positions)
+        except FencedError:
+            raise
+        except TransactionError as exc:
+            if not exc.requires_abort:
+                raise
+            # The group dropped this consumer (a rebalance, a long step). Its committed offsets
+            # only inform lag monitors (resumes read the manifest's), so announce without them.
+            log.warning("v%d announced without group offsets: %s", manifest.version, exc)
+            writer.abort()
+            writer.begin()
+            writer.send(self.clients.weights_topic, event, key=b"weights")
+        writer.flush()
+
+    def abort_announcement(self, cause: BaseException) -> None:
+        """Abort a staged announcement after a failed publish; a fenced producer cannot (and
+        need not: its transaction is void)."""
+        if not self.clients.writer.in_transaction or isinstance(cause, FencedError):
+            return
+        try:
+            self.clients.writer.abort()
+        except TransportError as exc:
+            log.warning("could not abort the announcement's transaction: %s", exc)
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since

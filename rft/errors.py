@@ -43,6 +43,12 @@ class TransportError(RftError):
     """The event plane (Kafka) failed: broker unreachable, delivery failed, commit failed."""
 
 
+class FencedError(RftError):
+    """Another process took over this process's role (a newer producer with its transactional id,
+    or another writer created the checkpoint version it was writing): it must publish nothing more
+    and exit."""
+
+
 class StorageError(RftError):
     """The object store failed or an object is missing."""
 

@@ -509,7 +509,7 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_engines_trainer.py",
     ),
     "TrainerConfig.max_checkpoints_to_keep": Fate(
-        "older versions are pruned after each publish",
+        "older versions are pruned after each publish, except those live explorers report loaded",
         _TRAINER,
         "tests/integration/test_trainer_resume.py",
     ),

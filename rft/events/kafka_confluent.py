@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -43,6 +43,7 @@ from rft.events.transport import (
     KafkaBackend,
     PartitionBounds,
     PartitionInfo,
+    ProducerFencedError,
     Record,
     RecordConsumer,
     RecordProducer,
@@ -52,6 +53,7 @@ from rft.events.transport import (
     TopicSpec,
     TransactionError,
     commit_metadata_text,
+    fenced_message,
     group_state_name,
 )
 
@@ -83,6 +85,11 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+# What a producer whose transactional id a newer one took over is told (librdkafka's own code,
+# the broker's since Kafka 2.7, and the older broker code).
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
 
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
@@ -394,6 +401,14 @@ class ConfluentRecordProducer(RecordProducer):
             )
 
     def _raise_failures(self) -> None:
+        if self._fatal is not None and self._fatal.code() in _FENCED:
+            raise ProducerFencedError(
+                fenced_message(
+                    self._transactional_id,
+                    self._settings.bootstrap_servers,
+                    f"{self._fatal.name()}: {self._fatal.str()}",
+                )
+            )
         if self._fatal is not None:
             raise TransportError(
                 f"Kafka producer for {self._settings.bootstrap_servers} failed fatally: "
@@ -433,13 +448,33 @@ class ConfluentRecordProducer(RecordProducer):
     def flush(self, timeout_s: float = 30.0) -> None:
         if self._client is None:
             return
-        remaining = self._client.flush(timeout_s)
+        try:
+            remaining = self._client.flush(timeout_s)
+        except (KafkaException, SystemError) as exc:
+            # A fatal error surfaces from flush itself; the client wraps it in a SystemError when
+            # it arrives while a delivery callback runs, the KafkaException as its cause.
+            self._raise_flush_error(exc)
         self._raise_failures()
         if remaining:
             raise TransportError(
                 f"{remaining} record(s) not acknowledged by {self._settings.bootstrap_servers} "
                 f"within {timeout_s:g}s"
             )
+
+    def _raise_flush_error(self, exc: BaseException) -> NoReturn:
+        cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
+        err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+        if isinstance(err, KafkaError) and err.code() in _FENCED:
+            raise ProducerFencedError(
+                fenced_message(
+                    self._transactional_id,
+                    self._settings.bootstrap_servers,
+                    f"flush: {err.name()}: {err.str()}",
+                )
+            ) from exc
+        raise TransportError(
+            f"flush to {self._settings.bootstrap_servers} failed: {_error_text(cause or exc)}"
+        ) from exc
 
     def _transactional(self, step: str, action: Callable[[Producer], None]) -> None:
         if self._transactional_id is None:
@@ -452,6 +487,14 @@ class ConfluentRecordProducer(RecordProducer):
             action(producer)
         except KafkaException as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if err is not None and err.code() in _FENCED:
+                raise ProducerFencedError(
+                    fenced_message(
+                        self._transactional_id,
+                        self._settings.bootstrap_servers,
+                        f"transaction {step}: {_error_text(exc)}",
+                    )
+                ) from exc
             raise TransactionError(
                 f"transaction {step} failed for transactional.id {self._transactional_id!r} on "
                 f"{self._settings.bootstrap_servers}: {_error_text(exc)}",

@@ -15,11 +15,13 @@ from typing import Any
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import (
+    InvalidProducerEpochError,
     KafkaError,
     TopicAlreadyExistsError,
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
 )
+from kafka.errors import ProducerFencedError as ProducerFencedError_
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from rft.config.connections import KafkaSettings
@@ -33,6 +35,7 @@ from rft.events.transport import (
     KafkaBackend,
     PartitionBounds,
     PartitionInfo,
+    ProducerFencedError,
     Record,
     RecordConsumer,
     RecordProducer,
@@ -42,6 +45,7 @@ from rft.events.transport import (
     TopicSpec,
     TransactionError,
     commit_metadata_text,
+    fenced_message,
     group_state_name,
 )
 
@@ -351,6 +355,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         self._client: KafkaProducer | None = None
         self._initialised = False
         self._failures: list[str] = []
+        self._fenced: str | None = None  # a delivery refused because a newer producer took over
 
     @property
     def _producer(self) -> KafkaProducer:
@@ -364,6 +369,12 @@ class KafkaPythonRecordProducer(RecordProducer):
         return self._client
 
     def _raise_failures(self) -> None:
+        if self._fenced is not None:
+            raise ProducerFencedError(
+                fenced_message(
+                    self._transactional_id, self._settings.bootstrap_servers, self._fenced
+                )
+            )
         if self._failures:
             first, count = self._failures[0], len(self._failures)
             self._failures = []
@@ -392,6 +403,8 @@ class KafkaPythonRecordProducer(RecordProducer):
         def failed(exc: BaseException) -> None:
             if isinstance(exc, TransactionAbortedError):
                 return  # records of an aborted transaction are discarded on purpose
+            if isinstance(exc, (ProducerFencedError_, InvalidProducerEpochError)):
+                self._fenced = f"delivery to {topic}: {exc!r}"
             where = f"{topic}[{partition if partition is not None else 'any'}]"
             self._failures.append(f"delivery to {where} failed: {exc!r}")
 
@@ -412,12 +425,22 @@ class KafkaPythonRecordProducer(RecordProducer):
     def _transactional(self, step: str, action: Callable[[KafkaProducer], None]) -> None:
         if self._transactional_id is None:
             raise TransportError(f"{step} needs a producer opened with a transactional_id")
+        if self._fenced is not None:  # no step of a fenced producer can succeed
+            self._raise_failures()
         producer = self._producer
         try:
             if not self._initialised:
                 producer.init_transactions()
                 self._initialised = True
             action(producer)
+        except (ProducerFencedError_, InvalidProducerEpochError) as exc:
+            raise ProducerFencedError(
+                fenced_message(
+                    self._transactional_id,
+                    self._settings.bootstrap_servers,
+                    f"transaction {step}: {exc!r}",
+                )
+            ) from exc
         except KafkaError as exc:
             raise TransactionError(
                 f"transaction {step} failed for transactional_id {self._transactional_id!r} on "

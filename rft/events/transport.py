@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
-from rft.errors import ConfigError, TransportError
+from rft.errors import ConfigError, FencedError, TransportError
 from rft.registry import Registry
 
 Headers = list[tuple[str, bytes]]
@@ -32,6 +32,22 @@ class TransactionError(TransportError):
     def __init__(self, message: str, *, requires_abort: bool) -> None:
         super().__init__(message)
         self.requires_abort = requires_abort
+
+
+class ProducerFencedError(TransactionError, FencedError):
+    """A newer producer initialised this producer's transactional id (its epoch bump fenced this
+    one): nothing this producer sends can commit any more, and the process must stop."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, requires_abort=False)
+
+
+def fenced_message(transactional_id: str | None, bootstrap: str, detail: str) -> str:
+    """The one line a fenced producer's process ends with, for every backend."""
+    return (
+        f"fenced: another process started with transactional id {transactional_id!r} on "
+        f"{bootstrap} and took over; this one publishes nothing more ({detail})"
+    )
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,13 @@ it also commits a reader's offsets atomically with the events written (`send_off
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from rft.config.connections import KafkaSettings
+from rft.errors import FencedError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import SCHEMA_HEADER
 from rft.events.models import Event
@@ -85,6 +87,10 @@ class EventWriter:
         """Block until every queued event is acknowledged by all in-sync replicas."""
         self._producer.flush(timeout_s)
 
+    @property
+    def in_transaction(self) -> bool:
+        return self._in_transaction
+
     def begin(self) -> None:
         self._producer.begin_transaction()
         self._in_transaction = True
@@ -137,6 +143,12 @@ class EventWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if isinstance(exc, FencedError):
+            # A fenced producer can neither abort nor flush (its transaction is void already):
+            # let the fence be the error the caller sees, not a second one from cleaning up.
+            with contextlib.suppress(TransportError):
+                self.close()
+            return
         try:
             if self._in_transaction and exc is not None:
                 self.abort()

@@ -9,6 +9,7 @@ from rft.storage.checkpoint_store import BASE_VERSION, CheckpointStore
 from rft.storage.object_store import (
     OBJECT_STORES,
     LocalObjectStore,
+    ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
@@ -25,6 +26,7 @@ __all__ = [
     "LocalObjectStore",
     "ManifestFile",
     "ObjectInfo",
+    "ObjectExistsError",
     "ObjectNotFoundError",
     "ObjectStore",
     "S3ObjectStore",

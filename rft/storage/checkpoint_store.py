@@ -2,7 +2,9 @@
 
 Layout: `<project>/<name>/v<version:06d>/<files...>` plus `manifest.json` in the same directory.
 A version exists only once its manifest does: `write` uploads every file first and the manifest
-last, and readers look at manifests only, so a crashed write is invisible. `download` checks every
+last, and readers look at manifests only, so a crashed write is invisible. The manifest is
+created only if absent (S3 If-None-Match, O_EXCL locally): that create is the commit point, and
+of two writers of one version exactly one commits it; the other gets `VersionTakenError`. `download` checks every
 file's size and sha256 and publishes the directory only when all match.
 
 Version 0 is the base model and is never written: with no checkpoint, `latest_version()` is 0 and
@@ -18,19 +20,25 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from rft.errors import CheckpointError, StorageError
+from rft.errors import CheckpointError, FencedError, StorageError
 from rft.storage.checkpoint_manifest import (
     MANIFEST_NAME,
     CheckpointManifest,
     ConsumedOffset,
     ManifestFile,
 )
-from rft.storage.object_store_base import ObjectNotFoundError, ObjectStore, validate_key
+from rft.storage.object_store_base import (
+    ObjectExistsError,
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStore,
+    validate_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +51,10 @@ TRAINER_STATE_DIR = "trainer_state/"
 _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 
 OffsetLike = ConsumedOffset | tuple[str, int, int]
+
+
+class VersionTakenError(CheckpointError, FencedError):
+    """Another writer created this version's manifest first; this writer's version is void."""
 
 
 class _Sha256Reader:
@@ -114,11 +126,17 @@ class CheckpointStore:
         consumed_offsets: Iterable[OffsetLike] = (),
         parent_version: int | None = None,
         extra: Mapping[str, Any] | None = None,
+        before_commit: Callable[[CheckpointManifest], None] | None = None,
     ) -> CheckpointManifest:
         """Upload every file under `local_dir` as `version`, then its manifest; return it.
 
+        `before_commit(manifest)` runs after the files are up and before the manifest is
+        created; if it raises, no manifest is written (the trainer checks there that it still
+        owns the run, and stages its announcement).
+
         Versions are immutable: writing a version that already has a manifest raises
-        CheckpointError. Rewriting a version whose earlier write crashed (files, no manifest) is
+        CheckpointError; one whose manifest another writer creates while this one uploads raises
+        VersionTakenError. Rewriting a version whose earlier write crashed (files, no manifest) is
         allowed and overwrites the leftovers.
         """
         self._check_version(version)
@@ -150,7 +168,9 @@ class CheckpointStore:
             extra=dict(extra or {}),
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
-        self.store.put_bytes(manifest_key, payload)
+        if before_commit is not None:
+            before_commit(manifest)
+        self._commit_manifest(version, manifest_key, payload)
         log.info(
             "checkpoint v%d written: %d files, %d bytes at %s",
             version,
@@ -159,6 +179,23 @@ class CheckpointStore:
             self.uri(version),
         )
         return manifest
+
+    def _commit_manifest(self, version: int, key: str, payload: bytes) -> None:
+        """Create the manifest if absent: the commit point of the version."""
+        try:
+            self.store.put_bytes_if_absent(key, payload)
+        except ObjectExistsError as exc:
+            # A PUT retried after a lost response finds its own first attempt: same bytes.
+            try:
+                if self.store.get_bytes(key) == payload:
+                    return
+            except ObjectNotFoundError:
+                pass  # pruned meanwhile: still someone else's version
+            raise VersionTakenError(
+                f"checkpoint v{version}: another writer created its manifest first at "
+                f"{self.store.uri(key)}; this writer's v{version} is void (is a second trainer "
+                "running on this run?)"
+            ) from exc
 
     def _upload_file(self, version: int, local: Path, rel: str) -> ManifestFile:
         path = local / rel
@@ -187,15 +224,18 @@ class CheckpointStore:
 
     def _scan(self) -> dict[int, bool]:
         """Every version directory present -> whether it has a manifest."""
-        found: dict[int, bool] = {}
+        return {
+            version: any(o.key == self._manifest_key(version) for o in objects)
+            for version, objects in self.version_objects().items()
+        }
+
+    def version_objects(self) -> dict[int, list[ObjectInfo]]:
+        """Every version directory present -> the objects under it (manifest included)."""
+        found: dict[int, list[ObjectInfo]] = {}
         for info in self.store.list(self._root):
-            rel = info.key[len(self._root) :]
-            match = _VERSION_DIR.match(rel)
-            if not match:
-                continue
-            version = int(match.group(1))
-            is_manifest = rel[match.end() :] == MANIFEST_NAME
-            found[version] = found.get(version, False) or is_manifest
+            match = _VERSION_DIR.match(info.key[len(self._root) :])
+            if match:
+                found.setdefault(int(match.group(1)), []).append(info)
         return found
 
     def latest_version(self) -> int:
@@ -298,13 +338,18 @@ class CheckpointStore:
 
     # -- retention ----------------------------------------------------------------------------
 
-    def prune(self, keep_last: int) -> list[int]:
+    def prune(
+        self, keep_last: int, in_use: Callable[[], Collection[int] | None] | None = None
+    ) -> list[int]:
         """Delete all but the newest `keep_last` complete versions; return the versions removed.
 
-        The newest complete version is never deleted. Incomplete directories (crash leftovers)
-        older than the newest complete version are removed too; newer ones may be a write in
-        progress and are left alone. A version's manifest is deleted before its files, so a
-        version being pruned turns invisible first and is never seen half-deleted.
+        The newest complete version is never deleted, nor any version `in_use()` names (the
+        versions live explorers still hold; asked only when something would be deleted). When
+        `in_use()` returns None (not known), no complete version is deleted. Incomplete
+        directories (crash leftovers) older than the newest complete version are removed too;
+        newer ones may be a write in progress and are left alone. A version's manifest is
+        deleted before its files, so a version being pruned turns invisible first and is never
+        seen half-deleted.
         """
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise CheckpointError(f"prune keep_last must be an integer >= 1, got {keep_last!r}")
@@ -314,12 +359,27 @@ class CheckpointStore:
             return []
         newest = complete[-1]
         doomed = set(complete[:-keep_last])
+        if doomed and in_use is not None:
+            held = in_use()
+            kept = doomed if held is None else doomed & set(held)
+            if kept:
+                log.info(
+                    "retention keeps versions %s: live explorers hold (or may hold) them",
+                    sorted(kept),
+                )
+            doomed -= kept
         doomed |= {v for v, has_manifest in scan.items() if not has_manifest and v < newest}
         for version in sorted(doomed):
             self._delete_version(version)
         if doomed:
             log.info("pruned checkpoint versions %s of %s", sorted(doomed), self)
         return sorted(doomed)
+
+    def delete_version(self, version: int) -> None:
+        """Remove a version directory: manifest first (the version turns invisible), then
+        the files; a directory without a manifest (crash leftovers) is removed the same way."""
+        self._check_version(version)
+        self._delete_version(version)
 
     def _delete_version(self, version: int) -> None:
         prefix = self.version_prefix(version)

@@ -17,6 +17,7 @@ from pathlib import Path
 from rft.errors import StorageError
 from rft.storage.object_store_base import (
     CHUNK_SIZE,
+    ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
@@ -55,6 +56,17 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"cannot create store root {self.root}: {exc}") from exc
 
     def put_stream(self, key: str, stream: ReadableStream, length: int) -> ObjectInfo:
+        return self._write(key, stream, length, exclusive=False)
+
+    def put_bytes_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        return self._write(key, io.BytesIO(data), len(data), exclusive=True)
+
+    def _write(
+        self, key: str, stream: ReadableStream, length: int, *, exclusive: bool
+    ) -> ObjectInfo:
+        """Write to a temp file, then move it into place: `os.replace` overwrites; `os.link`
+        (exclusive) fails if the name exists, the same O_EXCL guarantee, and the object still
+        appears whole."""
         path = self._path(key)
         tmp = path.with_name(f"{_TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}")
         written = 0
@@ -74,7 +86,15 @@ class LocalObjectStore(ObjectStore):
                 raise StorageError(
                     f"upload of {self.uri(key)}: stream ended after {written} of {length} bytes"
                 )
-            os.replace(tmp, path)
+            if exclusive:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError as exc:
+                    raise ObjectExistsError(
+                        f"{self.uri(key)} already exists (file {path})"
+                    ) from exc
+            else:
+                os.replace(tmp, path)
         except OSError as exc:
             raise StorageError(f"cannot write {self.uri(key)} at {path}: {exc}") from exc
         finally:
@@ -113,7 +133,7 @@ class LocalObjectStore(ObjectStore):
             raise StorageError(f"cannot stat {self.uri(key)} at {path}: {exc}") from exc
         if not path.is_file():
             raise ObjectNotFoundError(f"no object {self.uri(key)}: {path} is a directory")
-        return ObjectInfo(key=key, size=st.st_size, etag=f"{st.st_size:x}-{st.st_mtime_ns:x}")
+        return ObjectInfo(key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}", st.st_mtime)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         # Walk only the deepest directory the prefix names fully, then filter by string prefix,
@@ -137,7 +157,9 @@ class LocalObjectStore(ObjectStore):
                         except FileNotFoundError:
                             continue  # deleted while listing
                         found.append(
-                            ObjectInfo(key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}")
+                            ObjectInfo(
+                                key, st.st_size, f"{st.st_size:x}-{st.st_mtime_ns:x}", st.st_mtime
+                            )
                         )
         except OSError as exc:
             raise StorageError(f"cannot list {self.base_uri}/{clean}: {exc}") from exc

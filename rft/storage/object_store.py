@@ -18,6 +18,7 @@ from rft.registry import Registry
 from rft.storage.local_object_store import LocalObjectStore
 from rft.storage.object_store_base import (
     CHUNK_SIZE,
+    ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
@@ -29,6 +30,7 @@ __all__ = [
     "OBJECT_STORES",
     "LocalObjectStore",
     "ObjectInfo",
+    "ObjectExistsError",
     "ObjectNotFoundError",
     "ObjectStore",
     "S3ObjectStore",

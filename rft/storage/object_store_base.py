@@ -33,9 +33,14 @@ class ObjectNotFoundError(StorageError):
     """The key (or the bucket holding it) does not exist."""
 
 
+class ObjectExistsError(StorageError):
+    """`put_bytes_if_absent` found the key already there; nothing was written."""
+
+
 @dataclass(frozen=True)
 class ObjectInfo:
-    """One stored object: its key relative to the store, its size in bytes and its etag.
+    """One stored object: its key relative to the store, its size in bytes, its etag and when it
+    was last written (seconds since the epoch; None where the call that made it does not say).
 
     The etag is an opaque change token: equal etags mean unchanged content within one backend,
     but it is not a content hash that can be compared across backends.
@@ -44,6 +49,7 @@ class ObjectInfo:
     key: str
     size: int
     etag: str
+    modified: float | None = None
 
 
 def validate_key(key: str) -> str:
@@ -113,6 +119,15 @@ class ObjectStore(ABC):
     @abstractmethod
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         """Store `data` under `key`."""
+
+    @abstractmethod
+    def put_bytes_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        """Create `key` with `data` only if no object has that key; ObjectExistsError otherwise.
+
+        Of any number of concurrent creators of one key exactly one succeeds, and the object
+        appears whole or not at all. It is the commit point of a checkpoint version: two writers
+        can never both create one version's manifest.
+        """
 
     @abstractmethod
     def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:

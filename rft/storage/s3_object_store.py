@@ -20,6 +20,7 @@ from rft.config.connections import ObjectStoreSettings
 from rft.errors import StorageError
 from rft.storage.object_store_base import (
     CHUNK_SIZE,
+    ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
     ObjectStore,
@@ -32,6 +33,9 @@ T = TypeVar("T")
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject", "ResourceNotFound"})
 _BUCKET_TAKEN_CODES = frozenset({"BucketAlreadyOwnedByYou", "BucketAlreadyExists"})
+# A conditional PUT that lost: 412 when the key exists, 409 when another conditional write of the
+# same key is in flight (S3 and MinIO both answer so).
+_EXISTS_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 
 # Short connect timeout so an absent endpoint fails fast; generous read timeout for big objects.
 _TIMEOUT = urllib3.Timeout(connect=5.0, read=120.0)
@@ -146,6 +150,27 @@ class S3ObjectStore(ObjectStore):
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
         return self.put_stream(key, io.BytesIO(data), len(data))
 
+    def put_bytes_if_absent(self, key: str, data: bytes) -> ObjectInfo:
+        name = self._object_name(key)
+        client = self.client
+        # `put_object` treats unknown headers as user metadata (x-amz-meta-*), so the
+        # conditional header goes through the SDK's single-request PUT, which sends them as given.
+        headers: dict[str, str | list[str] | tuple[str]] = {
+            "If-None-Match": "*",
+            "Content-Type": "application/octet-stream",
+        }
+        try:
+            result = client._put_object(self.bucket, name, data, headers=headers)
+        except S3Error as exc:
+            if exc.code in _EXISTS_CODES:
+                raise ObjectExistsError(
+                    f"{self.uri(key)} already exists (conditional create refused: {exc.code})"
+                ) from exc
+            self._fail(exc, "conditional upload of", key)
+        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+            self._fail(exc, "conditional upload of", key)
+        return ObjectInfo(key=key, size=len(data), etag=str(result.etag or ""))
+
     def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
         name = self._object_name(key)
         client = self.client
@@ -162,7 +187,12 @@ class S3ObjectStore(ObjectStore):
         name = self._object_name(key)
         client = self.client
         obj = self._call("stat of", key, lambda: client.stat_object(self.bucket, name))
-        return ObjectInfo(key=key, size=int(obj.size or 0), etag=str(obj.etag or ""))
+        return ObjectInfo(
+            key=key,
+            size=int(obj.size or 0),
+            etag=str(obj.etag or ""),
+            modified=obj.last_modified.timestamp() if obj.last_modified else None,
+        )
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         full_prefix = self.prefix + prefix.lstrip("/")
@@ -178,6 +208,7 @@ class S3ObjectStore(ObjectStore):
                         key=name[len(self.prefix) :],
                         size=int(obj.size or 0),
                         etag=str(obj.etag or ""),
+                        modified=obj.last_modified.timestamp() if obj.last_modified else None,
                     )
                 )
         except S3Error as exc:

@@ -8,7 +8,9 @@ import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,13 @@ from rft.errors import CheckpointError, StorageError
 from rft.storage import (
     CheckpointStore,
     LocalObjectStore,
+    ObjectExistsError,
     ObjectNotFoundError,
     ObjectStore,
     S3ObjectStore,
 )
+from rft.storage.checkpoint_gc import collect_orphans, find_orphans
+from rft.storage.checkpoint_store import VersionTakenError
 from rft.storage.object_store_base import CHUNK_SIZE
 
 BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.integration)]
@@ -77,6 +82,61 @@ def test_put_get_stat_exists(store: ObjectStore) -> None:
     assert store.exists("dir/a.bin")
     assert not store.exists("dir/b.bin")
     assert not store.exists("dir")  # a "directory" is not an object
+
+
+def test_create_if_absent_never_overwrites(store: ObjectStore) -> None:
+    store.put_bytes_if_absent("v/manifest.json", b"first")
+    with pytest.raises(ObjectExistsError, match=re.escape(store.uri("v/manifest.json"))):
+        store.put_bytes_if_absent("v/manifest.json", b"second")
+    store.put_bytes("v/plain", b"written unconditionally")
+    with pytest.raises(ObjectExistsError):
+        store.put_bytes_if_absent("v/plain", b"x")
+    assert store.get_bytes("v/manifest.json") == b"first"
+    assert store.get_bytes("v/plain") == b"written unconditionally"
+    assert [i.key for i in store.list("v/")] == ["v/manifest.json", "v/plain"]  # no temp files
+    store.delete("v/manifest.json")
+    store.put_bytes_if_absent("v/manifest.json", b"again")  # absent again: creatable again
+    assert store.get_bytes("v/manifest.json") == b"again"
+
+
+def _race(count: int, attempt: Callable[[int], object]) -> tuple[list[int], list[Exception]]:
+    """Run `attempt(i)` for i in range(count) in threads released together: (winners, errors)."""
+    start = threading.Barrier(count)
+    winners: list[int] = []
+    errors: list[Exception] = []
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            attempt(i)
+            winners.append(i)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted on below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return winners, errors
+
+
+def test_concurrent_creators_exactly_one_wins(store: ObjectStore) -> None:
+    winners, errors = _race(6, lambda i: store.put_bytes_if_absent("race", b"writer-%d" % i))
+    assert len(winners) == 1
+    assert len(errors) == 5 and all(isinstance(e, ObjectExistsError) for e in errors)
+    assert store.get_bytes("race") == b"writer-%d" % winners[0]
+
+
+def test_stat_and_list_report_when_an_object_was_written(store: ObjectStore) -> None:
+    before = time.time()
+    store.put_bytes("w/a", b"a")
+    after = time.time()
+    listed = store.list("w/")[0].modified
+    stated = store.stat("w/a").modified
+    for when in (listed, stated):
+        # S3 keeps whole seconds; either clock may be a little off the other
+        assert when is not None and before - 5 <= when <= after + 5
 
 
 def test_empty_object(store: ObjectStore) -> None:
@@ -306,6 +366,39 @@ def test_written_versions_are_immutable(ckpts: CheckpointStore, tmp_path: Path) 
         ckpts.write(1, 1, _model_dir(tmp_path, 2, big=10))
 
 
+def test_two_writers_of_one_version_exactly_one_commits(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    # same weights, different train steps: the manifest says which writer committed
+    src = _model_dir(tmp_path, 1, big=10)
+    other = CheckpointStore(ckpts.store, "proj", "run")
+    writers = (ckpts, other)
+    winners, errors = _race(2, lambda i: writers[i].write(1, 100 + i, src))
+    assert len(winners) == 1 and len(errors) == 1
+    # the loser saw the manifest before uploading, or lost the conditional create after
+    assert isinstance(errors[0], CheckpointError)
+    assert "already exists" in str(errors[0]) or isinstance(errors[0], VersionTakenError)
+    assert ckpts.read_manifest(1).train_step == 100 + winners[0]
+    assert _same_tree(src, ckpts.download(1, tmp_path / "dl"))
+
+
+def test_manifest_created_by_another_writer_voids_this_write(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    class SlowWriter(CheckpointStore):
+        """Another writer commits v1 while this one uploads its files."""
+
+        def _upload_file(self, version: int, local: Path, rel: str) -> object:  # type: ignore[override]
+            if not ckpts.list_versions():
+                ckpts.write(1, 7, _model_dir(tmp_path, 2, big=10))
+            return super()._upload_file(version, local, rel)
+
+    slow = SlowWriter(ckpts.store, "proj", "run")
+    with pytest.raises(VersionTakenError, match=r"v1: another writer created its manifest first"):
+        slow.write(1, 9, _model_dir(tmp_path, 3, big=10))
+    assert ckpts.read_manifest(1).train_step == 7  # the first commit stands
+
+
 def test_prune_keeps_the_newest(ckpts: CheckpointStore, tmp_path: Path) -> None:
     for version in (1, 2, 3):
         ckpts.write(version, version, _model_dir(tmp_path, version, big=10))
@@ -313,3 +406,55 @@ def test_prune_keeps_the_newest(ckpts: CheckpointStore, tmp_path: Path) -> None:
     assert ckpts.list_versions() == [3]
     assert [i.key.split("/")[2] for i in ckpts.store.list("proj/run/")] == ["v000003"] * 4
     assert _same_tree(tmp_path / "model-3", ckpts.download(3, tmp_path / "dl"))
+
+
+def test_prune_spares_the_versions_live_explorers_hold(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    for version in (1, 2, 3, 4, 5):
+        ckpts.write(version, version, _model_dir(tmp_path, version, big=10))
+    asked: list[int] = []
+
+    def held(versions: set[int] | None) -> Callable[[], set[int] | None]:
+        def in_use() -> set[int] | None:
+            asked.append(1)
+            return versions
+
+        return in_use
+
+    assert ckpts.prune(keep_last=2, in_use=held(None)) == []  # not known: nothing goes
+    assert ckpts.prune(keep_last=2, in_use=held({2, 5})) == [1, 3]
+    assert ckpts.list_versions() == [2, 4, 5]
+    assert len(asked) == 2
+    assert ckpts.prune(keep_last=3, in_use=held({2})) == []  # nothing doomed: not even asked
+    assert len(asked) == 2
+    assert ckpts.prune(keep_last=1, in_use=held(set())) == [2, 4]  # released: pruned
+    assert _same_tree(tmp_path / "model-5", ckpts.download(5, tmp_path / "dl"))
+
+
+def _orphan(ckpts: CheckpointStore, version: int, files: int = 2) -> None:
+    for i in range(files):
+        ckpts.store.put_bytes(ckpts.version_prefix(version) + f"part-{i}.bin", b"x" * (10 + i))
+
+
+def test_gc_removes_orphans_older_than_the_ttl_only(ckpts: CheckpointStore, tmp_path: Path) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path, 1, big=10))
+    _orphan(ckpts, 2)
+    _orphan(ckpts, 3, files=1)
+    written = time.time()
+    found = find_orphans(ckpts)
+    assert [(o.version, o.files, o.size) for o in found] == [(2, 2, 21), (3, 1, 10)]
+    assert all(abs(o.newest_write - written) < 10 for o in found)
+
+    # written just now: a write that may be in progress, kept under a one-hour TTL
+    collected, kept = collect_orphans(ckpts, 3600.0)
+    assert collected == [] and [o.version for o in kept] == [2, 3]
+    # an hour and a bit later (the clock given, not waited for): both are old enough
+    later = max(o.newest_write for o in found) + 3601
+    collected, kept = collect_orphans(ckpts, 3600.0, dry_run=True, now=later)
+    assert [o.version for o in collected] == [2, 3] and kept == []
+    assert sorted(ckpts.version_objects()) == [1, 2, 3]  # a dry run removes nothing
+    collected, _ = collect_orphans(ckpts, 3600.0, now=later)
+    assert [o.version for o in collected] == [2, 3]
+    assert sorted(ckpts.version_objects()) == [1]  # the version with a manifest is untouched
+    assert _same_tree(tmp_path / "model-1", ckpts.download(1, tmp_path / "dl"))

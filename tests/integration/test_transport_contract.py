@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -12,12 +13,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import get_current_span
 
 from rft.config.connections import KafkaSettings
-from rft.errors import DecodeError, TransportError
+from rft.errors import DecodeError, FencedError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Metric
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import TopicNames, ensure_topics
-from rft.events.transport import TopicSpec, kafka_backend
+from rft.events.transport import ProducerFencedError, TopicSpec, kafka_backend
 from rft.events.writer import EventWriter
 
 pytestmark = pytest.mark.integration
@@ -168,6 +169,36 @@ def test_committed_transactions_are_visible_and_aborted_are_not(
         got = read(reader, 4)
         got += read_nothing_more(reader)
     assert [e.event.step for e in got] == [0, 1, 2, 3]
+
+
+def test_a_second_producer_with_the_same_transactional_id_fences_the_first(
+    kafka: KafkaSettings, unique: str
+) -> None:
+    # what two explorer processes with one explorer id, or two trainers of one run, amount to
+    topic = make_topic(kafka, f"t.{unique}.fence")
+    first = EventWriter.open(kafka, transactional_id=f"tx-{unique}")
+    first.begin()
+    first.send(topic, metric(0))
+    first.commit()
+    first.begin()
+    first.send(topic, metric(1))  # in flight when the second producer starts: it is aborted
+    first.flush()
+    with EventWriter.open(kafka, transactional_id=f"tx-{unique}") as second:
+        second.begin()
+        second.send(topic, metric(2))
+        second.commit()
+        # the fenced producer learns it at its next flush, before anything it sent can commit
+        first.send(topic, metric(3))
+        with pytest.raises(ProducerFencedError, match="fenced: another process started with"):
+            first.flush()
+        with pytest.raises(FencedError):
+            first.commit()
+    with contextlib.suppress(TransportError):
+        first.close()
+    with EventReader.open(kafka, f"g-{unique}", [topic]) as reader:
+        got = read(reader, 2)
+        got += read_nothing_more(reader)
+    assert [e.event.step for e in got] == [0, 2]  # read_committed: nothing of the fenced one's
 
 
 def test_transaction_commits_consumed_offsets_with_the_events_written(
