@@ -41,8 +41,9 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RftError, TasksetError
+from rft.errors import RecordTooLargeError, RftError, TasksetError
 from rft.events.codec import EventCodec
+from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
@@ -181,6 +182,7 @@ class Explorer:
                 weights_group,
                 self.plan.checkpoint_store(),
                 consumer_config=self.plan.consumer_config,
+                dead_letter_topic=topics.dead_letter,
             ) as follower,
         ):
             metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
@@ -274,11 +276,24 @@ class Explorer:
             given_up.update(outcome.given_up)
             tx.begin()
             sent = 0
+            kept = []
             for result in results:
                 sampled_by = task_versions.get(result.task.task_id, version)
-                for exp in self._experiences(result, sampled_by):
-                    tx.send(self.plan.experience_topic, exp, key=exp.task_id)
-                    sent += 1
+                tid = result.task.task_id
+                try:  # a group goes whole or not at all: check every record before queueing one
+                    records = [
+                        tx.prepare(self.plan.experience_topic, exp, key=exp.task_id)
+                        for exp in self._experiences(result, sampled_by)
+                    ]
+                except RecordTooLargeError as exc:
+                    given_up[tid] = RecordTooLargeError(f"task {tid}: an experience's {exc}")
+                    continue
+                for record in records:
+                    tx.send_record(record)
+                kept.append(result)
+                sent += len(records)
+            refused = len(results) - len(kept)
+            results = kept
             for task_id, error in given_up.items():
                 self._dead_letter(tx, by_id[task_id], error)
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
@@ -292,25 +307,30 @@ class Explorer:
             version,
             len(given_up),
             metrics,
-            outcome.metrics() | sync_metrics | {"model_version_end": float(engine.model_version)},
+            outcome.metrics()
+            | sync_metrics
+            | {
+                "model_version_end": float(engine.model_version),
+                "oversized_experiences": float(refused),
+            },
         )
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""
-        tx.send(
-            self.plan.topics.dead_letter,
-            DeadLetter.for_error(
-                error,
-                topic=env.topic,
-                partition=env.partition,
-                offset=env.offset,
-                payload=EventCodec.default().encode(env.event),
-                consumer=self.plan.explorer_group,
-                key=env.key,
-                headers=env.headers,
-            ),
+        letter = DeadLetter.for_error(
+            error,
+            topic=env.topic,
+            partition=env.partition,
+            offset=env.offset,
+            payload=EventCodec.default().encode(env.event),
+            consumer=self.plan.explorer_group,
             key=env.key,
+            headers=env.headers,
         )
+        try:
+            tx.send(self.plan.topics.dead_letter, letter, key=env.key)
+        except RecordTooLargeError:
+            tx.send(self.plan.topics.dead_letter, without_payload(letter), key=env.key)
         log.warning(
             "%s[%d]@%d: %s; parked in dead-letter", env.topic, env.partition, env.offset, error
         )
@@ -390,6 +410,7 @@ class Explorer:
                 self.plan.topics.eval_tasks,
                 f"{self.plan.run_id}.eval-reader.{self.explorer_id}",
                 expect_tasks=bool(self.cfg.buffer.explorer_input.eval_tasksets),
+                dead_letter_topic=self.plan.topics.dead_letter,
             )
         return self._eval_tasks
 

@@ -147,9 +147,16 @@ class Trainer:
                 )
             )
             # From the beginning: a request sent before this group's first assignment must not
-            # be lost; requests that a published version already answers are ignored.
+            # be lost; requests that a published version already answers are ignored. The group
+            # never commits, so a restarted trainer parks an undecodable request again.
             control = stack.enter_context(
-                EventReader.open(kafka, control_group, [topics.control], from_beginning=True)
+                EventReader.open(
+                    kafka,
+                    control_group,
+                    [topics.control],
+                    from_beginning=True,
+                    dead_letter_topic=topics.dead_letter,
+                )
             )
             writer = stack.enter_context(EventWriter.open(kafka))
             mirror = stack.enter_context(experience_mirror(self.cfg, tokenizer.decode))

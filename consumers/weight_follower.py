@@ -3,7 +3,10 @@
 Every explorer reads every WeightVersion (its own consumer group, never committed, read from the
 start) and keeps the newest announcement. Loading downloads the version from the checkpoint store,
 which verifies every file's size and sha256 against the manifest; a version that is incomplete or
-corrupt is refused with the reason logged, and the engine keeps the weights it has.
+corrupt is refused with the reason logged, and the engine keeps the weights it has. A record on
+the topic that is not an event (corrupt bytes, an unknown schema fingerprint) is parked in the
+dead-letter topic when one is given, and the follower reads on; its group never commits, so a
+restarted follower parks it again (the letters name the same topic, partition and offset).
 """
 
 from __future__ import annotations
@@ -50,14 +53,25 @@ class WeightFollower:
         checkpoints: CheckpointStore,
         workdir: Path | None = None,
         consumer_config: Mapping[str, Any] | None = None,
+        dead_letter_topic: str | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
         self._reader = EventReader.open(
-            kafka, group_id, [weights_topic], from_beginning=True, config=consumer_config
+            kafka,
+            group_id,
+            [weights_topic],
+            from_beginning=True,
+            dead_letter_topic=dead_letter_topic,
+            config=consumer_config,
         )
+
+    @property
+    def parked(self) -> int:
+        """Undecodable announcements this follower parked in the dead-letter topic."""
+        return self._reader.parked_count
 
     def poll(self, timeout_s: float = 0.0) -> WeightVersion | None:
         """Read announcements that arrived; return the newest known one."""

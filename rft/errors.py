@@ -43,6 +43,11 @@ class TransportError(RftError):
     """The event plane (Kafka) failed: broker unreachable, delivery failed, commit failed."""
 
 
+class RecordTooLargeError(RftError):
+    """A record is over the producer's record size limit; it was refused before sending (not an
+    outage: sending it again cannot succeed)."""
+
+
 class StorageError(RftError):
     """The object store failed or an object is missing."""
 

@@ -1,0 +1,332 @@
+"""Bad input on every topic the explorer and the trainer read, and in the checkpoints they load.
+
+`test_poison_on_every_topic_is_parked_and_the_loop_completes` runs the loop as a user runs it,
+two `rft run` processes (mode explore and mode train, each with its metric follower), after
+corrupt and unknown-schema records were written at the start of `tasks`, `eval-tasks`,
+`experiences`, `weights`, `control` and `metrics`. Every one of them must be parked in
+`dead-letter` with its topic, partition and offset, the warning must name the same, and both
+processes must finish their steps with nothing lost.
+
+`test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_kept` feeds an
+explorer's weight follower a verified version, then one whose file was truncated and one with a
+flipped byte: both are refused naming the version and the file, and the engine keeps serving the
+verified version's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import save_file
+
+from consumers.explorer import Explorer
+from consumers.run_plan import RunPlan
+from consumers.weight_follower import WeightFollower
+from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
+from rft.config import load_config
+from rft.config.connections import StackSettings
+from rft.engines.models import ModelSpec
+from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
+from rft.errors import RecordTooLargeError
+from rft.events.codec import MAGIC, EventCodec
+from rft.events.models import DeadLetter, Experience, Metric, Task, WeightVersion
+from rft.events.reader import EventReader
+from rft.events.topics import TopicNames, ensure_topics
+from rft.events.transport import TopicSpec, kafka_backend
+from rft.events.writer import EventWriter
+from rft.storage.checkpoint_store import CheckpointStore
+from rft.storage.object_store import S3ObjectStore
+from tests.integration.test_rft_loop import read_all, run_config
+from tests.integration.test_weight_follower import announce
+
+pytestmark = pytest.mark.integration
+
+STEPS = 3
+UNKNOWN_FINGERPRINT = bytes.fromhex("0123456789abcdef")
+
+
+def poison_for(codec: EventCodec) -> dict[str, list[tuple[bytes, str]]]:
+    """Per topic suffix, the bad records written at its start and the error each must get."""
+    metric = codec.encode(Metric("c", "r", 1, {"x": 1.0}))
+    experience = codec.encode(
+        Experience(
+            experience_id="e",
+            task_id="t",
+            group_id="g",
+            group_size=1,
+            explorer_id="x",
+            model_version=0,
+            prompt_ids=[1, 2],
+            response_ids=[3],
+            logprobs=[-0.5],
+        )
+    )
+    unknown = MAGIC + UNKNOWN_FINGERPRINT + metric[10:]
+    garbage = b'{"task_id": "not avro"}'
+    return {
+        "tasks": [(garbage, "CorruptEventError"), (unknown, "UnknownSchemaError")],
+        "eval-tasks": [(garbage, "CorruptEventError")],
+        "experiences": [(experience[:-3], "TruncatedEventError"), (unknown, "UnknownSchemaError")],
+        "weights": [(garbage, "CorruptEventError"), (metric + b"\x00", "CorruptEventError")],
+        "control": [(unknown, "UnknownSchemaError")],
+        "metrics": [(garbage, "CorruptEventError")],
+    }
+
+
+def test_poison_on_every_topic_is_parked_and_the_loop_completes(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    raw = run_config(stack, unique, tmp_path, "dynamic_by_explorer", 1)
+    raw["buffer"]["total_steps"] = STEPS
+    raw["stack"]["kafka"]["partitions"] = 1  # the poison comes first in every topic
+    raw["buffer"]["explorer_input"]["eval_tasksets"] = [
+        {
+            "name": "arith_eval",
+            "storage_type": "generator",
+            "path": "arithmetic",
+            "generator_args": {"digits": 1, "operators": ["+"], "num_tasks": 2, "seed": 7},
+            "format": {"prompt_key": "question", "response_key": "answer"},
+            "rollout_args": {"temperature": 0.0},
+        }
+    ]
+    raw["synchronizer"]["sync_timeout"] = 60
+    paths = {}
+    for mode in ("explore", "train"):
+        paths[mode] = tmp_path / f"{mode}.yaml"
+        paths[mode].write_text(yaml.safe_dump({**raw, "mode": mode}))
+    cfg = load_config(paths["explore"])
+    plan = RunPlan(cfg)
+    topics = plan.topics
+    ensure_topics(cfg.stack.kafka, topics)
+    by_suffix = {
+        "tasks": topics.tasks,
+        "eval-tasks": topics.eval_tasks,
+        "experiences": plan.experience_topic,
+        "weights": topics.weights,
+        "control": topics.control,
+        "metrics": topics.metrics,
+    }
+    poison = poison_for(EventCodec.default())
+    with kafka_backend(cfg.stack.kafka).producer() as producer:
+        for suffix, records in poison.items():
+            for value, _ in records:
+                producer.produce(by_suffix[suffix], value, key=b"poison", partition=0)
+        producer.flush()
+    with EventWriter.open(cfg.stack.kafka) as writer:
+        publish_tasksets(
+            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
+        )
+
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-m", "rft.cli.main", "run", "--config", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for mode, path in paths.items()
+    }
+    outputs = {}
+    for mode, proc in procs.items():
+        try:
+            outputs[mode], _ = proc.communicate(timeout=540)
+        except subprocess.TimeoutExpired:
+            for p in procs.values():
+                p.kill()
+            raise
+    for mode, proc in procs.items():
+        assert proc.returncode == 0, f"{mode} exited {proc.returncode}:\n{outputs[mode][-3000:]}"
+
+    letters = [
+        e for e in read_all(cfg, topics.dead_letter, unique + "-d") if isinstance(e, DeadLetter)
+    ]
+    for suffix, records in poison.items():
+        topic = by_suffix[suffix]
+        for offset, (value, error) in enumerate(records):
+            mine = [
+                d
+                for d in letters
+                if (d.source_topic, d.source_partition, d.source_offset) == (topic, 0, offset)
+            ]
+            assert mine, f"{topic}[0]@{offset} was not parked; letters: {letters}"
+            for d in mine:
+                assert d.payload == value and d.source_key == b"poison"
+                assert d.error_class.endswith(error), (topic, offset, d.error_class)
+            # the warning a user reads names the same place
+            where = f"parked undecodable event {topic}[0]@{offset} in {topics.dead_letter}"
+            assert any(where in out for out in outputs.values()), where
+    consumers = {d.consumer for d in letters}
+    assert {plan.explorer_group, plan.trainer_group} <= consumers
+    assert f"{plan.run_id}.trainer-control.{cfg.trainer.name}" in consumers
+
+    # nothing lost: every step explored and trained, every experience written
+    experiences = [
+        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
+    ]
+    assert len(experiences) == STEPS * cfg.buffer.batch_size * cfg.algorithm.repeat_times
+    versions = [
+        e for e in read_all(cfg, topics.weights, unique + "-w") if isinstance(e, WeightVersion)
+    ]
+    assert max(v.train_step for v in versions) == STEPS
+
+
+def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_kept(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    topics = TopicNames.for_run("rft-it", unique)
+    ensure_topics(stack.kafka, topics)
+    engine = create_rollout_engine("hf", RolloutEngineConfig(model=ModelSpec("tiny")))
+    base = {k: v.clone() for k, v in engine.state_dict().items()}
+    objects = S3ObjectStore(stack.object_store, bucket="rft-it")
+    store = CheckpointStore(objects, "rft-it", unique)
+    weights_file = "model.safetensors"
+
+    def write_version(version: int) -> bytes:
+        directory = tmp_path / f"v{version}"
+        directory.mkdir()
+        save_file({k: v + 0.01 * version for k, v in base.items()}, str(directory / weights_file))
+        store.write(version, version, directory)
+        return (directory / weights_file).read_bytes()
+
+    write_version(1)
+    truncated = write_version(2)
+    objects.put_bytes(store.version_prefix(2) + weights_file, truncated[: len(truncated) // 2])
+    flipped = bytearray(write_version(3))
+    flipped[len(flipped) // 2] ^= 0x01
+    objects.put_bytes(store.version_prefix(3) + weights_file, bytes(flipped))
+
+    with WeightFollower(
+        stack.kafka,
+        topics.weights,
+        unique,
+        store,
+        tmp_path / "work",
+        dead_letter_topic=topics.dead_letter,
+    ) as follower:
+        announce(stack, topics.weights, store, 1)
+        assert follower.wait_for(1, timeout_s=30).version == 1
+        assert follower.load_newest(engine) and engine.model_version == 1
+        served = {k: v.clone() for k, v in engine.state_dict().items()}
+        for version in (2, 3):
+            announce(stack, topics.weights, store, version)
+            assert follower.wait_for(version, timeout_s=30).version == version
+            assert not follower.load_newest(engine)
+            assert engine.model_version == 1
+            for name, tensor in engine.state_dict().items():
+                assert torch.equal(tensor, served[name]), f"{name} changed by refused v{version}"
+        uri2 = objects.uri(store.version_prefix(2) + weights_file)
+        uri3 = objects.uri(store.version_prefix(3) + weights_file)
+        assert follower.refused[2] == (
+            f"checkpoint v2: file {weights_file!r} at {uri2} has the wrong size: "
+            f"expected {len(truncated)} bytes, got {len(truncated) // 2}"
+        )
+        assert follower.refused[3].startswith(
+            f"checkpoint v3: file {weights_file!r} at {uri3} is corrupt: expected sha256 "
+        )
+
+
+@pytest.mark.parametrize(
+    ("client", "setting"),
+    [("confluent", "message.max.bytes"), ("kafka-python", "max.request.size")],
+)
+def test_oversized_records_are_refused_before_sending_and_the_writer_goes_on(
+    stack: StackSettings, unique: str, client: str, setting: str
+) -> None:
+    limit = 20_000
+    kafka = dataclasses.replace(stack.kafka, client=client, extra={setting: limit})
+    topic = f"{unique}.metrics"
+    with kafka_backend(kafka).admin() as admin:
+        admin.create_topics([TopicSpec(topic, 1, 1)])
+    big = Metric("c", "r", 1, {f"value_{i:05d}": float(i) for i in range(2000)})
+    size = len(EventCodec.default().encode(big))
+    with EventWriter.open(kafka, transactional_id=f"{unique}-tx") as writer:
+        writer.begin()
+        with pytest.raises(RecordTooLargeError) as refused:
+            writer.send(topic, big, key="big")
+        writer.send(topic, Metric("c", "r", 2, {"small": 1.0}), key="small")
+        writer.commit()
+    message = str(refused.value)
+    print(f"\n[{client}] {type(refused.value).__name__}: {message}")
+    assert message.startswith(f"record for {topic} (key 'big') is ")
+    assert (
+        f"({size:,} of them the event), over the producer's limit of {limit:,} bytes ({setting}"
+        in message
+    )
+    got = read_all(SimpleNamespace(stack=SimpleNamespace(kafka=kafka)), topic, unique + "-r")
+    assert [m.step for m in got] == [2]  # the transaction went on and committed the small one
+
+
+def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explorer_goes_on(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    limit = 2000
+    long_question = "Sum these: " + " + ".join(["1"] * 200) + "?"
+    rows = [
+        {"question": "What is 1 + 1?", "answer": 2},
+        {"question": long_question, "answer": 200},
+        {"question": "What is 2 + 3?", "answer": 5},
+    ]
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    raw = run_config(stack, unique, tmp_path, "trainer_driven", 1)
+    raw["mode"] = "explore"
+    raw["model"] = {"model_path": "tiny", "max_prompt_tokens": 480, "max_response_tokens": 8}
+    raw["algorithm"]["repeat_times"] = 2
+    raw["buffer"]["batch_size"] = len(rows)
+    raw["buffer"]["total_steps"] = 1
+    raw["buffer"]["explorer_input"]["taskset"] = {
+        "name": "sizes",
+        "path": str(data),
+        "format": {"prompt_key": "question", "response_key": "answer"},
+    }
+    raw["stack"]["kafka"]["extra"] = {"message.max.bytes": limit}
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config_path)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    with EventWriter.open(cfg.stack.kafka) as writer:
+        publish_tasksets(
+            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
+        )
+
+    summary = Explorer(cfg, idle_timeout_s=10).run()
+
+    assert summary.steps == 1
+    experiences = [
+        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
+    ]
+    tasks = {
+        t.task_id: t for t in read_all(cfg, plan.topics.tasks, unique + "-t") if isinstance(t, Task)
+    }
+    explored = {tasks[e.task_id].payload["question"] for e in experiences}
+    assert explored == {rows[0]["question"], rows[2]["question"]}
+    assert len(experiences) == 2 * 2  # whole groups of the two tasks that fit
+    (letter,) = [
+        d
+        for d in read_all(cfg, plan.topics.dead_letter, unique + "-d")
+        if isinstance(d, DeadLetter)
+    ]
+    parked = EventCodec.default().decode(letter.payload)
+    assert isinstance(parked, Task) and parked.payload["question"] == long_question
+    assert letter.error_class.endswith("RecordTooLargeError")
+    assert letter.source_topic == plan.topics.tasks
+    print(f"\ndead letter: {letter.error_class}: {letter.error_message}")
+    assert letter.error_message.startswith(
+        f"task {parked.task_id}: an experience's record for {plan.experience_topic} "
+        f"(key {parked.task_id!r}) is "
+    )
+    assert (
+        f"over the producer's limit of {limit:,} bytes (message.max.bytes" in letter.error_message
+    )
+    # every task's offset committed with the step, the parked one included
+    with EventReader.open(cfg.stack.kafka, plan.explorer_group, [plan.topics.tasks]) as reader:
+        assert sum(o.offset for o in reader.committed()) == len(rows)
