@@ -19,8 +19,10 @@ import dataclasses
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -42,6 +44,7 @@ from rft.events.reader import EventReader
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.transport import TopicSpec, kafka_backend
 from rft.events.writer import EventWriter
+from rft.rewards import REWARD_FUNCTIONS
 from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import S3ObjectStore
 from tests.integration.test_rft_loop import read_all, run_config
@@ -79,6 +82,21 @@ def poison_for(codec: EventCodec) -> dict[str, list[tuple[bytes, str]]]:
         "control": [(unknown, "UnknownSchemaError")],
         "metrics": [(garbage, "CorruptEventError")],
     }
+
+
+def read_past_poison(cfg: Any, topic: str, unique: str) -> list[Any]:
+    """Every event of `topic`, the poison parked in a scratch topic of this test's own."""
+    scratch = f"{unique}.scratch-dead-letter"
+    events: list[Any] = []
+    with EventReader.open(
+        cfg.stack.kafka, f"{unique}-check-{topic}", [topic], dead_letter_topic=scratch
+    ) as reader:
+        quiet = 0
+        while quiet < 3:
+            got = reader.poll(500, timeout_s=1.0)
+            quiet = 0 if got else quiet + 1
+            events.extend(e.event for e in got)
+    return events
 
 
 def test_poison_on_every_topic_is_parked_and_the_loop_completes(
@@ -163,17 +181,19 @@ def test_poison_on_every_topic_is_parked_and_the_loop_completes(
             # the warning a user reads names the same place
             where = f"parked undecodable event {topic}[0]@{offset} in {topics.dead_letter}"
             assert any(where in out for out in outputs.values()), where
+    for out in outputs.values():  # the lines a user reads, for the record
+        print("\n".join(line for line in out.splitlines() if "parked undecodable" in line))
     consumers = {d.consumer for d in letters}
     assert {plan.explorer_group, plan.trainer_group} <= consumers
     assert f"{plan.run_id}.trainer-control.{cfg.trainer.name}" in consumers
 
     # nothing lost: every step explored and trained, every experience written
     experiences = [
-        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
+        e for e in read_past_poison(cfg, plan.experience_topic, unique) if isinstance(e, Experience)
     ]
     assert len(experiences) == STEPS * cfg.buffer.batch_size * cfg.algorithm.repeat_times
     versions = [
-        e for e in read_all(cfg, topics.weights, unique + "-w") if isinstance(e, WeightVersion)
+        e for e in read_past_poison(cfg, topics.weights, unique) if isinstance(e, WeightVersion)
     ]
     assert max(v.train_step for v in versions) == STEPS
 
@@ -264,7 +284,23 @@ def test_oversized_records_are_refused_before_sending_and_the_writer_goes_on(
     assert [m.step for m in got] == [2]  # the transaction went on and committed the small one
 
 
-def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explorer_goes_on(
+RELEASE_HUNG = threading.Event()
+
+
+def bad_input_reward(
+    response_text: str, payload: dict[str, Any], **args: Any
+) -> tuple[float, dict]:
+    if payload.get("explode"):
+        raise ValueError(f"cannot score {payload['question']!r}")
+    if payload.get("hang"):
+        RELEASE_HUNG.wait(120)  # a reward fn that never returns in time
+    return float(str(payload["answer"]) in response_text), {}
+
+
+REWARD_FUNCTIONS.add("bad_input_reward", bad_input_reward, replace=True)
+
+
+def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
     limit = 2000
@@ -273,6 +309,8 @@ def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explo
         {"question": "What is 1 + 1?", "answer": 2},
         {"question": long_question, "answer": 200},
         {"question": "What is 2 + 3?", "answer": 5},
+        {"question": "What is 3 + 3?", "answer": 6, "explode": True},
+        {"question": "What is 4 + 4?", "answer": 8, "hang": True},
     ]
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -288,6 +326,9 @@ def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explo
         "format": {"prompt_key": "question", "response_key": "answer"},
     }
     raw["stack"]["kafka"]["extra"] = {"message.max.bytes": limit}
+    raw["buffer"]["explorer_input"]["default_workflow_type"] = "simple_workflow"
+    raw["buffer"]["explorer_input"]["default_reward_fn_type"] = "bad_input_reward"
+    raw["explorer"] |= {"max_timeout": 20, "max_retry_times": 1, "runner_per_model": 5}
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     cfg = load_config(config_path)
@@ -298,7 +339,10 @@ def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explo
             TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
         )
 
-    summary = Explorer(cfg, idle_timeout_s=10).run()
+    try:
+        summary = Explorer(cfg, idle_timeout_s=10).run()
+    finally:
+        RELEASE_HUNG.set()  # let the abandoned reward calls end
 
     assert summary.steps == 1
     experiences = [
@@ -310,16 +354,35 @@ def test_an_experience_over_the_record_limit_dead_letters_its_task_and_the_explo
     explored = {tasks[e.task_id].payload["question"] for e in experiences}
     assert explored == {rows[0]["question"], rows[2]["question"]}
     assert len(experiences) == 2 * 2  # whole groups of the two tasks that fit
-    (letter,) = [
-        d
-        for d in read_all(cfg, plan.topics.dead_letter, unique + "-d")
-        if isinstance(d, DeadLetter)
-    ]
-    parked = EventCodec.default().decode(letter.payload)
-    assert isinstance(parked, Task) and parked.payload["question"] == long_question
+    letters = {}
+    for d in read_all(cfg, plan.topics.dead_letter, unique + "-d"):
+        parked = EventCodec.default().decode(d.payload)
+        assert isinstance(parked, Task) and d.source_topic == plan.topics.tasks
+        letters[parked.payload["question"]] = (d, parked)
+        print(
+            f"\ndead letter {d.source_topic}[{d.source_partition}]@{d.source_offset}: "
+            f"{d.error_class}: {d.error_message}"
+        )
+    assert set(letters) == {r["question"] for r in rows[1:]}
+
+    failed, parked = letters[rows[3]["question"]]
+    assert failed.error_class.endswith("WorkflowFailedError")
+    assert failed.error_message.startswith(
+        f"task {parked.task_id}: gave up after 2 attempt(s) (explorer.max_retry_times is 1); "
+        f"last: ValueError: cannot score 'What is 3 + 3?' (at {__file__}:"
+    )
+    assert failed.error_message.endswith(" in bad_input_reward)")
+    hung, parked = letters[rows[4]["question"]]
+    assert hung.error_class.endswith("WorkflowTimeoutError")
+    assert hung.error_message.startswith(
+        f"task {parked.task_id}: gave up after 2 attempt(s) (explorer.max_retry_times is 1); "
+        "last: task "
+    )
+    assert "timed out after" in hung.error_message
+    assert "while its reward fn 'bad_input_reward' scored it" in hung.error_message
+
+    letter, parked = letters[long_question]
     assert letter.error_class.endswith("RecordTooLargeError")
-    assert letter.source_topic == plan.topics.tasks
-    print(f"\ndead letter: {letter.error_class}: {letter.error_message}")
     assert letter.error_message.startswith(
         f"task {parked.task_id}: an experience's record for {plan.experience_topic} "
         f"(key {parked.task_id!r}) is "
