@@ -242,6 +242,8 @@ def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_
             assert engine.model_version == 1
             for name, tensor in engine.state_dict().items():
                 assert torch.equal(tensor, served[name]), f"{name} changed by refused v{version}"
+        for version, why in sorted(follower.refused.items()):
+            print(f"\nweight version {version} refused, keeping version 1: {why}")
         uri2 = objects.uri(store.version_prefix(2) + weights_file)
         uri3 = objects.uri(store.version_prefix(3) + weights_file)
         assert follower.refused[2] == (
@@ -363,7 +365,7 @@ def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
             f"\ndead letter {d.source_topic}[{d.source_partition}]@{d.source_offset}: "
             f"{d.error_class}: {d.error_message}"
         )
-    assert set(letters) == {r["question"] for r in rows[1:]}
+    assert set(letters) == {rows[i]["question"] for i in (1, 3, 4)}
 
     failed, parked = letters[rows[3]["question"]]
     assert failed.error_class.endswith("WorkflowFailedError")
@@ -374,12 +376,10 @@ def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
     assert failed.error_message.endswith(" in bad_input_reward)")
     hung, parked = letters[rows[4]["question"]]
     assert hung.error_class.endswith("WorkflowTimeoutError")
-    assert hung.error_message.startswith(
+    assert hung.error_message == (
         f"task {parked.task_id}: gave up after 2 attempt(s) (explorer.max_retry_times is 1); "
-        "last: task "
+        "last: timed out after 20 s while its reward fn 'bad_input_reward' scored it"
     )
-    assert "timed out after" in hung.error_message
-    assert "while its reward fn 'bad_input_reward' scored it" in hung.error_message
 
     letter, parked = letters[long_question]
     assert letter.error_class.endswith("RecordTooLargeError")
