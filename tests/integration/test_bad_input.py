@@ -32,7 +32,12 @@ from safetensors.torch import save_file
 from consumers.explorer import Explorer
 from consumers.run_plan import RunPlan
 from consumers.weight_follower import WeightFollower
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
+from producers.task_publisher import (
+    TaskPublisher,
+    has_committed_tasks,
+    load_run_tasksets,
+    publish_tasksets,
+)
 from rft.config import load_config
 from rft.config.connections import StackSettings
 from rft.engines.models import ModelSpec
@@ -393,3 +398,44 @@ def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
     # every task's offset committed with the step, the parked one included
     with EventReader.open(cfg.stack.kafka, plan.explorer_group, [plan.topics.tasks]) as reader:
         assert sum(o.offset for o in reader.committed()) == len(rows)
+
+
+def test_a_dead_letter_too_big_to_send_is_parked_without_its_payload(
+    stack: StackSettings, unique: str
+) -> None:
+    limit = 3000
+    kafka = dataclasses.replace(stack.kafka, extra={"message.max.bytes": limit})
+    source, dead = f"{unique}.src", f"{unique}.dead-letter"
+    with kafka_backend(kafka).admin() as admin:
+        admin.create_topics([TopicSpec(source, 1, 1), TopicSpec(dead, 1, 1)])
+    poison = b"\x00" * (limit - 200)  # fits as a record; with the letter's fields it does not
+    with EventWriter.open(kafka) as writer:
+        writer.send_raw(source, poison, key=b"k")
+        writer.send(source, Metric("c", "r", 7, {}), key="k")
+    with EventReader.open(kafka, f"g-{unique}", [source], dead_letter_topic=dead) as reader:
+        got: list[Any] = []
+        for _ in range(60):
+            got += reader.poll(10, 0.5)
+            if got and reader.parked_count:
+                break
+        reader.commit()
+    assert [e.event.step for e in got] == [7]  # the reader went on past it
+    (letter,) = read_all(SimpleNamespace(stack=SimpleNamespace(kafka=kafka)), dead, unique + "-d")
+    assert letter.payload == b"" and (letter.source_topic, letter.source_offset) == (source, 0)
+    print(f"\n{letter.error_message}")
+    assert letter.error_message.endswith(
+        f"[payload of {len(poison):,} bytes left out: the letter would be over the producer's "
+        f"record size limit; the original is at {source}[0]@0]"
+    )
+
+
+def test_a_tasks_topic_holding_only_a_corrupt_record_counts_as_published(
+    stack: StackSettings, unique: str
+) -> None:
+    # `rft run` asks before publishing; a wrong "no" would publish the taskset twice
+    topic = f"{unique}.tasks"
+    with kafka_backend(stack.kafka).admin() as admin:
+        admin.create_topics([TopicSpec(topic, 1, 1)])
+    with EventWriter.open(stack.kafka) as writer:
+        writer.send_raw(topic, b"not an event", key=b"k")
+    assert has_committed_tasks(stack.kafka, topic, quiet_s=5.0)
