@@ -219,6 +219,7 @@ class Trainer:
             ),
             kafka=self.cfg.stack.kafka,
             group_prefix=self.plan.run_id,
+            dead_letter_topic=self.plan.topics.dead_letter,
         )
         sources = open_expert_sources(self.cfg.buffer.trainer_input.auxiliary_buffers, context)
         for source in sources.values():

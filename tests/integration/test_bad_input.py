@@ -38,9 +38,11 @@ from producers.task_publisher import (
     load_run_tasksets,
     publish_tasksets,
 )
+from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext
 from rft.config import load_config
 from rft.config.connections import StackSettings
-from rft.engines.models import ModelSpec
+from rft.config.schema import AuxiliaryBufferConfig
+from rft.engines.models import ModelSpec, build_byte_tokenizer
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.errors import RecordTooLargeError
 from rft.events.codec import MAGIC, EventCodec
@@ -54,6 +56,7 @@ from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import S3ObjectStore
 from tests.integration.test_rft_loop import read_all, run_config
 from tests.integration.test_weight_follower import announce
+from tests.unit.experience_log import experience
 
 pytestmark = pytest.mark.integration
 
@@ -439,3 +442,33 @@ def test_a_tasks_topic_holding_only_a_corrupt_record_counts_as_published(
     with EventWriter.open(stack.kafka) as writer:
         writer.send_raw(topic, b"not an event", key=b"k")
     assert has_committed_tasks(stack.kafka, topic, quiet_s=5.0)
+
+
+def test_a_corrupt_demonstration_on_an_auxiliary_topic_is_parked_and_the_next_one_read(
+    stack: StackSettings, unique: str
+) -> None:
+    kafka = dataclasses.replace(stack.kafka, partitions=1)
+    topic, dead = f"{unique}.curated", f"{unique}.dead-letter"
+    ensure_topics(kafka, [topic, dead])
+    with EventWriter.open(kafka) as writer:
+        writer.send_raw(topic, b"not an event", key=b"c0")
+        writer.send(topic, experience("c1", 1, 0, 3, 1.0), key="c1")
+    context = ExpertContext(
+        build_byte_tokenizer(), 64, 2, kafka=kafka, group_prefix=unique, dead_letter_topic=dead
+    )
+    buffer = AuxiliaryBufferConfig(path=topic, name="curated", storage_type="kafka")
+    source = EXPERT_SOURCES.get(buffer.storage_type)(buffer, context)
+    got = None
+    for _ in range(30):  # the first polls may come before the group's assignment
+        got = source.take(1)
+        if got is not None:
+            break
+    source.close()
+    assert got is not None and [e.experience_id for e in got] == ["curated:0:1"]
+    (letter,) = read_all(SimpleNamespace(stack=SimpleNamespace(kafka=kafka)), dead, unique + "-d")
+    assert (letter.source_topic, letter.source_offset, letter.payload) == (
+        topic,
+        0,
+        b"not an event",
+    )
+    assert letter.consumer == f"{unique}.trainer-aux.curated"
