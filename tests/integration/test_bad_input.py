@@ -472,3 +472,47 @@ def test_a_corrupt_demonstration_on_an_auxiliary_topic_is_parked_and_the_next_on
         b"not an event",
     )
     assert letter.consumer == f"{unique}.trainer-aux.curated"
+
+
+def test_rft_run_parks_a_corrupt_metric_and_reports_the_run(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    raw = run_config(stack, unique, tmp_path)  # mode both: rft run itself follows the metrics
+    raw["buffer"]["total_steps"] = 4
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    plan = RunPlan(load_config(config_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if "explorer step" in line:  # the run is under way: rft run is reading metrics
+                with kafka_backend(stack.kafka).producer() as producer:
+                    producer.produce(plan.topics.metrics, b"\xc3\x01 torn", key=b"poison")
+                    producer.flush()
+                break
+        out, _ = proc.communicate(timeout=540)
+    except BaseException:
+        proc.kill()
+        raise
+    out = "".join(lines) + out
+    assert proc.returncode == 0, out[-3000:]
+    assert "== run summary" in out
+    letters = [
+        d
+        for d in read_all(SimpleNamespace(stack=stack), plan.topics.dead_letter, unique + "-d")
+        if isinstance(d, DeadLetter)
+    ]
+    (letter,) = [d for d in letters if d.source_topic == plan.topics.metrics]
+    assert letter.payload == b"\xc3\x01 torn" and letter.error_class.endswith("TruncatedEventError")
+    assert letter.consumer.startswith(f"{plan.run_id}.supervisor.")
+    line = next(x for x in out.splitlines() if "parked undecodable event" in x)
+    print(f"\n{line}")
+    assert f"{plan.topics.metrics}[{letter.source_partition}]@{letter.source_offset}" in line
