@@ -132,6 +132,7 @@ class Bench:
             topics.eval_tasks,
             f"{self.plan.run_id}.bench-reader.{os.getpid()}",
             expect_tasks=True,
+            dead_letter_topic=topics.dead_letter,
         )
         if not eval_tasks:
             raise ConfigError(f"bench: no eval tasks arrived from {topics.eval_tasks}")

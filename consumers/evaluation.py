@@ -43,14 +43,18 @@ def read_eval_tasks(
     expect_tasks: bool,
     timeout_s: float = 60.0,
     quiet_s: float = 2.0,
+    dead_letter_topic: str | None = None,
 ) -> dict[str, list[Task]]:
     """Every Task on the eval topic, by taskset, read to its end once.
 
     The topic is published before anyone evaluates, so its end is where it stays quiet for
-    `quiet_s`. With `expect_tasks`, an empty topic is waited on until `timeout_s`.
+    `quiet_s`. With `expect_tasks`, an empty topic is waited on until `timeout_s`. An
+    undecodable record is parked in `dead_letter_topic` (if given) and the rest is read.
     """
     found: dict[str, list[Task]] = {}
-    with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
+    with EventReader.open(
+        kafka, group, [topic], from_beginning=True, dead_letter_topic=dead_letter_topic
+    ) as reader:
         quiet_since = None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -44,8 +44,9 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RftError, TasksetError
+from rft.errors import RecordTooLargeError, RftError, TasksetError
 from rft.events.codec import EventCodec
+from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
@@ -184,6 +185,7 @@ class Explorer:
                 self.plan.checkpoint_store(),
                 consumer_config=self.plan.consumer_config,
                 explorer_id=self.explorer_id,
+                dead_letter_topic=topics.dead_letter,
             ) as follower,
         ):
             # Claim the explorer id now, not at the first step's commit: an explorer process
@@ -306,15 +308,17 @@ class Explorer:
             given_up.update(outcome.given_up)
             tx.begin()
             sent = 0
+            kept = []
             for result in results:
                 sampled_by = task_versions.get(result.task.task_id, version)
+                tid = result.task.task_id
                 experiences = self._experiences(result, sampled_by)
                 # the experiences' headers carry this span, a child of the task's rollout span
                 with tracer.start_as_current_span(
-                    PRODUCE, context=spans.context_of(result.task.task_id), kind=SpanKind.PRODUCER
+                    PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
                 ) as produce:
                     produce.set_attributes(step_ids)
-                    produce.set_attribute("rft.task_id", result.task.task_id)
+                    produce.set_attribute("rft.task_id", tid)
                     produce.set_attribute("rft.model_version", sampled_by)
                     produce.set_attribute("rft.experiences", len(experiences))
                     produce.set_attribute("rft.group_id", experiences[0].group_id)
@@ -322,9 +326,21 @@ class Explorer:
                         "rft.experience_ids", [e.experience_id for e in experiences]
                     )
                     produce.set_attribute("messaging.destination.name", self.plan.experience_topic)
-                    for exp in experiences:
-                        tx.send(self.plan.experience_topic, exp, key=exp.task_id)
-                        sent += 1
+                    try:  # a group goes whole or not at all: check every record before queueing
+                        records = [
+                            tx.prepare(self.plan.experience_topic, exp, key=exp.task_id)
+                            for exp in experiences
+                        ]
+                    except RecordTooLargeError as exc:
+                        produce.set_status(Status(StatusCode.ERROR, str(exc)))
+                        given_up[tid] = RecordTooLargeError(f"task {tid}: an experience's {exc}")
+                        continue
+                    for record in records:
+                        tx.send_record(record)
+                kept.append(result)
+                sent += len(records)
+            refused = len(results) - len(kept)
+            results = kept
             for task_id, error in given_up.items():
                 self._dead_letter(tx, by_id[task_id], error)
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
@@ -340,7 +356,11 @@ class Explorer:
             metrics,
             outcome.metrics()
             | sync_metrics
-            | {"model_version_end": float(engine.model_version), "rollout_compile_s": compile_s},
+            | {
+                "model_version_end": float(engine.model_version),
+                "rollout_compile_s": compile_s,
+                "oversized_experiences": float(refused),
+            },
         )
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
@@ -357,20 +377,20 @@ class Explorer:
         )
 
     def _send_dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
-        tx.send(
-            self.plan.topics.dead_letter,
-            DeadLetter.for_error(
-                error,
-                topic=env.topic,
-                partition=env.partition,
-                offset=env.offset,
-                payload=EventCodec.default().encode(env.event),
-                consumer=self.plan.explorer_group,
-                key=env.key,
-                headers=env.headers,
-            ),
+        letter = DeadLetter.for_error(
+            error,
+            topic=env.topic,
+            partition=env.partition,
+            offset=env.offset,
+            payload=EventCodec.default().encode(env.event),
+            consumer=self.plan.explorer_group,
             key=env.key,
+            headers=env.headers,
         )
+        try:
+            tx.send(self.plan.topics.dead_letter, letter, key=env.key)
+        except RecordTooLargeError:  # the letter without the payload names where the original is
+            tx.send(self.plan.topics.dead_letter, without_payload(letter), key=env.key)
 
     def _experiences(self, result: WorkflowResult, version: int) -> list[Experience]:
         task = result.task
@@ -447,6 +467,7 @@ class Explorer:
                 self.plan.topics.eval_tasks,
                 f"{self.plan.run_id}.eval-reader.{self.explorer_id}",
                 expect_tasks=bool(self.cfg.buffer.explorer_input.eval_tasksets),
+                dead_letter_topic=self.plan.topics.dead_letter,
             )
         return self._eval_tasks
 

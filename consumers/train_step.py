@@ -61,14 +61,33 @@ class EngineLoss:
         return loss, metrics
 
 
+# A zero-length response (an engine that answered nothing, e.g. an OpenAI-compatible server's empty
+# completion) keeps its row: its reward still counts in its group's advantages. The engine needs
+# at least one response token per row, so the row gets one placeholder token whose action mask is
+# 0: it is run through the model but adds nothing to the loss or the gradient.
+_PLACEHOLDER_IDS = np.zeros(1, dtype=np.int32)
+_PLACEHOLDER_LOGPROBS = np.zeros(1, dtype=np.float32)
+_PLACEHOLDER_MASK = np.zeros(1, dtype=np.int8)
+
+
 def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
     """The engine's view of the rows (numpy arrays serve as its integer and float sequences)."""
     exps = [r.exp for r in rows]
+    empty = [e.response_length == 0 for e in exps]
     batch = TrainBatch(
         prompt_ids=cast(list[Sequence[int]], [e.prompt_ids for e in exps]),
-        response_ids=cast(list[Sequence[int]], [e.response_ids for e in exps]),
-        old_logprobs=cast(list[Sequence[float]], [e.logprobs for e in exps]),
-        action_mask=cast(list[Sequence[int]], [_action_mask(e) for e in exps]),
+        response_ids=cast(
+            list[Sequence[int]],
+            [_PLACEHOLDER_IDS if z else e.response_ids for e, z in zip(exps, empty, strict=True)],
+        ),
+        old_logprobs=cast(
+            list[Sequence[float]],
+            [_PLACEHOLDER_LOGPROBS if z else e.logprobs for e, z in zip(exps, empty, strict=True)],
+        ),
+        action_mask=cast(
+            list[Sequence[int]],
+            [_PLACEHOLDER_MASK if z else _action_mask(e) for e, z in zip(exps, empty, strict=True)],
+        ),
         advantages=[0.0] * len(exps),
         # each row is recomputed at the temperature its logprobs were sampled at
         temperatures=[e.logprob_temperature for e in exps],
@@ -97,7 +116,9 @@ def set_advantages(
     lose kl_penalty_coef × the response's KL(rollout policy ‖ reference) estimate. Response
     lengths and `max_response_length` (model.max_response_tokens) serve length shaping (dapo's
     overlong penalty)."""
-    lengths = torch.tensor([len(r) for r in batch.response_ids], dtype=torch.float32)
+    lengths = torch.tensor(
+        [0 if r is _PLACEHOLDER_IDS else len(r) for r in batch.response_ids], dtype=torch.float32
+    )
     if not spec.uses_kl_penalty:
         seq_mask = torch.ones((len(batch), 1), dtype=torch.float32)
         adv, metrics = compute_advantages(

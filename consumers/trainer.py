@@ -160,9 +160,16 @@ class Trainer:
                 )
             )
             # From the beginning: a request sent before this group's first assignment must not
-            # be lost; requests that a published version already answers are ignored.
+            # be lost; requests that a published version already answers are ignored. The group
+            # never commits, so a restarted trainer parks an undecodable request again.
             control = stack.enter_context(
-                EventReader.open(kafka, control_group, [topics.control], from_beginning=True)
+                EventReader.open(
+                    kafka,
+                    control_group,
+                    [topics.control],
+                    from_beginning=True,
+                    dead_letter_topic=topics.dead_letter,
+                )
             )
             mirror = stack.enter_context(experience_mirror(self.cfg, tokenizer.decode))
             sampler = self._sampler(tokenizer, stack)
@@ -228,6 +235,7 @@ class Trainer:
             ),
             kafka=self.cfg.stack.kafka,
             group_prefix=self.plan.run_id,
+            dead_letter_topic=self.plan.topics.dead_letter,
         )
         sources = open_expert_sources(self.cfg.buffer.trainer_input.auxiliary_buffers, context)
         for source in sources.values():

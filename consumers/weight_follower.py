@@ -5,7 +5,10 @@ start) and keeps the newest announcement. Loading downloads the version from the
 which verifies every file's size and sha256 against the manifest; a version that is incomplete or
 corrupt is refused with the reason logged, and the engine keeps the weights it has. Each load is
 an `explorer.load_weights` span linked to the trainer's `trainer.announce` span of that version
-(from the WeightVersion's Kafka headers).
+(from the WeightVersion's Kafka headers). A record on the topic that is not an event (corrupt
+bytes, an unknown schema fingerprint) is parked in the dead-letter topic when one is given, and
+the follower reads on; its group never commits, so a restarted follower parks it again (the
+letters name the same topic, partition and offset).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ class WeightFollower:
         workdir: Path | None = None,
         consumer_config: Mapping[str, Any] | None = None,
         explorer_id: str = "",
+        dead_letter_topic: str | None = None,
     ) -> None:
         self.checkpoints = checkpoints
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
@@ -68,8 +72,18 @@ class WeightFollower:
         # the newest version's announcement context (its trainer.announce span), for links
         self._announced: tuple[int, Context] | None = None
         self._reader = EventReader.open(
-            kafka, group_id, [weights_topic], from_beginning=True, config=consumer_config
+            kafka,
+            group_id,
+            [weights_topic],
+            from_beginning=True,
+            dead_letter_topic=dead_letter_topic,
+            config=consumer_config,
         )
+
+    @property
+    def parked(self) -> int:
+        """Undecodable announcements this follower parked in the dead-letter topic."""
+        return self._reader.parked_count
 
     def poll(self, timeout_s: float = 0.0) -> WeightVersion | None:
         """Read announcements that arrived; return the newest known one."""

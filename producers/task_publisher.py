@@ -24,7 +24,7 @@ from producers.taskset_reader import LoadedTaskset, load_taskset
 from producers.taskset_rows import BadRow
 from rft.config.connections import KafkaSettings
 from rft.config.schema import RftConfig
-from rft.errors import ConfigError
+from rft.errors import ConfigError, DecodeError
 from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
@@ -240,8 +240,11 @@ def has_committed_tasks(
     with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
         silent_since = None
         while time.monotonic() < deadline:
-            if reader.poll(1, timeout_s=0.5):
-                return True
+            try:
+                if reader.poll(1, timeout_s=0.5):
+                    return True
+            except DecodeError:
+                return True  # a corrupt record is still a record: the explorer parks it
             if reader.assignment():
                 silent_since = silent_since or time.monotonic()
                 if time.monotonic() - silent_since > quiet_s:

@@ -49,6 +49,11 @@ class FencedError(RftError):
     and exit."""
 
 
+class RecordTooLargeError(RftError):
+    """A record is over the producer's record size limit; it was refused before sending (not an
+    outage: sending it again cannot succeed)."""
+
+
 class StorageError(RftError):
     """The object store failed or an object is missing."""
 

@@ -56,6 +56,7 @@ class ExpertContext:
     chat_template: str | None = None
     kafka: KafkaSettings | None = None
     group_prefix: str = "rft"
+    dead_letter_topic: str | None = None  # where a topic source parks what it cannot decode
 
 
 ExpertSourceFactory = Callable[[AuxiliaryBufferConfig, ExpertContext], ExpertSource]
@@ -214,6 +215,7 @@ class TopicExpertSource:
         self.topic = buffer.path
         self.kafka = context.kafka
         self.group = f"{context.group_prefix}.trainer-aux.{buffer.name}"
+        self.dead_letter_topic = context.dead_letter_topic
         self.max_prompt = context.max_prompt_tokens
         self.max_response = context.max_response_tokens
         self._reader: Any = None
@@ -225,7 +227,11 @@ class TopicExpertSource:
             from rft.events.reader import EventReader
 
             self._reader = EventReader.open(
-                self.kafka, self.group, [self.topic], from_beginning=True
+                self.kafka,
+                self.group,
+                [self.topic],
+                from_beginning=True,
+                dead_letter_topic=self.dead_letter_topic,
             )
             for (topic, partition), offset in self._next.items():
                 self._reader.seek(topic, partition, offset)

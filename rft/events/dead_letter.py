@@ -3,14 +3,17 @@
 `DeadLetterParker.park(record, error)` writes a DeadLetter event (source topic/partition/offset,
 raw bytes, key, headers, error class and message) and logs a warning naming the place. The reader
 flushes the parker before it commits the parked record's offset, so a poison record is never read
-again forever, and never lost either.
+again forever, and never lost either. A letter that would be over the producer's record size limit
+(the payload was near it already) is parked without its payload, saying so; the original stays
+in its topic at the offset the letter names.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
-from rft.errors import TransportError
+from rft.errors import RecordTooLargeError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter
 from rft.events.transport import Record, RecordProducer
@@ -44,12 +47,16 @@ class DeadLetterParker:
             key=record.key,
             headers=record.headers,
         )
-        self._producer.produce(
-            self.topic,
-            self._codec.encode(letter),
-            key=record.key,
-            headers=[(SCHEMA_HEADER, DeadLetter.SCHEMA.encode())],
-        )
+        headers = [(SCHEMA_HEADER, DeadLetter.SCHEMA.encode())]
+        try:
+            self._producer.produce(
+                self.topic, self._codec.encode(letter), key=record.key, headers=headers
+            )
+        except RecordTooLargeError:
+            letter = without_payload(letter)
+            self._producer.produce(
+                self.topic, self._codec.encode(letter), key=record.key, headers=headers
+            )
         self._unflushed += 1
         self.parked += 1
         log.warning(
@@ -77,3 +84,17 @@ class DeadLetterParker:
 
     def close(self) -> None:
         self._producer.close()
+
+
+def without_payload(letter: DeadLetter) -> DeadLetter:
+    """`letter` with its payload left out, and its message saying so (for a letter that would
+    otherwise be over the producer's record size limit)."""
+    return dataclasses.replace(
+        letter,
+        payload=b"",
+        error_message=(
+            f"{letter.error_message} [payload of {len(letter.payload):,} bytes left out: the "
+            "letter would be over the producer's record size limit; the original is at "
+            f"{letter.source_topic}[{letter.source_partition}]@{letter.source_offset}]"
+        ),
+    )

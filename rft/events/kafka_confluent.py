@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 # Producer defaults chosen from bench/event_plane.py runs on a 2-core machine: a short linger
 # lets batches fill at high rates without adding noticeable latency at low ones.
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's default message.max.bytes
+
 PRODUCER_DEFAULTS: dict[str, Any] = {
     "enable.idempotence": True,
     "acks": "all",
@@ -387,6 +389,14 @@ class ConfluentRecordProducer(RecordProducer):
                 ) from exc
         return self._client
 
+    @property
+    def max_record_bytes(self) -> int:
+        return int(self._config.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES))
+
+    @property
+    def record_limit_setting(self) -> str:
+        return "message.max.bytes"
+
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._fatal = err
@@ -427,6 +437,7 @@ class ConfluentRecordProducer(RecordProducer):
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
+        self.check_size(topic, value, key, headers)
         producer = self._producer
         if self._failures or self._fatal is not None:
             self._raise_failures()

@@ -380,6 +380,15 @@ class KafkaPythonRecordProducer(RecordProducer):
             self._failures = []
             raise TransportError(f"{first} ({count} record(s) failed)")
 
+    @property
+    def max_record_bytes(self) -> int:
+        default = KafkaProducer.DEFAULT_CONFIG["max_request_size"]
+        return int(self._config.get("max_request_size", default))
+
+    @property
+    def record_limit_setting(self) -> str:
+        return "max.request.size"
+
     def produce(
         self,
         topic: str,
@@ -388,6 +397,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         headers: Headers | None = None,
         partition: int | None = None,
     ) -> None:
+        self.check_size(topic, value, key, headers)
         producer = self._producer
         self._raise_failures()
         try:

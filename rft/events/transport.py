@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError, FencedError, TransportError
+from rft.events.record_size import refuse_oversized
 from rft.registry import Registry
 
 Headers = list[tuple[str, bytes]]
@@ -229,7 +230,29 @@ class TopicAdmin(_Closing):
 
 
 class RecordProducer(_Closing):
-    """An idempotent, acks=all producer of raw records; optionally transactional."""
+    """An idempotent, acks=all producer of raw records; optionally transactional.
+
+    `produce` refuses a record over `max_record_bytes` with RecordTooLargeError before queueing
+    it; `check_size` runs the same check without producing.
+    """
+
+    @property
+    @abstractmethod
+    def max_record_bytes(self) -> int:
+        """The largest record (value, key, headers and framing) this producer sends."""
+
+    @property
+    @abstractmethod
+    def record_limit_setting(self) -> str:
+        """The client setting that sets `max_record_bytes`, for error messages."""
+
+    def check_size(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers | None = None
+    ) -> None:
+        """RecordTooLargeError if the record would be over `max_record_bytes`."""
+        refuse_oversized(
+            topic, value, key, headers, self.max_record_bytes, self.record_limit_setting
+        )
 
     @abstractmethod
     def produce(

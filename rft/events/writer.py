@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -17,11 +18,21 @@ from rft.errors import FencedError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import SCHEMA_HEADER
 from rft.events.models import Event
-from rft.events.transport import RecordProducer, TopicPartitionOffset, kafka_backend
+from rft.events.transport import Headers, RecordProducer, TopicPartitionOffset, kafka_backend
 from rft.tracing.propagation import inject_trace_headers
 
 if TYPE_CHECKING:
     from rft.events.reader import Envelope, EventReader
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingRecord:
+    """An encoded event with its topic, key and headers, checked and ready to queue."""
+
+    topic: str
+    value: bytes
+    key: bytes | None
+    headers: Headers
 
 
 class EventWriter:
@@ -60,18 +71,38 @@ class EventWriter:
         key: str | bytes | None = None,
         headers: Sequence[tuple[str, bytes]] = (),
     ) -> None:
-        """Queue `event` for `topic`; records with one key keep one partition, in order."""
+        """Queue `event` for `topic`; records with one key keep one partition, in order.
+
+        RecordTooLargeError (nothing queued) when the encoded event is over the producer's limit.
+        """
+        self.send_record(self.prepare(topic, event, key, headers))
+
+    def prepare(
+        self,
+        topic: str,
+        event: Event,
+        key: str | bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> OutgoingRecord:
+        """`event` encoded for `topic` and checked against the producer's record size limit
+        (RecordTooLargeError), not yet queued: to check several records before sending any."""
         schema = self._schema_headers.get(type(event))
         if schema is None:
             schema = self._schema_headers.setdefault(type(event), type(event).SCHEMA.encode())
         record_headers = [(SCHEMA_HEADER, schema), *headers]
         inject_trace_headers(record_headers)
-        self._producer.produce(
+        record = OutgoingRecord(
             topic,
             self._codec.encode(event),
-            key=key.encode() if isinstance(key, str) else key,
-            headers=record_headers,
+            key.encode() if isinstance(key, str) else key,
+            record_headers,
         )
+        self._producer.check_size(record.topic, record.value, record.key, record.headers)
+        return record
+
+    def send_record(self, record: OutgoingRecord) -> None:
+        """Queue a record made by `prepare`."""
+        self._producer.produce(record.topic, record.value, key=record.key, headers=record.headers)
 
     def send_raw(
         self,

@@ -2,8 +2,8 @@
 
 `CheckpointManifest` lists every file of a version with its size and sha256, the experience
 offsets the trainer had consumed, the parent version and free-form extras. It is what the
-WeightVersion event mirrors. JSON in and out; malformed JSON raises CheckpointError naming the
-field and the source.
+WeightVersion event mirrors. JSON in and out; malformed JSON (bad bytes, absurdly long numbers,
+deep nesting) raises CheckpointError naming the field and the source, and nothing else escapes.
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ class CheckpointManifest:
             raw = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(f"{source}: manifest is not valid JSON: {exc}") from exc
+        except ValueError as exc:  # an integer past Python's digit limit (int_max_str_digits)
+            raise CheckpointError(f"{source}: manifest holds an unreadable number: {exc}") from exc
+        except RecursionError as exc:  # arrays or objects nested thousands deep
+            raise CheckpointError(f"{source}: manifest nests too deeply to parse") from exc
         return cls.from_dict(raw, source)
 
     @classmethod

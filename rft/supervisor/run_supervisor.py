@@ -186,7 +186,10 @@ class RunSupervisor:
         metrics_group = f"{self.plan.run_id}.supervisor.{started_ms}"
         try:
             with EventReader.open(
-                self.cfg.stack.kafka, metrics_group, [self.plan.topics.metrics]
+                self.cfg.stack.kafka,
+                metrics_group,
+                [self.plan.topics.metrics],
+                dead_letter_topic=self.plan.topics.dead_letter,
             ) as metrics:
                 metrics.seek_to_timestamp(started_ms)
                 while group.alive() and not group.failures():
