@@ -47,6 +47,7 @@ from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
@@ -156,6 +157,9 @@ class Explorer:
         stop = stop or threading.Event()
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
+        # an address that never answers is a config error, found in seconds (first_contact.py)
+        require_kafka(kafka)
+        require_object_store(self.plan.checkpoint_store().store, create_bucket=False)
         ensure_topics(kafka, topics)
         apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()

@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
     from producers.taskset_reader import load_taskset
     from rft.config.connections import KafkaSettings
     from rft.events.topics import TopicNames, ensure_topics
+    from rft.stack.first_contact import require_kafka
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
@@ -99,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{taskset.name}: {len(taskset.rows)} valid rows, {len(taskset.bad_rows)} bad")
         return EXIT_SKIPPED_ROWS if any(t.bad_rows for t in tasksets) else 0
 
+    require_kafka(kafka)  # a config error in seconds, not an outage (first_contact.py)
     ensure_topics(kafka, topic_names)
     summary = publish_atomically(
         kafka,

@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 )
 
 from rft.config.connections import KafkaSettings
-from rft.errors import TransportError
+from rft.errors import BrokerUnavailableError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
@@ -53,6 +53,7 @@ from rft.events.transport import (
     TransactionError,
     commit_metadata_text,
     group_state_name,
+    kafka_outage_window,
 )
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,20 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 
+# Errors of a call that reached no broker or coordinator: nothing happened, it may be repeated.
+_UNAVAILABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
 
@@ -92,6 +107,11 @@ def _error_text(exc: BaseException) -> str:
         err: KafkaError = exc.args[0]
         return f"{err.name()}: {err.str()}"
     return str(exc)
+
+
+def _unavailable(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and not err.fatal() and err.code() in _UNAVAILABLE
 
 
 def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mapping[str, Any] | None):
@@ -361,6 +381,10 @@ class ConfluentRecordProducer(RecordProducer):
         self._config = _merged(settings, PRODUCER_DEFAULTS, config)
         if transactional_id is not None:
             self._config["transactional.id"] = transactional_id
+        elif "message.timeout.ms" not in self._config:
+            # Queued records must outlive an outage the window rides out; a transactional
+            # producer's records are bounded by transaction.timeout.ms instead (librdkafka).
+            self._config["message.timeout.ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: Producer | None = None
         self._initialised = False
         self._failures: list[str] = []
@@ -436,7 +460,8 @@ class ConfluentRecordProducer(RecordProducer):
         remaining = self._client.flush(timeout_s)
         self._raise_failures()
         if remaining:
-            raise TransportError(
+            # still queued, not lost: the idempotent producer delivers them once a broker answers
+            raise BrokerUnavailableError(
                 f"{remaining} record(s) not acknowledged by {self._settings.bootstrap_servers} "
                 f"within {timeout_s:g}s"
             )
@@ -456,6 +481,7 @@ class ConfluentRecordProducer(RecordProducer):
                 f"transaction {step} failed for transactional.id {self._transactional_id!r} on "
                 f"{self._settings.bootstrap_servers}: {_error_text(exc)}",
                 requires_abort=bool(err and err.txn_requires_abort()),
+                retriable=bool(err and not err.fatal() and (err.retriable() or _unavailable(exc))),
             ) from exc
         self._raise_failures()
 
@@ -494,7 +520,7 @@ class ConfluentRecordConsumer(RecordConsumer):
         topics: Sequence[str],
         from_beginning: bool,
         config: Mapping[str, Any] | None,
-        unreachable_timeout_s: float,
+        unreachable_timeout_s: float | None,
     ) -> None:
         self._settings = settings
         self._topics = list(topics)
@@ -507,9 +533,9 @@ class ConfluentRecordConsumer(RecordConsumer):
             },
             config,
         )
-        self._unreachable_timeout_s = unreachable_timeout_s
+        self._window = kafka_outage_window(settings, unreachable_timeout_s)
         self._client: Consumer | None = None
-        self._down_since: float | None = None
+        self._suspect = False  # librdkafka said all brokers are down; a probe confirms it
         self._last_error = ""
         self._fatal: KafkaError | None = None
         self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
@@ -533,8 +559,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         self._last_error = f"{err.name()}: {err.str()}"
         if err.fatal():
             self._fatal = err
-        elif err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
-            self._down_since = time.monotonic()
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._suspect = True
 
     def _resolve(self, consumer: Consumer, topic: str, partition: int, spec: _SeekSpec) -> int:
         kind, value = spec
@@ -565,19 +591,17 @@ class ConfluentRecordConsumer(RecordConsumer):
                 f"Kafka consumer for {self._settings.bootstrap_servers} failed fatally: "
                 f"{self._fatal.name()}: {self._fatal.str()}"
             )
-        if self._down_since is None:
+        if not self._suspect and not self._window.down:
             return
-        down_for = time.monotonic() - self._down_since
-        if down_for < self._unreachable_timeout_s:
-            return
+        # librdkafka reconnects by itself; the probe only tells the window whether it has
         try:
-            self._consumer.list_topics(timeout=min(2.0, self._unreachable_timeout_s))
+            self._consumer.list_topics(timeout=min(1.0, self._window.timeout_s))
         except KafkaException as exc:
-            raise TransportError(
-                f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "
-                f"(last error: {self._last_error or _error_text(exc)})"
-            ) from exc
-        self._down_since = None  # a broker answered: it was a blip
+            # raises OutageError once the outage is older than the window
+            self._window.failed(self._last_error or _error_text(exc))
+            return
+        self._suspect = False
+        self._window.succeeded()
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         consumer = self._consumer
@@ -591,7 +615,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         if not messages:
             self._check_reachable()
             return []
-        self._down_since = None
+        self._suspect = False
+        self._window.succeeded()
         records: list[Record] = []
         for m in messages:
             err = m.error()
@@ -632,7 +657,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         try:
             result = self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
-            raise TransportError(f"commit of {where} failed: {_error_text(exc)}") from exc
+            error = BrokerUnavailableError if _unavailable(exc) else TransportError
+            raise error(f"commit of {where} failed: {_error_text(exc)}") from exc
         for tp in result or []:
             if tp.error is not None:
                 raise TransportError(
@@ -732,7 +758,7 @@ class ConfluentBackend(KafkaBackend):
         topics: Sequence[str],
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
         prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
         if prefetch_bytes is not None:
