@@ -41,7 +41,7 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RftError, TasksetError
+from rft.errors import RftError, TasksetError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
@@ -221,8 +221,9 @@ class Explorer:
                         break
                     continue
                 idle_since = time.monotonic()
+                if not self._explore_step(step + 1, batch, engine, tasks, tx, metrics, sync):
+                    continue  # not committed: its tasks are read again
                 step += 1
-                self._explore_step(step, batch, engine, tasks, tx, metrics, sync)
                 if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
                     self._evaluate(engine, metrics, step)
             self.summary.steps = step
@@ -249,7 +250,9 @@ class Explorer:
         tx: EventWriter,
         metrics: MetricEmitter,
         sync: ExplorerSync,
-    ) -> None:
+    ) -> bool:
+        """Explore `batch` as step `step` and commit it; False when its transaction could not
+        commit (it is aborted and the batch's tasks are read again)."""
         with tracer.start_as_current_span("explorer.step", context=batch[0].trace_context) as span:
             span.set_attribute("rft.step", step)
             span.set_attribute("rft.model_version", engine.model_version)
@@ -278,15 +281,28 @@ class Explorer:
             given_up.update(outcome.given_up)
             tx.begin()
             sent = 0
-            for result in results:
-                sampled_by = task_versions.get(result.task.task_id, version)
-                for exp in self._experiences(result, sampled_by):
-                    tx.send(self.plan.experience_topic, exp, key=exp.task_id)
-                    sent += 1
-            for task_id, error in given_up.items():
-                self._dead_letter(tx, by_id[task_id], error)
-            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
-            tx.commit()
+            try:
+                for result in results:
+                    sampled_by = task_versions.get(result.task.task_id, version)
+                    for exp in self._experiences(result, sampled_by):
+                        tx.send(self.plan.experience_topic, exp, key=exp.task_id)
+                        sent += 1
+                for task_id, error in given_up.items():
+                    self._dead_letter(tx, by_id[task_id], error)
+                tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
+                tx.commit()
+            except TransportError as exc:
+                # Kafka went away mid-transaction (an outage past the window raises OutageError
+                # instead): nothing of the step is visible, so it is done again from its tasks
+                log.warning(
+                    "step %d not committed (%s): aborting it; its %d tasks are read again",
+                    step,
+                    exc,
+                    len(batch),
+                )
+                tx.abort()
+                tasks.rewind(batch)
+                return False
             span.set_attribute("rft.experiences", sent)
         sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
         self._record_step(
@@ -298,6 +314,7 @@ class Explorer:
             metrics,
             outcome.metrics() | sync_metrics | {"model_version_end": float(engine.model_version)},
         )
+        return True
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""

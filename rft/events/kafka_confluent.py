@@ -8,6 +8,7 @@ topic and partition it concerns.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
@@ -84,6 +85,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+
+# Seconds past its own timeout that a transaction call may block before the producer is given up.
+_STUCK_GRACE_S = 20.0
 
 # Errors of a call that reached no broker or coordinator: nothing happened, it may be repeated.
 _UNAVAILABLE = frozenset(
@@ -387,6 +391,7 @@ class ConfluentRecordProducer(RecordProducer):
             self._config["message.timeout.ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: Producer | None = None
         self._initialised = False
+        self._stuck = False  # a call never returned: the client must not be used again
         self._failures: list[str] = []
         self._fatal: KafkaError | None = None
 
@@ -492,16 +497,51 @@ class ConfluentRecordProducer(RecordProducer):
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
     ) -> None:
         tps = [_to_tp(o) for o in offsets]
-        self._transactional(
-            "send_offsets",
-            lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
-        )
+        # librdkafka can block in this call past its timeout when the group coordinator went
+        # away and came back (confluentinc/librdkafka#5456): the call runs on a thread of its
+        # own, and a producer stuck in it is given up (see abort_transaction).
+        outcome: list[BaseException | None] = []
+
+        def send() -> None:
+            try:
+                self._transactional(
+                    "send_offsets",
+                    lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
+                )
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome.append(exc)
+
+        worker = threading.Thread(target=send, name="rft-send-offsets", daemon=True)
+        worker.start()
+        worker.join(timeout_s + _STUCK_GRACE_S)
+        if not outcome:
+            self._stuck = True
+            raise TransactionError(
+                f"transaction send_offsets for transactional.id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers} still blocked {timeout_s + _STUCK_GRACE_S:g}s "
+                "after its timeout; the producer is given up and the transaction aborted",
+                requires_abort=True,
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction(timeout_s))
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
+        if self._stuck:
+            # A producer stuck inside a call refuses every other one. A new producer with the
+            # same transactional.id fences it when it initialises, and the broker aborts the
+            # transaction it left open; its thread and client are left to the process's end.
+            log.warning(
+                "transactional producer %r was stuck; replacing it (its open transaction is "
+                "aborted when the new one initialises)",
+                self._transactional_id,
+            )
+            self._client, self._initialised, self._stuck = None, False, False
+            return
         self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ retried inside it; a commit counts as done only once the broker has acknowledged
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -18,7 +19,7 @@ from typing import Any, Self
 from opentelemetry.context import Context
 
 from rft.config.connections import KafkaSettings
-from rft.errors import DecodeError
+from rft.errors import DecodeError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import DeadLetterParker
 from rft.events.models import Event
@@ -33,6 +34,8 @@ from rft.events.transport import (
 )
 from rft.stack.outage_window import OutageWindow
 from rft.tracing.propagation import extract_trace_context
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +263,24 @@ class EventReader:
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read of each assigned partition whose position is known."""
         return self._consumer.positions()
+
+    def rewind(self, envelopes: Sequence[Envelope]) -> None:
+        """Read `envelopes` again (their transaction was aborted): each partition they came from
+        that this member still holds goes back to the first of them. A partition that moved to
+        another member during an outage is read by it from the group's committed offset."""
+        first: dict[_Partition, int] = {}
+        for e in envelopes:
+            tp = (e.topic, e.partition)
+            first[tp] = min(e.offset, first.get(tp, e.offset))
+        held = set(self._consumer.assignment())
+        for (topic, partition), offset in sorted(first.items()):
+            if (topic, partition) not in held:
+                continue
+            try:
+                self.seek(topic, partition, offset)
+            except TransportError as exc:
+                # a rebalance is under way: the partition's next owner starts at the commit
+                log.info("not rewinding %s[%d] (%s); the group reassigns it", topic, partition, exc)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `topic`[`partition`] from `offset` on (now, or once the partition is assigned)."""

@@ -4,10 +4,11 @@ Encodes each event with `EventCodec`, adds an `rft-schema` header and the W3C tr
 current OpenTelemetry context, and produces it idempotently with acks=all. With a transactional id
 it also commits a reader's offsets atomically with the events written (`send_offsets`).
 
-While Kafka is down, flushes and transaction steps are retried inside the cluster's outage window
-(`stack.kafka.outage_timeout`): a step counts as done only once the broker acknowledged it, and a
-step that failed in a way that may have lost something (an abortable transaction, a delivery
-error) is raised at once, never retried blindly.
+While Kafka is down, flushes and transaction steps (begin, commit, abort) are retried inside the
+cluster's outage window (`stack.kafka.outage_timeout`): a step counts as done only once the broker
+acknowledged it, and a step that failed in a way that may have lost something (an abortable
+transaction, a delivery error) is raised at once, never retried blindly. Sending a reader's
+offsets is never retried (see `_send_offsets`): its caller aborts and reads the records again.
 """
 
 from __future__ import annotations
@@ -149,12 +150,10 @@ class EventWriter:
         self._offsets_sent.append((reader, list(offsets)))
 
     def _send_offsets(self, reader: EventReader, offsets: list[TopicPartitionOffset]) -> None:
-        self._durably(
-            "send offsets to transaction",
-            lambda: self._producer.send_offsets_to_transaction(
-                offsets, reader.group_metadata(), ATTEMPT_S
-            ),
-        )
+        # Not retried: after an outage the reader's group may have moved on (a member whose
+        # session expired rejoins only when it polls again), and offsets it no longer owns must
+        # not be committed. The caller aborts and reads those records again.
+        self._producer.send_offsets_to_transaction(offsets, reader.group_metadata(), ATTEMPT_S)
 
     def commit(self) -> None:
         """Commit the open transaction; returns only once the broker has committed it."""
@@ -167,7 +166,7 @@ class EventWriter:
     def abort(self) -> None:
         self._in_transaction = False
         self._offsets_sent = []
-        self._producer.abort_transaction()
+        self._durably("abort transaction", lambda: self._producer.abort_transaction(ATTEMPT_S))
 
     def close(self) -> None:
         self._producer.close()

@@ -174,3 +174,17 @@ def test_call_gives_up_with_outage_error_when_the_window_is_spent() -> None:
 def test_backoff_grows_and_is_capped(attempt: int) -> None:
     assert 0 < backoff_s(attempt) <= BACKOFF_MAX_S
     assert backoff_s(attempt) <= backoff_s(attempt + 1)
+
+
+def test_outage_timeout_is_loaded_and_must_be_positive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from rft.config import load_config
+    from rft.errors import ConfigError
+    from tests.unit.config_samples import MINIMAL
+
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "stack:\n  kafka: {outage_timeout: 45}\n", encoding="utf-8")
+    cfg = load_config(path)
+    assert cfg.stack.kafka.outage_timeout == 45
+    assert cfg.stack.object_store.outage_timeout == 300  # the default
+    with pytest.raises(ConfigError, match="stack.object_store.outage_timeout"):
+        load_config(path, ("stack.object_store.outage_timeout=0",))
