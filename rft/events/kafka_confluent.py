@@ -113,6 +113,11 @@ def _error_text(exc: BaseException) -> str:
     return str(exc)
 
 
+def _is_fatal(exc: BaseException | None) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.fatal()
+
+
 def _unavailable(exc: KafkaException) -> bool:
     err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     return err is not None and not err.fatal() and err.code() in _UNAVAILABLE
@@ -462,7 +467,12 @@ class ConfluentRecordProducer(RecordProducer):
     def flush(self, timeout_s: float = 30.0) -> None:
         if self._client is None:
             return
-        remaining = self._client.flush(timeout_s)
+        try:
+            remaining = self._client.flush(timeout_s)
+        except KafkaException as exc:
+            raise TransportError(
+                f"flush to {self._settings.bootstrap_servers} failed: {_error_text(exc)}"
+            ) from exc
         self._raise_failures()
         if remaining:
             # still queued, not lost: the idempotent producer delivers them once a broker answers
@@ -531,23 +541,30 @@ class ConfluentRecordProducer(RecordProducer):
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
-        if self._stuck:
-            # A producer stuck inside a call refuses every other one. A new producer with the
-            # same transactional.id fences it when it initialises, and the broker aborts the
-            # transaction it left open; its thread and client are left to the process's end.
-            log.warning(
-                "transactional producer %r was stuck; replacing it (its open transaction is "
-                "aborted when the new one initialises)",
-                self._transactional_id,
-            )
-            self._client, self._initialised, self._stuck = None, False, False
-            return
-        self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
+        if not self._stuck and self._fatal is None:
+            try:
+                self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
+                return
+            except TransactionError as exc:
+                if exc.retriable or self._fatal is None and not _is_fatal(exc.__cause__):
+                    raise
+        # A producer stuck inside a call, or failed fatally (after an outage the broker may
+        # answer INVALID_TXN_STATE), takes no more calls. A new producer with the same
+        # transactional.id fences it when it initialises, and the broker aborts the
+        # transaction it left open: the abort this call promises.
+        log.warning(
+            "transactional producer %r is unusable (%s); replacing it: its open transaction is "
+            "aborted when the new one initialises",
+            self._transactional_id,
+            "stuck in a call" if self._stuck else f"fatal: {self._fatal and self._fatal.str()}",
+        )
+        self._client, self._initialised, self._stuck, self._fatal = None, False, False, None
 
     def close(self) -> None:
         if self._client is not None:
             try:
-                self.flush()
+                if not self._stuck and self._fatal is None:  # an unusable client flushes nothing
+                    self.flush()
             finally:
                 self._client = None
 
