@@ -44,13 +44,14 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RecordTooLargeError, RftError, TasksetError
+from rft.errors import RecordTooLargeError, RftError, TasksetError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans
@@ -159,6 +160,9 @@ class Explorer:
         stop = stop or threading.Event()
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
+        # an address that never answers is a config error, found in seconds (first_contact.py)
+        require_kafka(kafka)
+        require_object_store(self.plan.checkpoint_store().store, create_bucket=False)
         ensure_topics(kafka, topics)
         apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()
@@ -231,8 +235,9 @@ class Explorer:
                         break
                     continue
                 idle_since = time.monotonic()
+                if not self._explore_step(step + 1, batch, engine, tasks, tx, metrics, sync):
+                    continue  # not committed: its tasks are read again
                 step += 1
-                self._explore_step(step, batch, engine, tasks, tx, metrics, sync)
                 if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
                     self._evaluate(engine, metrics, step)
             self.summary.steps = step
@@ -259,7 +264,9 @@ class Explorer:
         tx: EventWriter,
         metrics: MetricEmitter,
         sync: ExplorerSync,
-    ) -> None:
+    ) -> bool:
+        """Explore `batch` as step `step` and commit it; False when its transaction could not
+        commit (it is aborted and the batch's tasks are read again)."""
         tasks_in_batch = [env for env in batch if isinstance(env.event, Task)]
         links = [link_to(env.trace_context) for env in tasks_in_batch]
         step_ids: dict[str, str | int] = {
@@ -309,42 +316,59 @@ class Explorer:
             tx.begin()
             sent = 0
             kept = []
-            for result in results:
-                sampled_by = task_versions.get(result.task.task_id, version)
-                tid = result.task.task_id
-                experiences = self._experiences(result, sampled_by)
-                # the experiences' headers carry this span, a child of the task's rollout span
-                with tracer.start_as_current_span(
-                    PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
-                ) as produce:
-                    produce.set_attributes(step_ids)
-                    produce.set_attribute("rft.task_id", tid)
-                    produce.set_attribute("rft.model_version", sampled_by)
-                    produce.set_attribute("rft.experiences", len(experiences))
-                    produce.set_attribute("rft.group_id", experiences[0].group_id)
-                    produce.set_attribute(
-                        "rft.experience_ids", [e.experience_id for e in experiences]
-                    )
-                    produce.set_attribute("messaging.destination.name", self.plan.experience_topic)
-                    try:  # a group goes whole or not at all: check every record before queueing
-                        records = [
-                            tx.prepare(self.plan.experience_topic, exp, key=exp.task_id)
-                            for exp in experiences
-                        ]
-                    except RecordTooLargeError as exc:
-                        produce.set_status(Status(StatusCode.ERROR, str(exc)))
-                        given_up[tid] = RecordTooLargeError(f"task {tid}: an experience's {exc}")
-                        continue
-                    for record in records:
-                        tx.send_record(record)
-                kept.append(result)
-                sent += len(records)
-            refused = len(results) - len(kept)
-            results = kept
-            for task_id, error in given_up.items():
-                self._dead_letter(tx, by_id[task_id], error)
-            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
-            tx.commit()
+            try:
+                for result in results:
+                    sampled_by = task_versions.get(result.task.task_id, version)
+                    tid = result.task.task_id
+                    experiences = self._experiences(result, sampled_by)
+                    # the experiences' headers carry this span, a child of the task's rollout span
+                    with tracer.start_as_current_span(
+                        PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
+                    ) as produce:
+                        produce.set_attributes(step_ids)
+                        produce.set_attribute("rft.task_id", tid)
+                        produce.set_attribute("rft.model_version", sampled_by)
+                        produce.set_attribute("rft.experiences", len(experiences))
+                        produce.set_attribute("rft.group_id", experiences[0].group_id)
+                        produce.set_attribute(
+                            "rft.experience_ids", [e.experience_id for e in experiences]
+                        )
+                        produce.set_attribute(
+                            "messaging.destination.name", self.plan.experience_topic
+                        )
+                        try:  # a group goes whole or not at all: check every record before queueing
+                            records = [
+                                tx.prepare(self.plan.experience_topic, exp, key=exp.task_id)
+                                for exp in experiences
+                            ]
+                        except RecordTooLargeError as exc:
+                            produce.set_status(Status(StatusCode.ERROR, str(exc)))
+                            given_up[tid] = RecordTooLargeError(
+                                f"task {tid}: an experience's {exc}"
+                            )
+                            continue
+                        for record in records:
+                            tx.send_record(record)
+                    kept.append(result)
+                    sent += len(records)
+                refused = len(results) - len(kept)
+                results = kept
+                for task_id, error in given_up.items():
+                    self._dead_letter(tx, by_id[task_id], error)
+                tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
+                tx.commit()
+            except TransportError as exc:
+                # Kafka went away mid-transaction (an outage past the window raises OutageError
+                # instead): nothing of the step is visible, so it is done again from its tasks
+                log.warning(
+                    "step %d not committed (%s): aborting it; its %d tasks are read again",
+                    step,
+                    exc,
+                    len(batch),
+                )
+                tx.abort()
+                tasks.rewind(batch)
+                return False
             span.set_attribute("rft.experiences", sent)
         sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
         self._record_step(
@@ -362,6 +386,7 @@ class Explorer:
                 "oversized_experiences": float(refused),
             },
         )
+        return True
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""

@@ -48,6 +48,7 @@ from rft.errors import ConfigError
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 
 __all__ = ["Trainer", "TrainerSummary", "master_dtype", "trainer_engine_config"]
@@ -124,6 +125,9 @@ class Trainer:
     def run(self, stop: threading.Event | None = None) -> TrainerSummary:
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
+        # an address that never answers is a config error, found in seconds (first_contact.py)
+        require_kafka(kafka)
+        require_object_store(self.plan.checkpoint_store().store, create_bucket=True)
         ensure_topics(kafka, topics)
         engine, tokenizer = self._engine()
         checkpoints = TrainerCheckpointer(

@@ -40,6 +40,7 @@ from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
+from rft.stack.first_contact import require_kafka
 from rft.tracing.spans import publish_span
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class TaskFeeder:
         stop = stop or threading.Event()
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
+        require_kafka(kafka)  # a config error in seconds, not an outage (first_contact.py)
         ensure_topics(kafka, topics)
         with (
             EventReader.open(

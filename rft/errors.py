@@ -54,8 +54,26 @@ class RecordTooLargeError(RftError):
     outage: sending it again cannot succeed)."""
 
 
+class BrokerUnavailableError(TransportError):
+    """Kafka did not answer in time and nothing was lost: the same call may be made again
+    (records still queued, a transaction step that timed out, a commit that found no
+    coordinator). The outage window retries these; anything else is not retried."""
+
+
 class StorageError(RftError):
     """The object store failed or an object is missing."""
+
+
+class OutageError(RftError):
+    """A service (Kafka, the object store) stayed unreachable past its `outage_timeout`; the
+    message names the service and its address. Deliberately neither a TransportError nor a
+    StorageError: callers that handle those (a refused checkpoint, a skipped commit) must not
+    swallow an outage that outlived its window."""
+
+
+class UnreachableAddressError(ConfigError):
+    """At startup nothing answered at a configured address: a config error, not an outage (the
+    outage window applies only to a service this process has reached once)."""
 
 
 class CheckpointError(StorageError):

@@ -31,9 +31,11 @@ class OffsetLedger:
         self.ahead.setdefault(tp, set()).update(o for o in skip if o >= next_offset)
 
     def polled(self, tp: TopicPartition, offset: int) -> bool:
-        """Record a read; False when the offset was settled before (skip it)."""
+        """Record a read; False when the offset was settled before, or is read again while it
+        still waits in the sampler (a rebalance after an outage puts the reader back at the
+        group's last commit): skip it."""
         self.next_offset[tp] = max(self.next_offset.get(tp, 0), offset + 1)
-        if offset in self.ahead.get(tp, ()):
+        if offset in self.ahead.get(tp, ()) or offset in self.in_flight.get(tp, ()):
             return False
         self.in_flight.setdefault(tp, set()).add(offset)
         return True

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.cli.explore_cmd import start_tracing
     from rft.config.connections import KafkaSettings
     from rft.events.topics import TopicNames, ensure_topics
+    from rft.stack.first_contact import require_kafka
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
@@ -102,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_SKIPPED_ROWS if any(t.bad_rows for t in tasksets) else 0
 
     start_tracing("publisher", config)
+    require_kafka(kafka)  # a config error in seconds, not an outage (first_contact.py)
     ensure_topics(kafka, topic_names)
     summary = publish_atomically(
         kafka,

@@ -32,6 +32,9 @@ class KafkaSettings:
     retention_ms: int = -1  # -1 keeps events forever: the experience topic is a dataset
     schema_registry_url: str | None = None  # Confluent-compatible registry; off unless set
     extra: dict[str, str] = field(default_factory=dict)  # passed through to the client
+    # Seconds a component keeps retrying once Kafka, reached before, stops answering; past it
+    # the component exits naming the address (rft/stack/outage_window.py).
+    outage_timeout: float = 300.0
 
 
 @dataclass
@@ -53,11 +56,13 @@ class ObjectStoreSettings:
     # Where checkpoints live instead of `bucket` at `endpoint`: s3://bucket/prefix, or
     # file:///dir for a filesystem every process shares (one machine, NFS). None: the bucket.
     uri: str | None = None
+    # Seconds a component keeps retrying once the object store, reached before, stops answering.
+    outage_timeout: float = 300.0
 
     def __repr__(self) -> str:  # never print the secret
         return (
             f"ObjectStoreSettings(endpoint={self.endpoint!r}, bucket={self.bucket!r}, "
-            f"uri={self.uri!r}, "
+            f"uri={self.uri!r}, outage_timeout={self.outage_timeout!r}, "
             f"secure={self.secure}, access_key={self.access_key!r}, secret_key='***')"
         )
 

@@ -162,6 +162,15 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 "single-object encoding with the schema fingerprint; remove this key",
             )
         )
+    for section in ("kafka", "object_store"):
+        outage_timeout = getattr(cfg.stack, section).outage_timeout
+        if not outage_timeout > 0:
+            issues.append(
+                Issue(
+                    f"stack.{section}.outage_timeout",
+                    f"must be > 0 seconds (how long an outage is ridden out), got {outage_timeout}",
+                )
+            )
     issues += _trainer_rank_issues(cfg)
     betas = cfg.trainer.optim.betas
     if len(betas) != 2:

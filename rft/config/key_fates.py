@@ -621,6 +621,12 @@ KEY_FATES: dict[str, Fate] = {
         _DERIVED,
         "tests/unit/test_config_effects.py",
     ),
+    "KafkaSettings.outage_timeout": Fate(
+        "seconds every component rides out a Kafka outage (retries with backoff, one log line as "
+        "it starts and one as it ends) before exiting non-zero with the address",
+        "rft/events/transport.py",
+        "tests/faults/test_outages.py",
+    ),
     "KafkaSettings.extra": Fate(
         "client settings passed through",
         "rft/events/kafka_confluent.py",
@@ -660,6 +666,12 @@ KEY_FATES: dict[str, Fate] = {
         "s3:// or file:// location of checkpoints instead of the bucket",
         _PLAN,
         "tests/unit/test_object_store_uri.py",
+    ),
+    "ObjectStoreSettings.outage_timeout": Fate(
+        "seconds an object store outage is ridden out (uploads resent whole, downloads resumed; "
+        "one log line as it starts and one as it ends) before exiting with the endpoint",
+        "rft/storage/s3_object_store.py",
+        "tests/faults/test_outages.py",
     ),
     "LocalStackSettings.root": Fate(
         "data root of the local stack",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from rft.errors import RecordTooLargeError, TransportError
+from rft.errors import BrokerUnavailableError, RecordTooLargeError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter
 from rft.events.transport import Record, RecordProducer
@@ -77,7 +77,13 @@ class DeadLetterParker:
         try:
             self._producer.flush(timeout_s)
         except TransportError as exc:
-            raise TransportError(
+            # keep the kind: a flush that timed out still holds the records and may be repeated
+            error = (
+                BrokerUnavailableError
+                if isinstance(exc, BrokerUnavailableError)
+                else TransportError
+            )
+            raise error(
                 f"could not park {self._unflushed} event(s) in {self.topic}: {exc}"
             ) from exc
         self._unflushed = 0

@@ -8,6 +8,7 @@ topic and partition it concerns.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, cast
@@ -33,7 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from rft.config.connections import KafkaSettings
-from rft.errors import TransportError
+from rft.errors import BrokerUnavailableError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
@@ -55,6 +56,7 @@ from rft.events.transport import (
     commit_metadata_text,
     fenced_message,
     group_state_name,
+    kafka_outage_window,
 )
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,23 @@ _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
 
+# Seconds past its own timeout that a transaction call may block before the producer is given up.
+_STUCK_GRACE_S = 20.0
+
+# Errors of a call that reached no broker or coordinator: nothing happened, it may be repeated.
+_UNAVAILABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
 
@@ -101,6 +120,16 @@ def _error_text(exc: BaseException) -> str:
         err: KafkaError = exc.args[0]
         return f"{err.name()}: {err.str()}"
     return str(exc)
+
+
+def _is_fatal(exc: BaseException | None) -> bool:
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.fatal()
+
+
+def _unavailable(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and not err.fatal() and err.code() in _UNAVAILABLE
 
 
 def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mapping[str, Any] | None):
@@ -370,8 +399,13 @@ class ConfluentRecordProducer(RecordProducer):
         self._config = _merged(settings, PRODUCER_DEFAULTS, config)
         if transactional_id is not None:
             self._config["transactional.id"] = transactional_id
+        elif "message.timeout.ms" not in self._config:
+            # Queued records must outlive an outage the window rides out; a transactional
+            # producer's records are bounded by transaction.timeout.ms instead (librdkafka).
+            self._config["message.timeout.ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: Producer | None = None
         self._initialised = False
+        self._stuck = False  # a call never returned: the client must not be used again
         self._failures: list[str] = []
         self._fatal: KafkaError | None = None
 
@@ -467,7 +501,8 @@ class ConfluentRecordProducer(RecordProducer):
             self._raise_flush_error(exc)
         self._raise_failures()
         if remaining:
-            raise TransportError(
+            # still queued, not lost: the idempotent producer delivers them once a broker answers
+            raise BrokerUnavailableError(
                 f"{remaining} record(s) not acknowledged by {self._settings.bootstrap_servers} "
                 f"within {timeout_s:g}s"
             )
@@ -510,6 +545,7 @@ class ConfluentRecordProducer(RecordProducer):
                 f"transaction {step} failed for transactional.id {self._transactional_id!r} on "
                 f"{self._settings.bootstrap_servers}: {_error_text(exc)}",
                 requires_abort=bool(err and err.txn_requires_abort()),
+                retriable=bool(err and not err.fatal() and (err.retriable() or _unavailable(exc))),
             ) from exc
         self._raise_failures()
 
@@ -520,22 +556,67 @@ class ConfluentRecordProducer(RecordProducer):
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
     ) -> None:
         tps = [_to_tp(o) for o in offsets]
-        self._transactional(
-            "send_offsets",
-            lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
-        )
+        # librdkafka can block in this call past its timeout when the group coordinator went
+        # away and came back (confluentinc/librdkafka#5456): the call runs on a thread of its
+        # own, and a producer stuck in it is given up (see abort_transaction).
+        outcome: list[BaseException | None] = []
+
+        def send() -> None:
+            try:
+                self._transactional(
+                    "send_offsets",
+                    lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
+                )
+                outcome.append(None)
+            except BaseException as exc:  # handed to the caller's thread below
+                outcome.append(exc)
+
+        worker = threading.Thread(target=send, name="rft-send-offsets", daemon=True)
+        worker.start()
+        worker.join(timeout_s + _STUCK_GRACE_S)
+        if not outcome:
+            self._stuck = True
+            raise TransactionError(
+                f"transaction send_offsets for transactional.id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers} still blocked {timeout_s + _STUCK_GRACE_S:g}s "
+                "after its timeout; the producer is given up and the transaction aborted",
+                requires_abort=True,
+            )
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction(timeout_s))
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
-        self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
+        if self._fatal is not None and self._fatal.code() in _FENCED:
+            # never replaced: a new producer with this id would fence the process that took over
+            self._raise_failures()
+        if not self._stuck and self._fatal is None:
+            try:
+                self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
+                return
+            except TransactionError as exc:
+                if exc.retriable or self._fatal is None and not _is_fatal(exc.__cause__):
+                    raise
+        # A producer stuck inside a call, or failed fatally (after an outage the broker may
+        # answer INVALID_TXN_STATE), takes no more calls. A new producer with the same
+        # transactional.id fences it when it initialises, and the broker aborts the
+        # transaction it left open: the abort this call promises.
+        log.warning(
+            "transactional producer %r is unusable (%s); replacing it: its open transaction is "
+            "aborted when the new one initialises",
+            self._transactional_id,
+            "stuck in a call" if self._stuck else f"fatal: {self._fatal and self._fatal.str()}",
+        )
+        self._client, self._initialised, self._stuck, self._fatal = None, False, False, None
 
     def close(self) -> None:
         if self._client is not None:
             try:
-                self.flush()
+                if not self._stuck and self._fatal is None:  # an unusable client flushes nothing
+                    self.flush()
             finally:
                 self._client = None
 
@@ -548,7 +629,7 @@ class ConfluentRecordConsumer(RecordConsumer):
         topics: Sequence[str],
         from_beginning: bool,
         config: Mapping[str, Any] | None,
-        unreachable_timeout_s: float,
+        unreachable_timeout_s: float | None,
     ) -> None:
         self._settings = settings
         self._topics = list(topics)
@@ -561,9 +642,9 @@ class ConfluentRecordConsumer(RecordConsumer):
             },
             config,
         )
-        self._unreachable_timeout_s = unreachable_timeout_s
+        self._window = kafka_outage_window(settings, unreachable_timeout_s)
         self._client: Consumer | None = None
-        self._down_since: float | None = None
+        self._suspect = False  # librdkafka said all brokers are down; a probe confirms it
         self._last_error = ""
         self._fatal: KafkaError | None = None
         self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
@@ -587,8 +668,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         self._last_error = f"{err.name()}: {err.str()}"
         if err.fatal():
             self._fatal = err
-        elif err.code() == KafkaError._ALL_BROKERS_DOWN and self._down_since is None:
-            self._down_since = time.monotonic()
+        elif err.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._suspect = True
 
     def _resolve(self, consumer: Consumer, topic: str, partition: int, spec: _SeekSpec) -> int:
         kind, value = spec
@@ -619,19 +700,17 @@ class ConfluentRecordConsumer(RecordConsumer):
                 f"Kafka consumer for {self._settings.bootstrap_servers} failed fatally: "
                 f"{self._fatal.name()}: {self._fatal.str()}"
             )
-        if self._down_since is None:
+        if not self._suspect and not self._window.down:
             return
-        down_for = time.monotonic() - self._down_since
-        if down_for < self._unreachable_timeout_s:
-            return
+        # librdkafka reconnects by itself; the probe only tells the window whether it has
         try:
-            self._consumer.list_topics(timeout=min(2.0, self._unreachable_timeout_s))
+            self._consumer.list_topics(timeout=min(1.0, self._window.timeout_s))
         except KafkaException as exc:
-            raise TransportError(
-                f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "
-                f"(last error: {self._last_error or _error_text(exc)})"
-            ) from exc
-        self._down_since = None  # a broker answered: it was a blip
+            # raises OutageError once the outage is older than the window
+            self._window.failed(self._last_error or _error_text(exc))
+            return
+        self._suspect = False
+        self._window.succeeded()
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         consumer = self._consumer
@@ -645,7 +724,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         if not messages:
             self._check_reachable()
             return []
-        self._down_since = None
+        self._suspect = False
+        self._window.succeeded()
         records: list[Record] = []
         for m in messages:
             err = m.error()
@@ -686,7 +766,8 @@ class ConfluentRecordConsumer(RecordConsumer):
         try:
             result = self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
-            raise TransportError(f"commit of {where} failed: {_error_text(exc)}") from exc
+            error = BrokerUnavailableError if _unavailable(exc) else TransportError
+            raise error(f"commit of {where} failed: {_error_text(exc)}") from exc
         for tp in result or []:
             if tp.error is not None:
                 raise TransportError(
@@ -786,7 +867,7 @@ class ConfluentBackend(KafkaBackend):
         topics: Sequence[str],
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
         prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
         if prefetch_bytes is not None:

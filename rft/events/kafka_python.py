@@ -8,7 +8,6 @@ interfaces. Config keys arrive Java-style (`linger.ms`) and are mapped to kafka-
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
 from kafka.errors import (
     InvalidProducerEpochError,
     KafkaError,
+    KafkaTimeoutError,
     TopicAlreadyExistsError,
     TransactionAbortedError,
     UnknownTopicOrPartitionError,
@@ -25,7 +25,7 @@ from kafka.errors import ProducerFencedError as ProducerFencedError_
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from rft.config.connections import KafkaSettings
-from rft.errors import ConfigError, TransportError
+from rft.errors import BrokerUnavailableError, ConfigError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
@@ -47,6 +47,7 @@ from rft.events.transport import (
     commit_metadata_text,
     fenced_message,
     group_state_name,
+    kafka_outage_window,
 )
 
 log = logging.getLogger(__name__)
@@ -426,7 +427,9 @@ class KafkaPythonRecordProducer(RecordProducer):
         try:
             self._client.flush(timeout=timeout_s)
         except KafkaError as exc:
-            raise TransportError(
+            # a flush that timed out leaves the records queued: the call may be repeated
+            error = BrokerUnavailableError if isinstance(exc, KafkaTimeoutError) else TransportError
+            raise error(
                 f"records not acknowledged by {self._settings.bootstrap_servers} within "
                 f"{timeout_s:g}s: {exc!r}"
             ) from exc
@@ -455,7 +458,9 @@ class KafkaPythonRecordProducer(RecordProducer):
             raise TransactionError(
                 f"transaction {step} failed for transactional_id {self._transactional_id!r} on "
                 f"{self._settings.bootstrap_servers}: {exc!r}",
-                requires_abort=not getattr(exc, "fatal", False),
+                requires_abort=not getattr(exc, "fatal", False)
+                and not isinstance(exc, KafkaTimeoutError),
+                retriable=isinstance(exc, KafkaTimeoutError),
             ) from exc
         self._raise_failures()
 
@@ -511,7 +516,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         topics: Sequence[str],
         from_beginning: bool,
         config: Mapping[str, Any] | None,
-        unreachable_timeout_s: float,
+        unreachable_timeout_s: float | None,
     ) -> None:
         self._settings = settings
         self._topics = list(topics)
@@ -525,11 +530,10 @@ class KafkaPythonRecordConsumer(RecordConsumer):
             },
             config,
         )
+        self._window = kafka_outage_window(settings, unreachable_timeout_s)
         # the constructor blocks until bootstrapped: bound it like any other silence
-        self._config.setdefault("bootstrap_timeout_ms", int(unreachable_timeout_s * 1000))
-        self._unreachable_timeout_s = unreachable_timeout_s
+        self._config.setdefault("bootstrap_timeout_ms", int(self._window.timeout_s * 1000))
         self._client: KafkaConsumer | None = None
-        self._reachable_at = time.monotonic()
         self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
         self._pending_all: _SeekSpec | None = None
 
@@ -545,7 +549,6 @@ class KafkaPythonRecordConsumer(RecordConsumer):
                     f"{exc!r}"
                 ) from exc
             self._client = client
-            self._reachable_at = time.monotonic()
         return self._client
 
     def _apply_pending(self, assigned: list[TopicPartition]) -> None:
@@ -582,16 +585,10 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         return any(client.connected(b.node_id) for b in client.cluster.brokers())
 
     def _check_reachable(self) -> None:
-        now = time.monotonic()
         if self._reachable():
-            self._reachable_at = now
+            self._window.succeeded()
             return
-        down_for = now - self._reachable_at
-        if down_for >= self._unreachable_timeout_s:
-            raise TransportError(
-                f"Kafka at {self._settings.bootstrap_servers} unreachable for {down_for:.0f}s "
-                "(no broker connection)"
-            )
+        self._window.failed("no broker connection")  # OutageError once past the window
 
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         consumer = self._consumer
@@ -604,7 +601,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         if not batches:
             self._check_reachable()
             return []
-        self._reachable_at = time.monotonic()
+        self._window.succeeded()
         return [
             Record(
                 topic=r.topic,
@@ -713,7 +710,7 @@ class KafkaPythonBackend(KafkaBackend):
         topics: Sequence[str],
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
         prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
         if prefetch_bytes is not None:

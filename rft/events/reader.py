@@ -3,12 +3,15 @@
 Polls batches, decodes them with `EventCodec` and hands out `Envelope`s that carry where each event
 came from and the producer's trace context. An undecodable record is parked in the dead-letter
 topic and skipped; its offset is committed with the next commit that reaches it. Commits are
-manual; reads see committed transactions only.
+manual; reads see committed transactions only. While Kafka is down, poll() returns nothing
+until the cluster's outage window (`stack.kafka.outage_timeout`) is spent, and commits are
+retried inside it; a commit counts as done only once the broker has acknowledged it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -16,7 +19,7 @@ from typing import Any, Self
 from opentelemetry.context import Context
 
 from rft.config.connections import KafkaSettings
-from rft.errors import DecodeError
+from rft.errors import DecodeError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import DeadLetterParker
 from rft.events.models import Event
@@ -26,8 +29,13 @@ from rft.events.transport import (
     RecordConsumer,
     TopicPartitionOffset,
     kafka_backend,
+    kafka_outage_window,
+    retriable_in_outage,
 )
+from rft.stack.outage_window import OutageWindow
 from rft.tracing.propagation import extract_trace_context
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +131,10 @@ class EventReader:
         consumer: RecordConsumer,
         codec: EventCodec,
         parker: DeadLetterParker | None,
+        window: OutageWindow | None = None,
     ) -> None:
         self._consumer = consumer
+        self._window = window
         self._codec = codec
         self._parker = parker
         self._parked = _ParkedOffsets()
@@ -140,7 +150,7 @@ class EventReader:
         *,
         codec: EventCodec | None = None,
         config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
     ) -> EventReader:
         """A reader for `kafka_settings`; it joins the group on the first poll.
 
@@ -155,7 +165,14 @@ class EventReader:
         parker = None
         if dead_letter_topic is not None:
             parker = DeadLetterParker(backend.producer(), dead_letter_topic, group_id, codec)
-        return cls(consumer, codec, parker)
+        return cls(consumer, codec, parker, kafka_outage_window(kafka_settings))
+
+    def _durably(self, what: str, step: Callable[[], None]) -> None:
+        """`step` once, or, with an outage window, until Kafka acknowledges it."""
+        if self._window is None:
+            step()
+        else:
+            self._window.call(what, step, retriable_in_outage)
 
     @property
     def parked_count(self) -> int:
@@ -165,7 +182,7 @@ class EventReader:
     def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]:
         """Up to `max_events` decoded events, waiting at most `timeout_s` for the first record.
 
-        Raises TransportError when no broker has been reachable for the unreachable timeout.
+        Raises OutageError when no broker has been reachable for the unreachable timeout.
         """
         records = self._consumer.poll(max_events, timeout_s)
         envelopes: list[Envelope] = []
@@ -216,7 +233,7 @@ class EventReader:
                 targets[tp] = offset + 1
         targets = self._parked.extend(targets)
         if self._parker is not None:
-            self._parker.flush()
+            self._durably("park in dead-letter", self._parker.flush)
         return [TopicPartitionOffset(t, p, o, metadata) for (t, p), o in sorted(targets.items())]
 
     def mark_committed(self, offsets: Sequence[TopicPartitionOffset]) -> None:
@@ -229,7 +246,7 @@ class EventReader:
         """Commit the offsets after `envelopes` (default: after everything polled), each with
         `metadata`; return them."""
         offsets = self.offsets_after(envelopes, metadata)
-        self._consumer.commit(offsets)
+        self._durably("commit of offsets", lambda: self._consumer.commit(offsets))
         self.mark_committed(offsets)
         return offsets
 
@@ -246,6 +263,24 @@ class EventReader:
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read of each assigned partition whose position is known."""
         return self._consumer.positions()
+
+    def rewind(self, envelopes: Sequence[Envelope]) -> None:
+        """Read `envelopes` again (their transaction was aborted): each partition they came from
+        that this member still holds goes back to the first of them. A partition that moved to
+        another member during an outage is read by it from the group's committed offset."""
+        first: dict[_Partition, int] = {}
+        for e in envelopes:
+            tp = (e.topic, e.partition)
+            first[tp] = min(e.offset, first.get(tp, e.offset))
+        held = set(self._consumer.assignment())
+        for (topic, partition), offset in sorted(first.items()):
+            if (topic, partition) not in held:
+                continue
+            try:
+                self.seek(topic, partition, offset)
+            except TransportError as exc:
+                # a rebalance is under way: the partition's next owner starts at the commit
+                log.info("not rewinding %s[%d] (%s); the group reassigns it", topic, partition, exc)
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `topic`[`partition`] from `offset` on (now, or once the partition is assigned)."""

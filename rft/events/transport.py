@@ -17,22 +17,43 @@ from types import TracebackType
 from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
-from rft.errors import ConfigError, FencedError, TransportError
+from rft.errors import BrokerUnavailableError, ConfigError, FencedError, TransportError
 from rft.events.record_size import refuse_oversized
 from rft.registry import Registry
+from rft.stack.outage_window import OutageWindow
 
 Headers = list[tuple[str, bytes]]
 
-# Seconds a consumer may go without reaching any broker before poll() raises TransportError.
-DEFAULT_UNREACHABLE_TIMEOUT_S = 30.0
+# Seconds a consumer may go without reaching any broker before poll() raises: None means the
+# cluster's `stack.kafka.outage_timeout`.
+DEFAULT_UNREACHABLE_TIMEOUT_S: float | None = None
 
 
 class TransactionError(TransportError):
-    """A transaction step failed; `requires_abort` says the caller must abort() before retrying."""
+    """A transaction step failed; `requires_abort` says the caller must abort() before retrying,
+    `retriable` that the same step may simply be called again (it timed out, nothing was lost)."""
 
-    def __init__(self, message: str, *, requires_abort: bool) -> None:
+    def __init__(self, message: str, *, requires_abort: bool, retriable: bool = False) -> None:
         super().__init__(message)
         self.requires_abort = requires_abort
+        self.retriable = retriable and not requires_abort
+
+
+def kafka_outage_window(settings: KafkaSettings, timeout_s: float | None = None) -> OutageWindow:
+    """The process's outage window for this cluster (default limit: its outage_timeout)."""
+    return OutageWindow(
+        "kafka",
+        settings.bootstrap_servers,
+        settings.outage_timeout if timeout_s is None else timeout_s,
+        "stack.kafka.outage_timeout",
+    )
+
+
+def retriable_in_outage(exc: Exception) -> bool:
+    """Whether a failed Kafka call lost nothing and may be made again as it was."""
+    if isinstance(exc, TransactionError):
+        return exc.retriable
+    return isinstance(exc, BrokerUnavailableError)
 
 
 class ProducerFencedError(TransactionError, FencedError):
@@ -295,11 +316,12 @@ class RecordConsumer(_Closing):
     @abstractmethod
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:
         """Up to `max_records` records, waiting at most `timeout_s` for the first one; raise
-        TransportError when no broker has been reachable for the unreachable timeout."""
+        OutageError when no broker has been reachable for the unreachable timeout."""
 
     @abstractmethod
     def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
-        """Synchronously commit the given next-to-read offsets for this group."""
+        """Synchronously commit the given next-to-read offsets for this group; a failure that
+        lost nothing (no coordinator, a timeout) raises BrokerUnavailableError."""
 
     @abstractmethod
     def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
@@ -352,10 +374,12 @@ class KafkaBackend(ABC):
         topics: Sequence[str],
         from_beginning: bool = True,
         config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
         prefetch_bytes: int | None = None,
     ) -> RecordConsumer:
-        """`prefetch_bytes` bounds the records fetched ahead of poll() (default: the client's
+        """`unreachable_timeout_s` bounds how long poll() rides out an outage (default: the
+        settings' outage_timeout) before it raises OutageError.
+        `prefetch_bytes` bounds the records fetched ahead of poll() (default: the client's
         throughput-minded buffers, hundreds of MiB); a bulk reader sets it to keep memory low."""
 
 

@@ -3,12 +3,18 @@
 Encodes each event with `EventCodec`, adds an `rft-schema` header and the W3C trace context of the
 current OpenTelemetry context, and produces it idempotently with acks=all. With a transactional id
 it also commits a reader's offsets atomically with the events written (`send_offsets`).
+
+While Kafka is down, flushes and transaction steps (begin, commit, abort) are retried inside the
+cluster's outage window (`stack.kafka.outage_timeout`): a step counts as done only once the broker
+acknowledged it, and a step that failed in a way that may have lost something (an abortable
+transaction, a delivery error) is raised at once, never retried blindly. Sending a reader's
+offsets is never retried (see `_send_offsets`): its caller aborts and reads the records again.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -18,11 +24,23 @@ from rft.errors import FencedError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import SCHEMA_HEADER
 from rft.events.models import Event
-from rft.events.transport import Headers, RecordProducer, TopicPartitionOffset, kafka_backend
+from rft.events.transport import (
+    Headers,
+    RecordProducer,
+    TopicPartitionOffset,
+    kafka_backend,
+    kafka_outage_window,
+    retriable_in_outage,
+)
+from rft.stack.outage_window import OutageWindow
 from rft.tracing.propagation import inject_trace_headers
 
 if TYPE_CHECKING:
     from rft.events.reader import Envelope, EventReader
+
+# Seconds one attempt of a flush or transaction step may block: short, so that an outage is
+# noticed (and logged) early; the outage window, not this, bounds the whole wait.
+ATTEMPT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +60,14 @@ class EventWriter:
     """
 
     def __init__(
-        self, producer: RecordProducer, codec: EventCodec, transactional: bool = False
+        self,
+        producer: RecordProducer,
+        codec: EventCodec,
+        transactional: bool = False,
+        window: OutageWindow | None = None,
     ) -> None:
         self._producer = producer
+        self._window = window
         self._codec = codec
         self._transactional = transactional
         self._in_transaction = False
@@ -62,7 +85,19 @@ class EventWriter:
     ) -> EventWriter:
         """A writer for `kafka_settings`; the client connects on the first send."""
         producer = kafka_backend(kafka_settings).producer(transactional_id, config)
-        return cls(producer, codec or EventCodec.default(), transactional_id is not None)
+        return cls(
+            producer,
+            codec or EventCodec.default(),
+            transactional_id is not None,
+            kafka_outage_window(kafka_settings),
+        )
+
+    def _durably(self, what: str, step: Callable[[], None]) -> None:
+        """`step` once, or, with an outage window, until Kafka acknowledges it."""
+        if self._window is None:
+            step()
+        else:
+            self._window.call(what, step, retriable_in_outage)
 
     def send(
         self,
@@ -115,15 +150,17 @@ class EventWriter:
         self._producer.produce(topic, value, key=key, headers=list(headers))
 
     def flush(self, timeout_s: float = 30.0) -> None:
-        """Block until every queued event is acknowledged by all in-sync replicas."""
-        self._producer.flush(timeout_s)
+        """Block until every queued event is acknowledged by all in-sync replicas; with an
+        outage window, `timeout_s` bounds each attempt and the window the whole wait."""
+        attempt_s = min(timeout_s, ATTEMPT_S) if self._window is not None else timeout_s
+        self._durably("flush", lambda: self._producer.flush(attempt_s))
 
     @property
     def in_transaction(self) -> bool:
         return self._in_transaction
 
     def begin(self) -> None:
-        self._producer.begin_transaction()
+        self._durably("begin transaction", self._producer.begin_transaction)
         self._in_transaction = True
         self._offsets_sent = []
 
@@ -136,7 +173,7 @@ class EventWriter:
         offsets = reader.offsets_after(envelopes, metadata)
         if not offsets:
             return
-        self._producer.send_offsets_to_transaction(offsets, reader.group_metadata())
+        self._send_offsets(reader, offsets)
         self._offsets_sent.append((reader, offsets))
 
     def send_offset_positions(
@@ -147,11 +184,18 @@ class EventWriter:
         it has read nothing new since the last one."""
         if not offsets:
             return
-        self._producer.send_offsets_to_transaction(list(offsets), reader.group_metadata())
+        self._send_offsets(reader, list(offsets))
         self._offsets_sent.append((reader, list(offsets)))
 
+    def _send_offsets(self, reader: EventReader, offsets: list[TopicPartitionOffset]) -> None:
+        # Not retried: after an outage the reader's group may have moved on (a member whose
+        # session expired rejoins only when it polls again), and offsets it no longer owns must
+        # not be committed. The caller aborts and reads those records again.
+        self._producer.send_offsets_to_transaction(offsets, reader.group_metadata(), ATTEMPT_S)
+
     def commit(self) -> None:
-        self._producer.commit_transaction()
+        """Commit the open transaction; returns only once the broker has committed it."""
+        self._durably("commit transaction", lambda: self._producer.commit_transaction(ATTEMPT_S))
         self._in_transaction = False
         sent, self._offsets_sent = self._offsets_sent, []
         for reader, offsets in sent:
@@ -160,7 +204,7 @@ class EventWriter:
     def abort(self) -> None:
         self._in_transaction = False
         self._offsets_sent = []
-        self._producer.abort_transaction()
+        self._durably("abort transaction", lambda: self._producer.abort_transaction(ATTEMPT_S))
 
     def close(self) -> None:
         self._producer.close()

@@ -71,6 +71,16 @@ class _Sha256Reader:
         self.size += len(chunk)
         return chunk
 
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        """Back to the start only (an upload attempt that failed is sent again whole): the
+        hash and the count start over with it."""
+        if (offset, whence) != (0, 0):
+            raise ValueError("a hashing reader can only go back to its start")
+        self._handle.seek(0)
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+        return 0
+
 
 class CheckpointStore:
     """Checkpoints of one run (`project`/`name`) inside an object store."""

@@ -3,21 +3,27 @@
 This is the only module that imports `minio`. The client and its HTTP pool are created on first
 use; every client error (S3 error responses, refused connections, timeouts) leaves this module as
 a StorageError naming the bucket and key. Closing the store (or leaving its `with`) clears the pool.
+
+While the endpoint does not answer (refused or dropped connections, 5xx responses), each call is
+retried inside the outage window of `stack.object_store.outage_timeout`: an upload starts again
+from the beginning of its stream (an S3 PUT is all or nothing, so a failed one left nothing), a
+download resumes at the byte it stopped at. Past the window the call raises OutageError.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable, Generator
-from typing import BinaryIO, NoReturn, TypeVar, cast
+from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
 import urllib3
 from minio import Minio
-from minio.error import MinioException, S3Error
+from minio.error import MinioException, S3Error, ServerError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from rft.config.connections import ObjectStoreSettings
 from rft.errors import StorageError
+from rft.stack.outage_window import OutageWindow
 from rft.storage.object_store_base import (
     CHUNK_SIZE,
     ObjectExistsError,
@@ -45,6 +51,25 @@ _RETRIES = urllib3.Retry(
 )
 
 
+def _unanswered(exc: Exception) -> bool:
+    """A failure of the endpoint itself (no connection, a dropped one, a 5xx): worth retrying.
+    S3 error responses (no such key, access denied) and bad arguments are answers, not outages."""
+    if isinstance(exc, S3Error | ValueError):
+        return False
+    if isinstance(exc, ServerError):
+        return exc.status_code >= 500
+    return isinstance(exc, Urllib3Error | OSError)
+
+
+def _rewind(stream: ReadableStream, uri: str) -> None:
+    """Back to the stream's start for another upload attempt; a stream that cannot go back
+    cannot be uploaded again."""
+    seek = getattr(stream, "seek", None)
+    if seek is None:
+        raise StorageError(f"upload of {uri} failed and its stream cannot be read again")
+    seek(0)
+
+
 def _split_endpoint(endpoint: str, secure: bool) -> tuple[str, bool]:
     """'http://host:port' or 'host:port' -> ('host:port', secure); the SDK wants no scheme."""
     if endpoint.startswith("https://"):
@@ -70,6 +95,12 @@ class S3ObjectStore(ObjectStore):
         self.endpoint, self.secure = _split_endpoint(settings.endpoint, settings.secure)
         self._pool: urllib3.PoolManager | None = None
         self._client: Minio | None = None
+        self.window = OutageWindow(
+            "object store",
+            self.endpoint,
+            settings.outage_timeout,
+            "stack.object_store.outage_timeout",
+        )
 
     def __repr__(self) -> str:
         return f"S3ObjectStore(endpoint={self.endpoint!r}, uri={self.base_uri!r})"
@@ -119,8 +150,9 @@ class S3ObjectStore(ObjectStore):
         raise StorageError(f"{action} {where} failed: {detail}") from exc
 
     def _call(self, action: str, key: str | None, fn: Callable[[], T]) -> T:
+        where = self.uri(key) if key else f"s3://{self.bucket}"
         try:
-            return fn()
+            return self.window.call(f"{action} {where}", fn, _unanswered)
         except (MinioException, Urllib3Error, OSError, ValueError) as exc:
             self._fail(exc, action, key)
 
@@ -129,7 +161,11 @@ class S3ObjectStore(ObjectStore):
         if self._call("checking bucket", None, lambda: client.bucket_exists(self.bucket)):
             return
         try:
-            client.make_bucket(self.bucket, location=self.settings.region)
+            self.window.call(
+                f"creating bucket s3://{self.bucket}",
+                lambda: client.make_bucket(self.bucket, location=self.settings.region),
+                _unanswered,
+            )
         except S3Error as exc:
             if exc.code in _BUCKET_TAKEN_CODES:
                 return  # another process created it first
@@ -140,11 +176,16 @@ class S3ObjectStore(ObjectStore):
     def put_stream(self, key: str, stream: ReadableStream, length: int) -> ObjectInfo:
         name = self._object_name(key)
         client = self.client
-        result = self._call(
-            "upload of",
-            key,
-            lambda: client.put_object(self.bucket, name, cast(BinaryIO, stream), length),
-        )
+        attempts = 0
+
+        def upload() -> Any:
+            nonlocal attempts
+            if attempts:
+                _rewind(stream, self.uri(key))
+            attempts += 1
+            return client.put_object(self.bucket, name, cast(BinaryIO, stream), length)
+
+        result = self._call("upload of", key, upload)
         return ObjectInfo(key=key, size=length, etag=str(result.etag or ""))
 
     def put_bytes(self, key: str, data: bytes) -> ObjectInfo:
@@ -174,14 +215,26 @@ class S3ObjectStore(ObjectStore):
     def iter_chunks(self, key: str, chunk_size: int = CHUNK_SIZE) -> Generator[bytes, None, None]:
         name = self._object_name(key)
         client = self.client
-        response = self._call("download of", key, lambda: client.get_object(self.bucket, name))
-        try:
-            yield from response.stream(chunk_size)
-        except (MinioException, Urllib3Error, OSError, ValueError) as exc:
-            self._fail(exc, "download of", key)
-        finally:
-            response.close()
-            response.release_conn()
+        done = 0  # bytes handed out: a download cut off resumes after them
+        while True:
+            response = self._call(
+                "download of",
+                key,
+                lambda at=done: client.get_object(self.bucket, name, offset=at),  # type: ignore[misc]
+            )
+            try:
+                for chunk in response.stream(chunk_size):
+                    done += len(chunk)
+                    yield chunk
+                return
+            except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+                if not _unanswered(exc):
+                    self._fail(exc, "download of", key)
+                # the next get_object attempt waits out the outage; OutageError past it
+                self.window.failed(f"download of {self.uri(key)} cut off at byte {done}: {exc}")
+            finally:
+                response.close()
+                response.release_conn()
 
     def stat(self, key: str) -> ObjectInfo:
         name = self._object_name(key)
@@ -197,8 +250,9 @@ class S3ObjectStore(ObjectStore):
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         full_prefix = self.prefix + prefix.lstrip("/")
         client = self.client
-        found: list[ObjectInfo] = []
-        try:
+
+        def listing() -> list[ObjectInfo]:
+            found: list[ObjectInfo] = []  # a listing cut off starts again from the top
             for obj in client.list_objects(self.bucket, prefix=full_prefix, recursive=True):
                 name = str(obj.object_name)
                 if obj.is_dir or not name.startswith(self.prefix):
@@ -211,6 +265,10 @@ class S3ObjectStore(ObjectStore):
                         modified=obj.last_modified.timestamp() if obj.last_modified else None,
                     )
                 )
+            return found
+
+        try:
+            found = self.window.call(f"listing {self.base_uri}/{prefix}", listing, _unanswered)
         except S3Error as exc:
             if exc.code == "NoSuchBucket":
                 return []
@@ -223,7 +281,11 @@ class S3ObjectStore(ObjectStore):
         name = self._object_name(key)
         client = self.client
         try:
-            client.remove_object(self.bucket, name)
+            self.window.call(
+                f"delete of {self.uri(key)}",
+                lambda: client.remove_object(self.bucket, name),
+                _unanswered,
+            )
         except S3Error as exc:
             if exc.code in _NOT_FOUND_CODES:
                 return

@@ -1,8 +1,8 @@
 """Kafka is killed (-9) under a running `rft tail`: a clear error and a non-zero exit, no hang;
 after the stack is brought up again, every event published before the kill is still there.
 
-The test runs its own LocalStack (private root and ports) so killing its broker disturbs no other
-test that shares the session stack.
+The test runs its own LocalStack (`private_stack` in conftest.py: private root and ports) so
+killing its broker disturbs no other test that shares the session stack.
 """
 
 from __future__ import annotations
@@ -10,17 +10,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from rft.config.connections import KafkaSettings, LocalStackSettings
+from rft.config.connections import KafkaSettings
 from rft.events.models import Metric
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
@@ -30,35 +27,6 @@ from rft.stack.local_stack import LocalStack
 pytestmark = [pytest.mark.faults, pytest.mark.integration]
 
 EVENTS = 50
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-@pytest.fixture(scope="module")
-def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    kafka, controller, minio, console = free_ports(4)
-    settings = LocalStackSettings(
-        root=Path(tmp_path_factory.mktemp("stack")),
-        kafka_port=kafka,
-        kafka_controller_port=controller,
-        minio_port=minio,
-        minio_console_port=console,
-    )
-    local = LocalStack(settings)
-    local.up(timeout_s=180)
-    try:
-        yield local
-    finally:
-        local.down()
 
 
 def read_lines(stream, into: list[str]) -> None:
