@@ -8,6 +8,10 @@ and the counters. `tick()` is one pass of the loop and reads top to bottom:
 A weight version is written to the checkpoint store (files, then the manifest carrying the
 consumed offsets, with the sampler's state under `trainer_state/`) and then announced on the
 `weights` topic. `resume` puts a restarted trainer back where its newest version left off.
+
+An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
+bounded range: its `admit` rule filters what is read, its range is saved with each version
+(`extra_state`), and the run ends when the range is exhausted and no batch is ready.
 """
 
 from __future__ import annotations
@@ -15,9 +19,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 
@@ -30,7 +34,7 @@ from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.errors import TransportError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
-from rft.events.reader import EventReader
+from rft.events.reader import Envelope, EventReader
 from rft.events.writer import EventWriter
 from rft.synchronizer import SyncStyle
 
@@ -45,13 +49,29 @@ class TrainerSummary:
     dropped_stale: int = 0
     published_versions: list[int] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+    read: int = 0  # experiences read (this process; a resume reads its in-flight ones again)
+    filtered: int = 0  # experiences the admit rule left out
+    left_incomplete: int = 0  # at the end: experiences of incomplete groups, not trained
+    left_untrained: int = 0  # at the end: experiences of complete groups, not trained
+    input_ended: bool = False  # a bounded input (an offline range) was read to its end
+
+
+class ExperienceSource(Protocol):
+    """Where the loop reads experiences: the trainer's consumer group (an EventReader) online,
+    a range of a topic offline (consumers.offline_input)."""
+
+    def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]: ...
+
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+    def commit(self) -> object: ...
 
 
 @dataclass
 class LoopClients:
     """The loop's connections: experiences in, sync requests in, events out."""
 
-    experiences: EventReader
+    experiences: ExperienceSource
     control: EventReader
     writer: EventWriter
     metrics: MetricEmitter
@@ -72,6 +92,9 @@ class TrainerLoop:
         idle_timeout_s: float,
         keep_checkpoints: int | None = None,
         stop: threading.Event | None = None,
+        admit: Callable[[Experience], Experience | None] | None = None,
+        input_ended: Callable[[], bool] | None = None,
+        extra_state: Mapping[str, Any] | None = None,
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -82,6 +105,9 @@ class TrainerLoop:
         self.idle_timeout_s = idle_timeout_s
         self.keep_checkpoints = keep_checkpoints
         self.stop = stop or threading.Event()
+        self.admit = admit  # None keeps every experience as read
+        self.input_ended = input_ended  # None: the input never ends (an online topic)
+        self.extra_state = dict(extra_state or {})  # saved with each version beside the sampler's
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
         self.step = 0
@@ -125,6 +151,11 @@ class TrainerLoop:
         self.trained_last_tick = batch is not None
         if read or batch is not None:
             self.idle_since = time.monotonic()
+        if batch is None and self.input_ended is not None and self.input_ended():
+            # nothing more will arrive and the sampler has no batch from what is here
+            self.summary.input_ended = True
+            log.info("the input is read to its end and no batch is ready: stopping")
+            return False
         return not self.idle_too_long()
 
     def finish(self) -> TrainerSummary:
@@ -132,6 +163,7 @@ class TrainerLoop:
         if self.step > self.last_published:
             self.publish(final=True)
         incomplete, untrained = self.sampler.waiting()
+        self.summary.left_incomplete, self.summary.left_untrained = incomplete, untrained
         if incomplete or untrained:
             log.info(
                 "stopping with %d experiences in incomplete groups and %d in complete groups "
@@ -177,7 +209,13 @@ class TrainerLoop:
             if not self.ledger.polled(tp, env.offset):
                 continue  # settled before a restart: trained, dropped or filtered already
             if isinstance(env.event, Experience):
-                self.sampler.add(Admitted(env.event, tp, env.offset))
+                self.summary.read += 1
+                exp = env.event if self.admit is None else self.admit(env.event)
+                if exp is None:
+                    self.summary.filtered += 1
+                    self.ledger.settled(tp, env.offset)
+                    continue
+                self.sampler.add(Admitted(exp, tp, env.offset))
                 continue
             log.warning(
                 "%s[%d]@%d: %s on the experience topic, skipped",
@@ -227,6 +265,7 @@ class TrainerLoop:
             span.set_attribute("rft.version", step)
             offsets = [(t, p, o) for (t, p), o in sorted(self.ledger.safe_offsets().items())]
             state = {
+                **self.extra_state,
                 "sampler": self.sampler.state(),
                 "settled_ahead": [
                     [t, p, to_ranges(offs)]
