@@ -48,8 +48,10 @@ def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
     from consumers.offline_input import OfflineSource
     from consumers.run_plan import RunPlan
 
+    if not hasattr(args, "from_offsets"):  # called by `rft run` (mode train): no such options
+        return None
     start, end, keep = range_and_filter(args)
-    if not getattr(args, "from_topic", None):
+    if not args.from_topic:
         if not (start.open and end.open and keep.keeps_all):
             raise ConfigError("range and filter options need --from-topic")
         return None

@@ -3,7 +3,9 @@ set-aside staleness bound, and what filters do to rollout groups."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,6 +23,9 @@ from consumers.offline_input import (
     without_staleness,
 )
 from consumers.topic_range import RangeBound
+from rft.cli.main import build_parser
+from rft.cli.train_cmd import offline_source
+from rft.config import RftConfig, load_config
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError
 from tests.unit.experience_log import experience
@@ -106,3 +111,35 @@ def test_a_reward_filter_is_refused_by_group_advantages() -> None:
     keep = OfflineSource("t", keep=ExperienceFilter(max_reward=0.0))
     with pytest.raises(ConfigError, match="algorithm 'grpo' computes advantages"):
         admit_rule(keep, uses_advantage=True, algorithm="grpo")
+
+
+# -- the command line: rft train's range options ------------------------------------------------
+
+
+def parsed(tmp_path: Path, *argv: str) -> tuple[argparse.Namespace, RftConfig]:
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        "project: p\nname: n\nmode: train\nmodel: {model_path: tiny}\nbuffer: {batch_size: 2}\n"
+        "algorithm: {algorithm_type: grpo, repeat_times: 2}\n"
+    )
+    args = build_parser().parse_args(["train", "--config", str(path), *argv])
+    return args, load_config(path)
+
+
+def test_from_topic_takes_a_short_name_of_the_run_or_a_full_name(tmp_path: Path) -> None:
+    args, cfg = parsed(tmp_path, "--from-topic", "experiences", "--to-offsets", "0=9")
+    source = offline_source(args, cfg)
+    assert source.topic == "p.n.experiences" and source.end.offsets == {0: 9}
+    args, cfg = parsed(tmp_path, "--from-topic", "q.m.experiences", "--min-version", "2")
+    source = offline_source(args, cfg)
+    assert source.topic == "q.m.experiences" and source.keep.min_version == 2
+
+
+def test_range_options_without_from_topic_are_refused(tmp_path: Path) -> None:
+    args, cfg = parsed(tmp_path, "--min-reward", "1")
+    with pytest.raises(ConfigError, match="need --from-topic"):
+        offline_source(args, cfg)
+    args, cfg = parsed(tmp_path)
+    assert offline_source(args, cfg) is None
+    # `rft run` (mode train) calls the verb with its own arguments, which have no range options
+    assert offline_source(argparse.Namespace(config=args.config), cfg) is None
