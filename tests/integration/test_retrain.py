@@ -4,15 +4,18 @@ against the real Kafka and MinIO with the tiny model.
 The source topic is written here as explorers write it (one transaction per step). The retrain
 runs in a run of its own, is stopped after one step, resumes from its checkpoint and trains the
 rest of the range (none twice: the counts add up to the log's), stops at the range's end even
-after the topic grew, and publishes nothing into the source run. Filters: reward-filtered SFT
+after the topic grew, and publishes nothing into the source run; one killed with SIGKILL mid-range
+resumes from its newest version and trains exactly the rest. Filters: reward-filtered SFT
 (raft) trains exactly the kept experiences; a group algorithm refuses a reward filter.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +164,37 @@ def test_reward_filtered_sft_trains_exactly_the_kept_experiences(
     assert summary["experiences"] == len(kept) == 8
     assert summary["steps"] == 1 and summary["filtered"] == 6 * REPEAT - len(kept)
     assert summary["input_ended"] and summary["left_untrained"] == 0
+
+
+def test_a_retrain_killed_mid_range_resumes_from_its_newest_version(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    source = TopicNames.for_run("rft-it", f"{unique}-online")
+    ensure_topics(stack.kafka, source)
+    tasks = 24  # 12 steps of 8 experiences
+    write_steps(stack, source.experiences, range(tasks), f"tx-{unique}")
+    config = retrain_config(stack, f"{unique}-retrain", tmp_path, "grpo")
+    store = RunPlan(load_config(config)).checkpoint_store()
+    argv = [sys.executable, "-m", "rft.cli.main", "train", "--config", str(config)]
+    argv += ["--from-topic", source.experiences, "--override", "buffer.total_steps=100"]
+    victim = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while store.latest_version() < 2 and time.monotonic() < deadline:
+            assert victim.poll() is None, "the retrain ended before it could be killed"
+            time.sleep(0.1)
+    finally:
+        victim.send_signal(signal.SIGKILL)  # no chance to publish what it trained since
+        victim.wait()
+    killed_at = store.latest_version()
+    assert 2 <= killed_at < tasks // BATCH
+
+    resumed, err = train(
+        config, "--from-topic", source.experiences, "--override", "buffer.total_steps=100"
+    )
+    assert f"resumed from checkpoint v{killed_at}" in err
+    # every batch holds 8 experiences: the versions before the kill trained 8 * killed_at, the
+    # resume trains exactly the rest (steps after the newest version are trained again: their
+    # weights died with the process)
+    assert resumed["experiences"] == tasks * REPEAT - 8 * killed_at
+    assert resumed["steps"] == tasks // BATCH and resumed["input_ended"]
