@@ -160,7 +160,8 @@ class Trainer:
             spans = resolve_range(
                 kafka,
                 self.offline,
-                checkpoints.read_sampler_state(newest) if newest else None,
+                # a version without saved state is treated as an online trainer's: refused
+                (checkpoints.read_sampler_state(newest) or {}) if newest else None,
             )
             total_steps = offline_total_steps(
                 self._configured_steps(), spans, self.plan.train_batch_size
