@@ -160,9 +160,12 @@ class OfflineExperiences:
 
     @classmethod
     def open(
-        cls, kafka: KafkaSettings, spans: Mapping[Partition, tuple[int, int]]
+        cls,
+        kafka: KafkaSettings,
+        spans: Mapping[Partition, tuple[int, int]],
+        config: Mapping[str, Any] | None = None,
     ) -> OfflineExperiences:
-        return cls(RangeReader.for_spans(kafka, spans))
+        return cls(RangeReader.for_spans(kafka, spans, config=config))
 
     def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]:
         return self.reader.poll(max_events, timeout_s)

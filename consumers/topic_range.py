@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError, DecodeError, ReplayError
@@ -170,12 +170,15 @@ class RangeReader:
         spans: Mapping[Partition, tuple[int, int]],
         *,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        config: Mapping[str, Any] | None = None,
     ) -> RangeReader:
-        """A reader of `[start, end)` offset spans already known, over any topics."""
+        """A reader of `[start, end)` offset spans already known, over any topics (`config`:
+        client settings, e.g. a longer max.poll.interval.ms for a reader that trains between
+        polls)."""
         topics = sorted({topic for topic, _ in spans})
         group = f"rft-replay-{uuid.uuid4().hex[:12]}"  # never commits: leaves nothing behind
         consumer = kafka_backend(kafka).consumer(
-            group, topics, from_beginning=True, prefetch_bytes=PREFETCH_BYTES
+            group, topics, from_beginning=True, config=config, prefetch_bytes=PREFETCH_BYTES
         )
         return cls(consumer, spans, stall_timeout_s=stall_timeout_s)
 

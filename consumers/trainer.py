@@ -188,7 +188,10 @@ class Trainer:
                     )
                 )
             else:
-                reader = offline_reader = OfflineExperiences.open(kafka, spans)
+                # the trainer's own poll interval: a step may take longer than Kafka's default
+                reader = offline_reader = OfflineExperiences.open(
+                    kafka, spans, self.plan.consumer_config
+                )
                 stack.callback(offline_reader.close)
             # From the beginning: a request sent before this group's first assignment must not
             # be lost; requests that a published version already answers are ignored.

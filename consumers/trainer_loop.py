@@ -54,6 +54,7 @@ class TrainerSummary:
     left_incomplete: int = 0  # at the end: experiences of incomplete groups, not trained
     left_untrained: int = 0  # at the end: experiences of complete groups, not trained
     input_ended: bool = False  # a bounded input (an offline range) was read to its end
+    stop_reason: str = ""  # total_steps, stop signal, input end, idle
 
 
 class ExperienceSource(Protocol):
@@ -138,6 +139,11 @@ class TrainerLoop:
     def tick(self) -> bool:
         """One pass; False once the run is over (total steps, stop, or idle too long)."""
         if self.step >= self.total_steps or self.stop.is_set():
+            self.summary.stop_reason = (
+                f"total_steps ({self.total_steps})"
+                if self.step >= self.total_steps
+                else "stop signal"
+            )
             return False
         self.answer_sync_requests()
         # right after a step another batch may be ready (replay, a backlog): do not wait on Kafka
@@ -153,10 +159,13 @@ class TrainerLoop:
             self.idle_since = time.monotonic()
         if batch is None and self.input_ended is not None and self.input_ended():
             # nothing more will arrive and the sampler has no batch from what is here
-            self.summary.input_ended = True
+            self.summary.stop_reason = "input end"
             log.info("the input is read to its end and no batch is ready: stopping")
             return False
-        return not self.idle_too_long()
+        if self.idle_too_long():
+            self.summary.stop_reason = "idle timeout"
+            return False
+        return True
 
     def finish(self) -> TrainerSummary:
         """Publish what is unpublished (its version carries the training state) and report."""
@@ -164,6 +173,7 @@ class TrainerLoop:
             self.publish(final=True)
         incomplete, untrained = self.sampler.waiting()
         self.summary.left_incomplete, self.summary.left_untrained = incomplete, untrained
+        self.summary.input_ended = self.input_ended is not None and self.input_ended()
         if incomplete or untrained:
             log.info(
                 "stopping with %d experiences in incomplete groups and %d in complete groups "

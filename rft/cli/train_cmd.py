@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 "filtered": summary.filtered,
                 "left_untrained": summary.left_incomplete + summary.left_untrained,
                 "input_ended": summary.input_ended,
+                "stop_reason": summary.stop_reason,
                 "median_step_s": statistics.median(summary.step_seconds)
                 if summary.step_seconds
                 else None,
@@ -116,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
 
 def offline_summary_line(topic: str, summary: Any) -> str:
     """One line on how an offline run ended and what it trained."""
-    how = "range read to its end" if summary.input_ended else "stopped before the range's end"
+    how = "range read to its end" if summary.input_ended else "range not read to its end"
+    how += f", stopped by {summary.stop_reason}"
     left = summary.left_incomplete + summary.left_untrained
     versions = summary.published_versions
     return (

@@ -112,7 +112,7 @@ def test_retrain_resumes_without_training_twice_and_stops_at_range_end(
 
     first, first_err = train(config, *from_topic, "--override", "trainer.total_steps=1")
     assert first["steps"] == 1 and first["experiences"] == 8
-    assert not first["input_ended"] and "stopped before the range's end" in first_err
+    assert first["stop_reason"] == "total_steps (1)" and "stopped by total_steps (1)" in first_err
     assert "max_staleness 0 is not applied offline" in first_err
 
     second, second_err = train(config, *from_topic)
@@ -120,7 +120,11 @@ def test_retrain_resumes_without_training_twice_and_stops_at_range_end(
     # only the rest: the two runs' trained experiences add up to the log's, none twice
     assert second["experiences"] == logged_count - 8
     assert second["steps"] == 3 and second["input_ended"] and second["left_untrained"] == 0
-    assert f"rft train --from-topic {source.experiences}: range read to its end" in second_err
+    assert second["stop_reason"] == "input end"
+    line = (
+        f"rft train --from-topic {source.experiences}: range read to its end, stopped by input end"
+    )
+    assert line in second_err
 
     store = plan.checkpoint_store()
     manifest = store.read_manifest(3)
@@ -135,7 +139,8 @@ def test_retrain_resumes_without_training_twice_and_stops_at_range_end(
     # the source grows; the retrain's range was fixed when it began: nothing more to train
     write_steps(stack, source.experiences, range(6, 8), f"tx-{unique}")
     third, third_err = train(config, *from_topic)
-    assert third["steps"] == 3 and third["experiences"] == 0 and third["input_ended"]
+    assert third["steps"] == 3 and third["experiences"] == 0
+    assert third["input_ended"] and third["stop_reason"] == "input end"
 
     # versions went to the retrain's own run; the source run's weights topic saw none
     assert versions_on(stack, plan.topics.weights) == [1, 2, 3]
@@ -163,7 +168,7 @@ def test_reward_filtered_sft_trains_exactly_the_kept_experiences(
     )
     assert summary["experiences"] == len(kept) == 8
     assert summary["steps"] == 1 and summary["filtered"] == 6 * REPEAT - len(kept)
-    assert summary["input_ended"] and summary["left_untrained"] == 0
+    assert summary["stop_reason"] == "input end" and summary["left_untrained"] == 0
 
 
 def test_a_retrain_killed_mid_range_resumes_from_its_newest_version(
@@ -197,4 +202,4 @@ def test_a_retrain_killed_mid_range_resumes_from_its_newest_version(
     # resume trains exactly the rest (steps after the newest version are trained again: their
     # weights died with the process)
     assert resumed["experiences"] == tasks * REPEAT - 8 * killed_at
-    assert resumed["steps"] == tasks // BATCH and resumed["input_ended"]
+    assert resumed["steps"] == tasks // BATCH and resumed["stop_reason"] == "input end"
