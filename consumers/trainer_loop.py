@@ -137,7 +137,8 @@ class TrainerLoop:
         self.previous_counters = self.sampler.counters.copy()
 
     def tick(self) -> bool:
-        """One pass; False once the run is over (total steps, stop, or idle too long)."""
+        """One pass; False once the run is over (total steps, stop, idle too long, or a bounded
+        input read to its end with no batch ready)."""
         if self.step >= self.total_steps or self.stop.is_set():
             self.summary.stop_reason = (
                 f"total_steps ({self.total_steps})"
