@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError, DecodeError, ReplayError
@@ -141,6 +141,10 @@ class RangeReader:
         self._stall_timeout_s = stall_timeout_s
         self._reached: dict[Partition, int] = {tp: start for tp, (start, _) in self.spans.items()}
         self.undecodable: list[str] = []  # "topic[partition]@offset: error", in reading order
+        # seconds spent polling since a poll last moved a position: time between polls (a
+        # trainer's step) is not a stall
+        self._stalled_s = 0.0
+        self._last_check = 0.0
         for (topic, partition), (first, _) in self.spans.items():
             consumer.seek(topic, partition, first)
 
@@ -166,12 +170,15 @@ class RangeReader:
         spans: Mapping[Partition, tuple[int, int]],
         *,
         stall_timeout_s: float = DEFAULT_STALL_TIMEOUT_S,
+        config: Mapping[str, Any] | None = None,
     ) -> RangeReader:
-        """A reader of `[start, end)` offset spans already known, over any topics."""
+        """A reader of `[start, end)` offset spans already known, over any topics (`config`:
+        client settings, e.g. a longer max.poll.interval.ms for a reader that trains between
+        polls)."""
         topics = sorted({topic for topic, _ in spans})
         group = f"rft-replay-{uuid.uuid4().hex[:12]}"  # never commits: leaves nothing behind
         consumer = kafka_backend(kafka).consumer(
-            group, topics, from_beginning=True, prefetch_bytes=PREFETCH_BYTES
+            group, topics, from_beginning=True, config=config, prefetch_bytes=PREFETCH_BYTES
         )
         return cls(consumer, spans, stall_timeout_s=stall_timeout_s)
 
@@ -189,55 +196,72 @@ class RangeReader:
     def _pending(self) -> list[Partition]:
         return [tp for tp, (_, end) in self.spans.items() if self._reached[tp] < end]
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether every partition's position has reached its span's end."""
+        return not self._pending()
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Read `topic[partition]` on from `offset` (inside its span: a resume point)."""
+        tp = (topic, partition)
+        first, end = self.spans[tp]
+        offset = min(max(offset, first), end)
+        self._reached[tp] = offset
+        self._consumer.seek(topic, partition, offset)
+
     def batches(self, max_events: int = 500) -> Iterator[list[Envelope]]:
         """Batches of the events in the spans, in each partition's order; ends when every
         partition's position has reached its span's end."""
-        decode = self._codec.decode
-        last_progress = time.monotonic()
-        last_check = 0.0
-        while self._pending():
-            before = self.done
-            records = self._consumer.poll(max_events, 0.5)
-            batch: list[Envelope] = []
-            for r in records:
-                tp = (r.topic, r.partition)
-                span = self.spans.get(tp)
-                if span is None or not span[0] <= r.offset < span[1]:
-                    continue  # a partition's records past its end, or before a seek applied
-                self._reached[tp] = max(self._reached[tp], r.offset + 1)
-                try:
-                    if r.value is None:
-                        raise DecodeError("record has no value")
-                    event = decode(r.value)
-                except DecodeError as exc:
-                    self.undecodable.append(f"{r.topic}[{r.partition}]@{r.offset}: {exc}")
-                    log.warning("%s[%d]@%d: skipped: %s", r.topic, r.partition, r.offset, exc)
-                    continue
-                batch.append(
-                    Envelope(
-                        event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms
-                    )
-                )
-            now = time.monotonic()
-            if not records or now - last_check > 1.0:
-                # positions move past transaction markers and aborted records that no record shows
-                last_check = now
-                for tp, position in self._consumer.positions().items():
-                    if tp in self._reached and position > self._reached[tp]:
-                        self._reached[tp] = position
-            if self.done > before:
-                last_progress = now
+        while not self.exhausted:
+            batch = self.poll(max_events, 0.5)
             if batch:
                 yield batch
-            if now - last_progress > self._stall_timeout_s:
-                where = ", ".join(
-                    f"{t}[{p}] at {self._reached[(t, p)]} of {self.spans[(t, p)][1]}"
-                    for t, p in self._pending()
-                )
-                raise ReplayError(
-                    f"no progress for {self._stall_timeout_s:.0f}s reading {where} "
-                    "(records deleted by retention, or a broker that stopped answering?)"
-                )
+
+    def poll(self, max_events: int = 500, timeout_s: float = 0.5) -> list[Envelope]:
+        """One poll: the decoded events in the spans (possibly none). Raises ReplayError after
+        `stall_timeout_s` without progress while partitions remain."""
+        if self.exhausted:
+            return []
+        decode = self._codec.decode
+        before = self.done
+        started = time.monotonic()
+        records = self._consumer.poll(max_events, timeout_s)
+        batch: list[Envelope] = []
+        for r in records:
+            tp = (r.topic, r.partition)
+            span = self.spans.get(tp)
+            if span is None or not self._reached[tp] <= r.offset < span[1]:
+                continue  # a partition's records past its end, or before a seek applied
+            self._reached[tp] = max(self._reached[tp], r.offset + 1)
+            try:
+                if r.value is None:
+                    raise DecodeError("record has no value")
+                event = decode(r.value)
+            except DecodeError as exc:
+                self.undecodable.append(f"{r.topic}[{r.partition}]@{r.offset}: {exc}")
+                log.warning("%s[%d]@%d: skipped: %s", r.topic, r.partition, r.offset, exc)
+                continue
+            batch.append(
+                Envelope(event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms)
+            )
+        now = time.monotonic()
+        if not records or now - self._last_check > 1.0:
+            # positions move past transaction markers and aborted records that no record shows
+            self._last_check = now
+            for tp, position in self._consumer.positions().items():
+                if tp in self._reached and position > self._reached[tp]:
+                    self._reached[tp] = position
+        self._stalled_s = 0.0 if self.done > before else self._stalled_s + (now - started)
+        if self._stalled_s > self._stall_timeout_s:
+            where = ", ".join(
+                f"{t}[{p}] at {self._reached[(t, p)]} of {self.spans[(t, p)][1]}"
+                for t, p in self._pending()
+            )
+            raise ReplayError(
+                f"no progress for {self._stall_timeout_s:.0f}s reading {where} "
+                "(records deleted by retention, or a broker that stopped answering?)"
+            )
+        return batch
 
     def close(self) -> None:
         self._consumer.close()

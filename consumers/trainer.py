@@ -6,6 +6,11 @@ sampler (`algorithm.sample_strategy`) keeps rollout groups whole, judges stalene
 forms, and may replay or mix in demonstrations; each batch becomes one optimizer step of the
 configured algorithm (consumers.train_step). A restarted trainer resumes from its newest weight
 version: weights, optimizer, step, the manifest's consumed offsets and the sampler's state.
+
+Given an `OfflineSource` (`rft train --from-topic`), the same trainer reads a range of an existing
+experience topic instead of its consumer group, with no explorer, and stops at the range's end
+(consumers.offline_input says how staleness and filters work there). Its weight versions, metrics
+and checkpoints belong to the config's run, whatever run wrote the topic.
 """
 
 from __future__ import annotations
@@ -20,6 +25,16 @@ from typing import Any
 import torch
 
 from consumers.experience_mirror import experience_mirror
+from consumers.offline_input import (
+    STATE_KEY,
+    OfflineExperiences,
+    OfflineSource,
+    admit_rule,
+    offline_state,
+    offline_total_steps,
+    resolve_range,
+    without_staleness,
+)
 from consumers.run_plan import RunPlan
 from consumers.train_step import StepTrainer, set_advantages
 from consumers.trainer_checkpoint import TrainerCheckpointer
@@ -99,8 +114,15 @@ def replay_settings(cfg: RftConfig) -> ReplaySettings | None:
 
 
 class Trainer:
-    def __init__(self, cfg: RftConfig, *, idle_timeout_s: float | None = None) -> None:
+    def __init__(
+        self,
+        cfg: RftConfig,
+        *,
+        idle_timeout_s: float | None = None,
+        offline: OfflineSource | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.offline = offline
         self.plan = RunPlan(cfg)
         self.spec = resolve_algorithm(cfg.algorithm)
         self.loss = build_loss(self.spec)
@@ -114,6 +136,8 @@ class Trainer:
             cfg.algorithm.sample_strategy_args,
             cfg.buffer.trainer_input.max_staleness,
         )
+        if offline is not None:
+            self.sample_strategy_args = without_staleness(self.sample_strategy_args)
         self.staleness = StalenessPolicy(self.sample_strategy_args.get("max_staleness"))
         self.idle_timeout_s = (
             idle_timeout_s
@@ -129,7 +153,6 @@ class Trainer:
         require_kafka(kafka)
         require_object_store(self.plan.checkpoint_store().store, create_bucket=True)
         ensure_topics(kafka, topics)
-        engine, tokenizer = self._engine()
         checkpoints = TrainerCheckpointer(
             self.plan.checkpoint_store(),
             self.cfg.trainer.save_interval,
@@ -137,7 +160,6 @@ class Trainer:
         )
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:
-            stack.enter_context(contextlib.closing(engine))  # stops the engine's other ranks
             writer = stack.enter_context(
                 EventWriter.open(kafka, transactional_id=self.plan.trainer_transactional_id)
             )
@@ -149,20 +171,47 @@ class Trainer:
                 "trainer holds transactional id %r: any earlier trainer of this run is fenced",
                 self.plan.trainer_transactional_id,
             )
+            spans = None
+            if self.offline is None:
+                total_steps = self.plan.total_steps
+            else:
+                newest = (
+                    checkpoints.store.latest_version() if self.cfg.continue_from_checkpoint else 0
+                )
+                spans = resolve_range(
+                    kafka,
+                    self.offline,
+                    # a version without saved state is treated as an online trainer's: refused
+                    (checkpoints.read_sampler_state(newest) or {}) if newest else None,
+                )
+                total_steps = offline_total_steps(
+                    self._configured_steps(), spans, self.plan.train_batch_size
+                )
+            engine, tokenizer = self._engine(total_steps)
+            stack.enter_context(contextlib.closing(engine))  # stops the engine's other ranks
             step, resume_offsets = (
                 checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
             )
             saved = checkpoints.read_sampler_state(step) if step else None
-            reader = stack.enter_context(
-                EventReader.open(
-                    kafka,
-                    self.plan.trainer_group,
-                    [self.plan.experience_topic],
-                    from_beginning=True,
-                    dead_letter_topic=topics.dead_letter,
-                    config=self.plan.consumer_config,
+            offline_reader = None
+            reader: EventReader | OfflineExperiences
+            if spans is None:
+                reader = stack.enter_context(
+                    EventReader.open(
+                        kafka,
+                        self.plan.trainer_group,
+                        [self.plan.experience_topic],
+                        from_beginning=True,
+                        dead_letter_topic=topics.dead_letter,
+                        config=self.plan.consumer_config,
+                    )
                 )
-            )
+            else:
+                # the trainer's own poll interval: a step may take longer than Kafka's default
+                reader = offline_reader = OfflineExperiences.open(
+                    kafka, spans, self.plan.consumer_config
+                )
+                stack.callback(offline_reader.close)
             # From the beginning: a request sent before this group's first assignment must not
             # be lost; requests that a published version already answers are ignored. The group
             # never commits, so a restarted trainer parks an undecodable request again.
@@ -191,7 +240,7 @@ class Trainer:
                 StepTrainer(self.spec, self.loss, engine, self.cfg.model.max_response_tokens),
                 checkpoints,
                 self.style,
-                total_steps=self.plan.total_steps,
+                total_steps=total_steps,
                 idle_timeout_s=self.idle_timeout_s,
                 keep_checkpoints=self.cfg.trainer.max_checkpoints_to_keep,
                 versions_in_use=functools.partial(
@@ -199,6 +248,7 @@ class Trainer:
                 ),
                 stop=stop,
                 run_id=self.plan.run_id,
+                **self._offline_loop_args(offline_reader),
             )
             loop.summary = self.summary
             loop.resume(step, resume_offsets, saved)
@@ -208,7 +258,22 @@ class Trainer:
 
     # -- parts ------------------------------------------------------------------------------------
 
-    def _engine(self) -> tuple[TrainerEngine, Any]:
+    def _configured_steps(self) -> int | None:
+        if self.cfg.trainer.total_steps is not None:
+            return self.cfg.trainer.total_steps
+        return self.cfg.buffer.total_steps
+
+    def _offline_loop_args(self, reader: OfflineExperiences | None) -> dict[str, Any]:
+        """The loop's offline rules: the admit filter, the end of the range, the saved range."""
+        if reader is None or self.offline is None:
+            return {}
+        return {
+            "admit": admit_rule(self.offline, self.spec.use_advantage, self.spec.algorithm_type),
+            "input_ended": lambda: reader.exhausted,
+            "extra_state": {STATE_KEY: offline_state(self.offline.topic, reader.reader.spans)},
+        }
+
+    def _engine(self, total_steps: int) -> tuple[TrainerEngine, Any]:
         """The trainer engine with the base model (its KL reference) before any checkpoint."""
         device = self.plan.trainer_device
         compute_dtype = self.plan.resolve_dtype(self.cfg.model.dtype, device)
@@ -216,7 +281,7 @@ class Trainer:
             self.plan.model_spec(dtype=master_dtype(compute_dtype), device=device)
         )
         engine_config = dataclasses.replace(
-            trainer_engine_config(self.cfg, self.plan.total_steps, self.spec.use_reference),
+            trainer_engine_config(self.cfg, total_steps, self.spec.use_reference),
             ref_in_loss=self.loss.needs_reference,
         )
         if compute_dtype == "bfloat16":

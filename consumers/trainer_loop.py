@@ -23,6 +23,10 @@ trace; each optimizer step is a `trainer.step` span linked to the consume spans 
 each version is a `trainer.publish` span (under its last step, linked to all its steps) holding
 `trainer.checkpoint_upload` and `trainer.announce`, whose context the WeightVersion's headers
 carry.
+
+An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
+bounded range: its `admit` rule filters what is read, its range is saved with each version
+(`extra_state`), and the run ends when the range is exhausted and no batch is ready.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
@@ -71,13 +75,30 @@ class TrainerSummary:
     dropped_stale: int = 0
     published_versions: list[int] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+    read: int = 0  # experiences read (this process; a resume reads its in-flight ones again)
+    filtered: int = 0  # experiences the admit rule left out
+    left_incomplete: int = 0  # at the end: experiences of incomplete groups, not trained
+    left_untrained: int = 0  # at the end: experiences of complete groups, not trained
+    input_ended: bool = False  # a bounded input (an offline range) was read to its end
+    stop_reason: str = ""  # total_steps, stop signal, input end, idle
+
+
+class ExperienceSource(Protocol):
+    """Where the loop reads experiences: the trainer's consumer group (an EventReader) online,
+    a range of a topic offline (consumers.offline_input)."""
+
+    def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]: ...
+
+    def seek(self, topic: str, partition: int, offset: int) -> None: ...
+
+    def commit(self) -> object: ...
 
 
 @dataclass
 class LoopClients:
     """The loop's connections: experiences in, sync requests in, events out."""
 
-    experiences: EventReader
+    experiences: ExperienceSource
     control: EventReader
     writer: EventWriter
     metrics: MetricEmitter
@@ -100,6 +121,9 @@ class TrainerLoop:
         versions_in_use: Callable[[], Collection[int] | None] | None = None,
         stop: threading.Event | None = None,
         run_id: str = "",
+        admit: Callable[[Experience], Experience | None] | None = None,
+        input_ended: Callable[[], bool] | None = None,
+        extra_state: Mapping[str, Any] | None = None,
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -111,6 +135,9 @@ class TrainerLoop:
         self.keep_checkpoints = keep_checkpoints
         self.versions_in_use = versions_in_use  # what retention must not delete
         self.stop = stop or threading.Event()
+        self.admit = admit  # None keeps every experience as read
+        self.input_ended = input_ended  # None: the input never ends (an online topic)
+        self.extra_state = dict(extra_state or {})  # saved with each version beside the sampler's
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
         self.step = 0
@@ -143,8 +170,14 @@ class TrainerLoop:
         self.previous_counters = self.sampler.counters.copy()
 
     def tick(self) -> bool:
-        """One pass; False once the run is over (total steps, stop, or idle too long)."""
+        """One pass; False once the run is over (total steps, stop, idle too long, or a bounded
+        input read to its end with no batch ready)."""
         if self.step >= self.total_steps or self.stop.is_set():
+            self.summary.stop_reason = (
+                f"total_steps ({self.total_steps})"
+                if self.step >= self.total_steps
+                else "stop signal"
+            )
             return False
         self.answer_sync_requests()
         # right after a step another batch may be ready (replay, a backlog): do not wait on Kafka
@@ -158,13 +191,23 @@ class TrainerLoop:
         self.trained_last_tick = batch is not None
         if read or batch is not None:
             self.idle_since = time.monotonic()
-        return not self.idle_too_long()
+        if batch is None and self.input_ended is not None and self.input_ended():
+            # nothing more will arrive and the sampler has no batch from what is here
+            self.summary.stop_reason = "input end"
+            log.info("the input is read to its end and no batch is ready: stopping")
+            return False
+        if self.idle_too_long():
+            self.summary.stop_reason = "idle timeout"
+            return False
+        return True
 
     def finish(self) -> TrainerSummary:
         """Publish what is unpublished (its version carries the training state) and report."""
         if self.step > self.last_published:
             self.publish(final=True)
         incomplete, untrained = self.sampler.waiting()
+        self.summary.left_incomplete, self.summary.left_untrained = incomplete, untrained
+        self.summary.input_ended = self.input_ended is not None and self.input_ended()
         if incomplete or untrained:
             log.info(
                 "stopping with %d experiences in incomplete groups and %d in complete groups "
@@ -210,8 +253,14 @@ class TrainerLoop:
             if not self.ledger.polled(tp, env.offset):
                 continue  # settled before a restart: trained, dropped or filtered already
             if isinstance(env.event, Experience):
-                self.consumed[(tp, env.offset)] = self._consume_span(env, env.event)
-                self.sampler.add(Admitted(env.event, tp, env.offset))
+                self.summary.read += 1
+                exp = env.event if self.admit is None else self.admit(env.event)
+                if exp is None:
+                    self.summary.filtered += 1
+                    self.ledger.settled(tp, env.offset)
+                    continue
+                self.consumed[(tp, env.offset)] = self._consume_span(env, exp)
+                self.sampler.add(Admitted(exp, tp, env.offset))
                 continue
             log.warning(
                 "%s[%d]@%d: %s on the experience topic, skipped",
@@ -312,6 +361,7 @@ class TrainerLoop:
             )
             offsets = [(t, p, o) for (t, p), o in sorted(self.ledger.safe_offsets().items())]
             state = {
+                **self.extra_state,
                 "sampler": self.sampler.state(),
                 "settled_ahead": [
                     [t, p, to_ranges(offs)]
@@ -384,6 +434,10 @@ class TrainerLoop:
         )
         writer.begin()
         writer.send(self.clients.weights_topic, event, key=b"weights")
+        if not isinstance(self.clients.experiences, EventReader):
+            # an offline range has no consumer group to commit for: the manifest holds its offsets
+            writer.flush()
+            return
         try:
             writer.send_offset_positions(self.clients.experiences, positions)
         except FencedError:

@@ -216,7 +216,8 @@ for _spec in (
         "sft",
         "trains on an SFT dataset (prompt/response rows as buffer.trainer_input.experience_buffer"
         "), which rft's trainer cannot read yet; for the supervised loss on the explorer's own "
-        "rollouts use algorithm_type raft",
+        "rollouts use algorithm_type raft, and on logged ones `rft train --from-topic T` with "
+        "algorithm_type raft (e.g. --min-reward 1)",
     ),
     _unavailable(
         "mix",

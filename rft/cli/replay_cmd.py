@@ -109,6 +109,11 @@ def _add_source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topic", nargs="?", help="experience topic (default: the run's)")
     _add_config(parser)
     add_kafka_arguments(parser)
+    add_range_arguments(parser)
+
+
+def add_range_arguments(parser: argparse.ArgumentParser) -> None:
+    """The range and filter options (also `rft train --from-topic`'s)."""
     where = parser.add_argument_group("range (default: all committed now)")
     where.add_argument("--from-offsets", metavar="P=O,...", help="start offset per partition")
     where.add_argument("--from-time", metavar="T", help="start at the first event at/after T")
@@ -160,7 +165,8 @@ def _source_topic(args: argparse.Namespace, run: _Run) -> str:
     return run.default_topic
 
 
-def _range_and_filter(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def range_and_filter(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(start RangeBound, end RangeBound, ExperienceFilter) from add_range_arguments' options."""
     from consumers.experience_filter import ExperienceFilter
     from consumers.topic_range import RangeBound, parse_partition_offsets, parse_timestamp
 
@@ -214,7 +220,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     run = _resolve_run(args)
     topic = _source_topic(args, run)
-    start, end, keep = _range_and_filter(args)
+    start, end, keep = range_and_filter(args)
     name = args.format or format_for(args.output, EXPORT_FORMATS)
     writer_cls = EXPORT_FORMATS.get(name, key="--format")
     decode = _text_decoder(args, run) if args.decode_text else None
@@ -290,7 +296,7 @@ def run_rescore(args: argparse.Namespace) -> int:
     target = run.topics.resolve(args.output) if run.topics else args.output
     if target == topic:
         raise ConfigError(f"--output {target} is the source topic: write to a new one")
-    start, end, keep = _range_and_filter(args)
+    start, end, keep = range_and_filter(args)
     task_topics = args.tasks_topic or task_topics_for(topic, run.topics)
     if run.topics and args.tasks_topic:
         task_topics = [run.topics.resolve(t) for t in task_topics]

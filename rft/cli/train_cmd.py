@@ -2,6 +2,11 @@
 
 Started by a launcher as one rank of a sharded trainer (WORLD_SIZE > 1, with RANK, MASTER_ADDR,
 MASTER_PORT in the environment), it runs that rank: rank 0 the trainer loop, the others serve it.
+
+With `--from-topic T` it trains offline: from a range of an existing experience topic (this run's
+short name or any full topic name, another run's included), with no explorer, the config's
+algorithm and sampler, and the same range and filter options as `rft replay`. It checkpoints and
+resumes like an online trainer, publishes into the config's run, and ends when the range is read.
 """
 
 from __future__ import annotations
@@ -10,9 +15,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from typing import Any
 
 from rft.cli.explore_cmd import add_run_args, start_tracing, stop_on_signals
+from rft.cli.replay_cmd import add_range_arguments, range_and_filter
+from rft.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -25,7 +33,30 @@ def register(subparsers: Any) -> None:
         help="stop after this many seconds without experiences "
         "(default: buffer.trainer_input.experience_buffer.max_read_timeout)",
     )
+    parser.add_argument(
+        "--from-topic",
+        metavar="TOPIC",
+        help="train offline from this experience topic (short name of this run, or a full "
+        "name), no explorer; ends when the range below is read",
+    )
+    add_range_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
+    """The OfflineSource that --from-topic and the range options name, or None without it."""
+    from consumers.offline_input import OfflineSource
+    from consumers.run_plan import RunPlan
+
+    if not hasattr(args, "from_offsets"):  # called by `rft run` (mode train): no such options
+        return None
+    start, end, keep = range_and_filter(args)
+    if not args.from_topic:
+        if not (start.open and end.open and keep.keeps_all):
+            raise ConfigError("range and filter options need --from-topic")
+        return None
+    topic = RunPlan(cfg).topics.resolve(args.from_topic)
+    return OfflineSource(topic, start, end, keep)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
+    offline = offline_source(args, cfg)
     start_tracing("trainer", cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size > 1 and offline is not None:
+        raise ConfigError(
+            "--from-topic: offline training on several trainer ranks is not built yet"
+        )
     if world_size > 1:  # one rank of a sharded trainer, started by a launcher (Ray)
         from consumers.trainer_ranks import run_trainer_rank
 
@@ -53,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
             return 0
         summary = ranked
     else:
-        summary = Trainer(cfg, idle_timeout_s=args.idle_timeout).run(stop_on_signals())
+        summary = Trainer(cfg, idle_timeout_s=args.idle_timeout, offline=offline).run(
+            stop_on_signals()
+        )
+    if offline is not None:
+        print(offline_summary_line(offline.topic, summary), file=sys.stderr, flush=True)
     print(
         json.dumps(
             {
@@ -61,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
                 "experiences": summary.experiences,
                 "dropped_stale": summary.dropped_stale,
                 "published_versions": summary.published_versions,
+                "read": summary.read,
+                "filtered": summary.filtered,
+                "left_untrained": summary.left_incomplete + summary.left_untrained,
+                "input_ended": summary.input_ended,
+                "stop_reason": summary.stop_reason,
                 "median_step_s": statistics.median(summary.step_seconds)
                 if summary.step_seconds
                 else None,
@@ -68,3 +113,17 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+def offline_summary_line(topic: str, summary: Any) -> str:
+    """One line on how an offline run ended and what it trained."""
+    how = "range read to its end" if summary.input_ended else "range not read to its end"
+    how += f", stopped by {summary.stop_reason}"
+    left = summary.left_incomplete + summary.left_untrained
+    versions = summary.published_versions
+    return (
+        f"rft train --from-topic {topic}: {how}; {summary.experiences} experience(s) trained in "
+        f"{summary.steps} step(s) (this process read {summary.read}, filtered out "
+        f"{summary.filtered}); {left} left untrained (fewer than a batch, or incomplete groups)"
+        + (f"; published versions {versions[0]}..{versions[-1]}" if versions else "")
+    )

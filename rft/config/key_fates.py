@@ -217,7 +217,9 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_config_effects.py",
     ),
     "BufferConfig.total_steps": Fate(
-        "explorer and trainer steps of the run", _PLAN, "tests/integration/test_rft_loop.py"
+        "explorer and trainer steps of the run (rft train --from-topic: a cap on its steps)",
+        _PLAN,
+        "tests/integration/test_rft_loop.py",
     ),
     "ExplorerInputConfig.default_workflow_type": Fate(
         "workflow of tasksets that name none", _DERIVED, "tests/unit/test_config_parts.py"
@@ -321,7 +323,8 @@ KEY_FATES: dict[str, Fate] = {
         "tests/unit/test_workflows.py",
     ),
     "TrainerInputConfig.max_staleness": Fate(
-        "alias of sample_strategy_args.max_staleness (selects staleness_control over default)",
+        "alias of sample_strategy_args.max_staleness (selects staleness_control over default); "
+        "rft train --from-topic sets both aside with a warning (consumers/offline_input.py)",
         _STRATEGY,
         "tests/unit/test_config_effects.py",
     ),
