@@ -44,7 +44,7 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RecordTooLargeError, RftError, TasksetError, TransportError
+from rft.errors import FencedError, RecordTooLargeError, RftError, TasksetError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
@@ -357,6 +357,8 @@ class Explorer:
                     self._dead_letter(tx, by_id[task_id], error)
                 tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
                 tx.commit()
+            except FencedError:
+                raise  # another process took this explorer id over: it must commit nothing more
             except TransportError as exc:
                 # Kafka went away mid-transaction (an outage past the window raises OutageError
                 # instead): nothing of the step is visible, so it is done again from its tasks

@@ -34,7 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from rft.config.connections import KafkaSettings
-from rft.errors import BrokerUnavailableError, TransportError
+from rft.errors import BrokerUnavailableError, FencedError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
@@ -598,6 +598,8 @@ class ConfluentRecordProducer(RecordProducer):
                 self._transactional("abort", lambda p: p.abort_transaction(timeout_s))
                 return
             except TransactionError as exc:
+                if isinstance(exc, FencedError):
+                    raise  # never replaced: a new producer would fence the one that took over
                 if exc.retriable or self._fatal is None and not _is_fatal(exc.__cause__):
                     raise
         # A producer stuck inside a call, or failed fatally (after an outage the broker may
