@@ -133,7 +133,7 @@ class Trainer:
         )
         self.sample_strategy, self.sample_strategy_args = sampler_choice(
             self.spec.sample_strategy,
-            cfg.algorithm.sample_strategy_args,
+            self.spec.sample_strategy_args,  # the preset's, with the config's over them
             cfg.buffer.trainer_input.max_staleness,
         )
         if offline is not None:

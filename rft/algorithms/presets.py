@@ -55,6 +55,8 @@ class AlgorithmSpec:
     kl_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     kl_penalty_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     entropy_loss_fn_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    # args of the sample strategy (rft.buffer.sample_strategy), e.g. DAPO's filter_groups
+    sample_strategy_args: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     min_repeat_times: int = 1
     # args of rft.algorithms.overlong.overlong_penalty (empty: no penalty); max_response_length
     # may be left out here and given to compute_advantages
@@ -181,8 +183,8 @@ for _spec in (
     # TOPR: REINFORCE on the rewards, negatives tapered by their truncated ratio
     _policy_gradient_preset("topr", "reinforce", "topr"),
     # DAPO: clip-higher, token-level loss, soft overlong punishment and no KL. Its dynamic
-    # sampling (dropping groups whose rewards are all equal) is the trainer's group filter: set
-    # `sample_strategy` / `sample_strategy_args` to it; this preset keeps the default sampler.
+    # sampling (dropping groups whose rewards are all equal, reading on until the batch is full)
+    # is the trainer's group filter, on in any sample strategy (filter_groups: false turns it off)
     _policy_gradient_preset(
         "dapo",
         "grpo",
@@ -193,6 +195,7 @@ for _spec in (
         kl_loss_fn="none",
         kl_loss_fn_args={},
         overlong_penalty={"penalty_factor": 1.0},
+        sample_strategy_args={"filter_groups": True},
     ),
     # AsymRE: REINFORCE with a lowered group baseline, the OPMD surrogate, no KL or entropy
     AlgorithmSpec("asymre", policy_loss_fn="opmd", advantage_fn="asymre"),
@@ -294,7 +297,8 @@ def resolve_algorithm(
     """Overlay an `algorithm` config section (mapping or object) on its algorithm_type's preset.
 
     Keys read: algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, kl_penalty_fn,
-    entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts, and
+    entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts (with
+    sample_strategy_args), and
     implementation. A key that is None/absent keeps the preset's value; a given *_args dict is
     merged over the preset's args. With implementation "verl" the advantage fn and policy loss
     become their verl-backed entries (rft.algorithms.verl_library), same args.
@@ -325,6 +329,7 @@ def resolve_algorithm(
         "kl_loss_fn_args",
         "kl_penalty_fn_args",
         "entropy_loss_fn_args",
+        "sample_strategy_args",
     ):
         value = _read(cfg, key)
         if value:

@@ -120,3 +120,16 @@ def test_consumers_may_work_longer_than_a_rollout_can_take(tmp_path: Path) -> No
         load_config(write(tmp_path), ["explorer.max_timeout=3000", "explorer.max_retry_times=2"])
     ).consumer_config["max.poll.interval.ms"]
     assert slow >= 3000 * 3 * 1000  # every try of a rollout fits between two polls
+
+
+def test_dapo_filters_uniform_groups_unless_turned_off(tmp_path: Path) -> None:
+    dapo = Trainer(load_config(write(tmp_path), ["algorithm.algorithm_type=dapo"]))
+    assert dapo.sample_strategy_args["filter_groups"] is True
+    off = Trainer(
+        load_config(
+            write(tmp_path),
+            ["algorithm.algorithm_type=dapo", "algorithm.sample_strategy_args.filter_groups=false"],
+        )
+    )
+    assert off.sample_strategy_args["filter_groups"] is False
+    assert "filter_groups" not in Trainer(load_config(write(tmp_path))).sample_strategy_args
