@@ -47,6 +47,7 @@ from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.fault_points import fault_point
 from rft.synchronizer import build_sync_style
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
@@ -281,6 +282,7 @@ class Explorer:
                     sent += 1
             for task_id, error in given_up.items():
                 self._dead_letter(tx, by_id[task_id], error)
+            fault_point("explorer.in_transaction")
             tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
             tx.commit()
             span.set_attribute("rft.experiences", sent)

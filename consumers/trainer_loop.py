@@ -8,6 +8,12 @@ and the counters. `tick()` is one pass of the loop and reads top to bottom:
 A weight version is written to the checkpoint store (files, then the manifest carrying the
 consumed offsets, with the sampler's state under `trainer_state/`) and then announced on the
 `weights` topic. `resume` puts a restarted trainer back where its newest version left off.
+
+Each version's saved state also holds its `trained_log`: the experience offsets its own steps
+(those after its parent version) trained, with how many times, and the offsets they settled. A
+chain of versions from the newest back through its parents is then the durable record of what the
+run trained: steps lost with a killed trainer are not in it, and their redo is (the run checker,
+`consumers.run_check`, reads it).
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from rft.errors import TransportError
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.writer import EventWriter
+from rft.fault_points import fault_point
 from rft.synchronizer import SyncStyle
 
 log = logging.getLogger(__name__)
@@ -90,6 +97,9 @@ class TrainerLoop:
         self.trained_last_tick = False
         self.previous_counters = sampler.counters.copy()
         self.idle_since = self.wait_started = time.monotonic()
+        # since the last publish: (topic, partition) -> offset -> times trained; offsets settled
+        self.trained_since_publish: dict[tuple[str, int], dict[int, int]] = {}
+        self.settled_since_publish: dict[tuple[str, int], list[int]] = {}
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -202,11 +212,16 @@ class TrainerLoop:
         wait_s = time.monotonic() - self.wait_started
         self.step += 1
         values = self.step_trainer.train(batch, self.step)
+        fault_point("trainer.after_step")
         values |= batch_metrics(batch, self.previous_counters)
         values["wait_time_s"] = wait_s
         self.clients.metrics.emit(self.step, values)
         self.commit_for_monitoring()
         self.summary.experiences += len(batch.rows)
+        for row in batch.rows:
+            if row.source is not None:
+                counts = self.trained_since_publish.setdefault(row.source.tp, {})
+                counts[row.source.offset] = counts.get(row.source.offset, 0) + 1
         self.summary.dropped_stale += (
             batch.counters.dropped_stale - self.previous_counters.dropped_stale
         )
@@ -218,6 +233,7 @@ class TrainerLoop:
         """Tell the ledger what the sampler let go."""
         for item in self.sampler.release():
             self.ledger.settled(item.tp, item.offset)
+            self.settled_since_publish.setdefault(item.tp, []).append(item.offset)
 
     def publish(self, *, final: bool) -> None:
         """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
@@ -232,6 +248,7 @@ class TrainerLoop:
                     [t, p, to_ranges(offs)]
                     for (t, p), offs in sorted(self.ledger.settled_ahead().items())
                 ],
+                "trained_log": self.trained_log(),
             }
             manifest = self.checkpoints.write(
                 self.step_trainer.engine, step, parent, offsets, final=final, sampler_state=state
@@ -244,13 +261,30 @@ class TrainerLoop:
                 consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
                 parent_version=parent,
             )
+            fault_point("trainer.before_announce")
             self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
             self.clients.writer.flush()
         if self.keep_checkpoints:
             self.checkpoints.store.prune(keep_last=self.keep_checkpoints)
         self.last_published, self.sync_requested = step, False
+        self.trained_since_publish, self.settled_since_publish = {}, {}
         self.summary.published_versions.append(step)
         log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
+
+    def trained_log(self) -> dict[str, list[list[Any]]]:
+        """What the steps since the last publish trained and settled, as JSON: `trained` holds
+        [topic, partition, [[first, last], ...]] per partition (each offset trained once) and
+        `retrained` [topic, partition, offset, times] for an offset trained more than once;
+        `settled` holds the ranges the sampler let go (trained, dropped stale, filtered...)."""
+        trained, retrained = [], []
+        for (t, p), counts in sorted(self.trained_since_publish.items()):
+            trained.append([t, p, to_ranges(sorted(counts))])
+            retrained += [[t, p, o, n] for o, n in sorted(counts.items()) if n > 1]
+        settled = [
+            [t, p, to_ranges(sorted(set(offs)))]
+            for (t, p), offs in sorted(self.settled_since_publish.items())
+        ]
+        return {"trained": trained, "retrained": retrained, "settled": settled}
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since

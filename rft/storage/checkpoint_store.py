@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.errors import CheckpointError, StorageError
+from rft.fault_points import fault_point
 from rft.storage.checkpoint_manifest import (
     MANIFEST_NAME,
     CheckpointManifest,
@@ -150,6 +151,7 @@ class CheckpointStore:
             extra=dict(extra or {}),
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
+        fault_point("checkpoint.before_manifest")
         self.store.put_bytes(manifest_key, payload)
         log.info(
             "checkpoint v%d written: %d files, %d bytes at %s",
