@@ -173,6 +173,13 @@ class RunChecker:
         report.facts["dead letters"] = sum(by_source.values())
         for topic, n in sorted(by_source.items()):
             report.facts[f"  from {topic}"] = n
+        # a consumer that restarts before its parked offset is durable parks the record again
+        sources = Counter(
+            (d.event.source_topic, d.event.source_partition, d.event.source_offset)
+            for d in dead
+            if isinstance(d.event, DeadLetter)
+        )
+        report.facts["  of one source record parked again"] = sum(n - 1 for n in sources.values())
         undecodable = len(bad_tasks) + len(bad_experiences) + len(bad_weights) + len(bad_dead)
         report.facts["undecodable records read by the checker"] = undecodable
         return report
