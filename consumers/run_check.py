@@ -27,6 +27,8 @@ Anomalies (each must be 0):
 - `tasks explored twice`: more than one rollout group of a task committed by one explorer group;
 - `versions announced without a verified manifest`: a WeightVersion whose manifest is missing
   in the store or lists other files, sizes or checksums than the announcement;
+- `versions never announced`: on the chain but never announced (explorers waiting for it would
+  wait forever);
 - `versions off the chain`: manifests that are not ancestors of the newest one (forks);
 - `corrupt weights loaded`: experiences generated on a version that was never announced with a
   verified manifest, or on one whose objects were tampered with (`tampered`, given by a fault
@@ -65,6 +67,7 @@ ANOMALIES = (
     "tasks never explored",
     "tasks explored twice",
     "versions announced without a verified manifest",
+    "versions never announced",
     "versions off the chain",
     "corrupt weights loaded",
 )
@@ -248,7 +251,11 @@ class RunChecker:
         """Check each announcement against its manifest; version -> when it was announced."""
         verified: dict[int, int] = {}
         events = [e.event for e in announced if isinstance(e.event, WeightVersion)]
-        report.facts["versions announced"] = len(events)
+        distinct = {e.version for e in events}
+        report.facts["versions announced"] = len(distinct)
+        report.facts["  announced again (by a restarted trainer)"] = len(events) - len(distinct)
+        for version in sorted(set(chain.versions) - distinct):
+            report.flag("versions never announced", f"v{version} is on the chain")
         for event in events:
             manifest = chain.manifests.get(event.version)
             if manifest is None:

@@ -175,6 +175,7 @@ class Trainer:
             )
             loop.summary = self.summary
             loop.resume(step, resume_offsets, saved)
+            loop.announce_resumed()
             while loop.tick():
                 pass
             return loop.finish()

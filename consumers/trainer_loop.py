@@ -39,6 +39,7 @@ from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffse
 from rft.events.reader import EventReader
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
+from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.synchronizer import SyncStyle
 
 log = logging.getLogger(__name__)
@@ -253,17 +254,8 @@ class TrainerLoop:
             manifest = self.checkpoints.write(
                 self.step_trainer.engine, step, parent, offsets, final=final, sampler_state=state
             )
-            event = WeightVersion(
-                version=step,
-                train_step=step,
-                uri=self.checkpoints.store.uri(step),
-                manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
-                consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
-                parent_version=parent,
-            )
             fault_point("trainer.before_announce")
-            self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
-            self.clients.writer.flush()
+            self.announce(manifest)
         if self.keep_checkpoints:
             self.checkpoints.store.prune(keep_last=self.keep_checkpoints)
         self.last_published, self.sync_requested = step, False
@@ -285,6 +277,30 @@ class TrainerLoop:
             for (t, p), offs in sorted(self.settled_since_publish.items())
         ]
         return {"trained": trained, "retrained": retrained, "settled": settled}
+
+    def announce(self, manifest: CheckpointManifest) -> None:
+        """Send the WeightVersion of a written version and wait until the broker has it."""
+        event = WeightVersion(
+            version=manifest.version,
+            train_step=manifest.train_step,
+            uri=self.checkpoints.store.uri(manifest.version),
+            manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
+            consumed_offsets=tuple(
+                TopicOffset(o.topic, o.partition, o.offset) for o in manifest.consumed_offsets
+            ),
+            parent_version=manifest.parent_version,
+        )
+        self.clients.writer.send(self.clients.weights_topic, event, key=b"weights")
+        self.clients.writer.flush()
+
+    def announce_resumed(self) -> None:
+        """Announce the version a restart resumed from again. A trainer killed between a
+        version's manifest and its announcement left it unannounced, and explorers that wait for
+        it would wait forever; announcing a version twice changes nothing for them (a follower
+        keeps the newest it has seen)."""
+        if self.step:
+            self.announce(self.checkpoints.store.read_manifest(self.step))
+            log.info("announced the resumed version %d again", self.step)
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since

@@ -234,7 +234,7 @@ class LoopRun:
         self.components["trainer"] = Component("trainer", ["train", *base], self.logs, env)
         for i in range(self.explorers):
             name = f"explorer-{'ab'[i]}"
-            args = ["explore", *base, "--explorer-id", name, "--idle-timeout", "120"]
+            args = ["explore", *base, "--explorer-id", name, "--idle-timeout", "300"]
             self.components[name] = Component(name, args, self.logs, env)
         for c in self.components.values():
             c.start(self.pause_for(c.name))
@@ -298,7 +298,18 @@ class LoopRun:
         return sorted(set(points))
 
     def supervise(self) -> None:
-        """Restart a component that exited on its own with a failure."""
+        """Restart a component that exited on its own with a failure, and an explorer when none
+        is left while the trainer still needs experiences (one that stopped early, e.g. idle
+        through a long rebalance, is recorded like a failure)."""
+        explorers = [c for n, c in self.components.items() if n.startswith("explorer")]
+        if explorers and not any(c.alive() for c in explorers) and not self.trainer_done():
+            c = next((c for c in explorers if not c.planned_stop), explorers[0])
+            last = [line for line in c.output().splitlines() if line.strip()][-1:]
+            c.unplanned.append(
+                f"no explorer left: {c.name} last said {last[0] if last else ''}"[:300]
+            )
+            self.say(f"no explorer running; restarting {c.name}")
+            c.start(self.pause_for(c.name))
         for c in self.components.values():
             if c.proc is None or c.alive() or c.planned_stop:
                 continue

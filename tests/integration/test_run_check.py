@@ -3,7 +3,7 @@
 The log is written by hand, as a faulty run would leave it: tasks published and committed by the
 explorer group, experiences for all but one task (and two rollout groups for another), a chain of
 two versions whose trained logs leave one experience out and train another twice, a fork, an
-announcement with no manifest behind it, and experiences generated on a version never announced.
+announcement with no manifest behind it, a version on the chain never announced (v3), and experiences generated on a version never announced.
 Each planted anomaly must be counted once, and nothing else. (The clean counterpart is the fault
 run in tests/faults/test_fault_run.py, whose every count must be 0.)
 """
@@ -157,6 +157,7 @@ def test_checker_counts_each_planted_anomaly(
         "tasks never explored": 1,
         "tasks explored twice": 1,
         "versions announced without a verified manifest": 1,
+        "versions never announced": 1,
         "versions off the chain": 1,
         "corrupt weights loaded": 2,
     }
