@@ -174,6 +174,12 @@ class Trainer:
                 stop=stop,
             )
             loop.summary = self.summary
+            if self.cfg.continue_from_checkpoint:
+                # A partition the newest version names resumes at its offset; every other one
+                # from its beginning, never from the group's committed offset: that commit is
+                # for monitoring only, and a trainer killed before its first version committed
+                # experiences no version trained (they would be skipped, and lost)
+                reader.seek_to_beginning()
             loop.resume(step, resume_offsets, saved)
             loop.announce_resumed()
             while loop.tick():
