@@ -345,16 +345,17 @@ class LoopRun:
         return self.components["trainer"].all_output().count("published weight version")
 
     def at_point(self, component: str, point: str, occurrence: int) -> Callable[[], bool]:
-        """True once the current process of `component` has paused `occurrence` times at
-        `point` (it is paused right now: the kill lands there)."""
+        """True once the current process of `component` has paused `occurrence` more times at
+        `point` from now on (it is paused right now: the kill lands there)."""
         c = self.components[component]
-        started = c.starts
         marker = f"rft fault point {point}:"
+        started, seen = c.starts, c.output().count(marker)
 
         def ready() -> bool:
-            if c.starts != started:  # it was restarted (an unplanned exit): count afresh
-                return False
-            return c.output().count(marker) >= occurrence
+            nonlocal started, seen
+            if c.starts != started:  # restarted (an unplanned exit): count in the new process
+                started, seen = c.starts, 0
+            return c.output().count(marker) >= seen + occurrence
 
         return ready
 
