@@ -44,6 +44,7 @@ from rft.stack.local_stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_S = 4.0  # how long a process waits at its fault point: time to kill it there
+IDLE_EXIT = "the taskset is exhausted"  # what an explorer says when it stops for want of tasks
 RESTART_LIMIT = 12  # unplanned restarts of one component before the run is given up
 # Bytes that no decoder accepts: the single-object magic, a fingerprint no schema has, garbage.
 CORRUPT = b"\xc3\x01" + b"\xde\xad\xbe\xef\x00\x00\x00\x00" + b"\x07corrupt"
@@ -136,6 +137,7 @@ class LoopRun:
     # Kafka's default session timeout (45 s) is how long a killed member's partitions wait for
     # a rebalance; the short form shortens it (stack.kafka.extra) to stay within its budget
     session_timeout_ms: int | None = None
+    shuffle: bool = True  # inject in a seeded order; False keeps the order of `kinds`
     injected: list[tuple[str, str]] = field(default_factory=list)
     tampered: dict[int, int] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
@@ -220,7 +222,8 @@ class LoopRun:
         trainer's last step, stop the explorers, and check the log."""
         self.t0 = time.monotonic()
         self.pending = list(self.kinds)
-        self.rng.shuffle(self.pending)
+        if self.shuffle:
+            self.rng.shuffle(self.pending)
         self.say(f"seed {self.seed}; faults in order: {', '.join(self.pending) or '(none)'}")
         self.deadline = time.monotonic() + timeout_s
         self.publish()
@@ -298,12 +301,13 @@ class LoopRun:
         return sorted(set(points))
 
     def supervise(self) -> None:
-        """Restart a component that exited on its own with a failure, and an explorer when none
-        is left while the trainer still needs experiences (one that stopped early, e.g. idle
-        through a long rebalance, is recorded like a failure)."""
+        """Restart a component that exited on its own with a failure, and an explorer that
+        gave up idle (e.g. through a long rebalance) when none is left while the trainer still
+        needs experiences (recorded like a failure)."""
         explorers = [c for n, c in self.components.items() if n.startswith("explorer")]
-        if explorers and not any(c.alive() for c in explorers) and not self.trainer_done():
-            c = next((c for c in explorers if not c.planned_stop), explorers[0])
+        idle = [c for c in explorers if not c.planned_stop and IDLE_EXIT in c.output()]
+        if idle and not any(c.alive() for c in explorers) and not self.trainer_done():
+            c = idle[0]
             last = [line for line in c.output().splitlines() if line.strip()][-1:]
             c.unplanned.append(
                 f"no explorer left: {c.name} last said {last[0] if last else ''}"[:300]

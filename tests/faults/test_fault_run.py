@@ -55,16 +55,20 @@ def assert_clean(run: LoopRun, report) -> None:
 def test_short_fault_run(stack: StackSettings, tmp_path: Path, unique: str) -> None:
     s = seed()
     point = random.Random(s).choice(TRAINER_KILL_POINTS)
+    # in this order, so that each finds its moment within four steps
     kinds = [
-        f"trainer_kill@{point}",
-        "explorer_kill_in_transaction",
         "corrupt_task",
+        "explorer_kill_in_transaction",
+        f"trainer_kill@{point}",
         "corrupt_experience",
         "checkpoint_flip",
     ]
-    run = LoopRun(stack, tmp_path, s, kinds, steps=4, name=unique, session_timeout_ms=10000)
+    run = LoopRun(
+        stack, tmp_path, s, kinds, steps=4, name=unique, session_timeout_ms=10000, shuffle=False
+    )
     report = run.execute(timeout_s=540)
     assert_clean(run, report)
+    assert not run.skipped, "\n".join(fault_table(run, report))
 
 
 def free_ports(count: int) -> list[int]:
