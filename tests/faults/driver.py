@@ -44,6 +44,10 @@ from rft.stack.local_stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_S = 4.0  # how long a process waits at its fault point: time to kill it there
+# fault kinds that must come while the explorers still explore and the trainer still reads
+EARLY_KINDS = frozenset(
+    {"explorer_kill_in_transaction", "explorer_kill_one_of_two", "corrupt_experience"}
+)
 IDLE_EXIT = "the taskset is exhausted"  # what an explorer says when it stops for want of tasks
 RESTART_LIMIT = 12  # unplanned restarts of one component before the run is given up
 # Bytes that no decoder accepts: the single-object magic, a fingerprint no schema has, garbage.
@@ -224,6 +228,8 @@ class LoopRun:
         self.pending = list(self.kinds)
         if self.shuffle:
             self.rng.shuffle(self.pending)
+            # kinds that need live explorers or a trainer still reading go first (stable sort)
+            self.pending.sort(key=lambda kind: kind not in EARLY_KINDS)
         self.say(f"seed {self.seed}; faults in order: {', '.join(self.pending) or '(none)'}")
         self.deadline = time.monotonic() + timeout_s
         self.publish()
@@ -463,6 +469,8 @@ def corrupt_task(run: LoopRun, rng: random.Random) -> str:
 def corrupt_experience(run: LoopRun, rng: random.Random) -> str:
     target = rng.randint(1, 2)
     run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
+    if run.trainer_done():
+        raise RunEnded("no trainer left to read it")
     partition = rng.randrange(run.cfg.stack.kafka.partitions)
     with kafka_backend(run.cfg.stack.kafka).producer() as producer:
         producer.produce(run.plan.experience_topic, CORRUPT, partition=partition)
