@@ -51,6 +51,7 @@ from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.fault_points import fault_point
 from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
@@ -355,6 +356,7 @@ class Explorer:
                 results = kept
                 for task_id, error in given_up.items():
                     self._dead_letter(tx, by_id[task_id], error)
+                fault_point("explorer.in_transaction")
                 tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
                 tx.commit()
             except FencedError:

@@ -251,7 +251,14 @@ class Trainer:
                 **self._offline_loop_args(offline_reader),
             )
             loop.summary = self.summary
+            if self.cfg.continue_from_checkpoint and isinstance(reader, EventReader):
+                # A partition the newest version names resumes at its offset; every other one
+                # from its beginning, never from the group's committed offset: that commit is
+                # for monitoring only, and a trainer killed before its first version committed
+                # experiences no version trained (they would be skipped, and lost)
+                reader.seek_to_beginning()
             loop.resume(step, resume_offsets, saved)
+            loop.announce_resumed()
             while loop.tick():
                 pass
             return loop.finish()

@@ -27,6 +27,12 @@ carry.
 An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
 bounded range: its `admit` rule filters what is read, its range is saved with each version
 (`extra_state`), and the run ends when the range is exhausted and no batch is ready.
+
+Each version's saved state also holds its `trained_log`: the experience offsets its own steps
+(those after its parent version) trained, with how many times, and the offsets they settled. A
+chain of versions from the newest back through its parents is then the durable record of what the
+run trained: steps lost with a killed trainer are not in it, and their redo is (the run checker,
+`consumers.run_check`, reads it).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffse
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import TopicPartitionOffset, TransactionError
 from rft.events.writer import EventWriter
+from rft.fault_points import fault_point
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.synchronizer import SyncStyle
 from rft.tracing.spans import (
@@ -150,6 +157,9 @@ class TrainerLoop:
         # (topic, partition, offset) -> the trainer.consume span of an experience not yet let go
         self.consumed: dict[tuple[tuple[str, int], int], SpanContext] = {}
         self.unpublished_steps: list[SpanContext] = []  # train step spans since the last version
+        # since the last publish: (topic, partition) -> offset -> times trained; offsets settled
+        self.trained_since_publish: dict[tuple[str, int], dict[int, int]] = {}
+        self.settled_since_publish: dict[tuple[str, int], list[int]] = {}
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -325,6 +335,7 @@ class TrainerLoop:
             values = self.step_trainer.train(batch, self.step)
             span.set_attribute("rft.step_time_s", values["step_time_s"])
         self.unpublished_steps.append(span.get_span_context())
+        fault_point("trainer.after_step")
         values |= batch_metrics(batch, self.previous_counters)
         values["wait_time_s"] = wait_s
         # in a transaction of its own: a fenced trainer learns it here, at the next step
@@ -333,6 +344,10 @@ class TrainerLoop:
         self.clients.writer.commit()
         self.commit_for_monitoring()
         self.summary.experiences += len(batch.rows)
+        for row in batch.rows:
+            if row.source is not None:
+                counts = self.trained_since_publish.setdefault(row.source.tp, {})
+                counts[row.source.offset] = counts.get(row.source.offset, 0) + 1
         self.summary.dropped_stale += (
             batch.counters.dropped_stale - self.previous_counters.dropped_stale
         )
@@ -345,6 +360,7 @@ class TrainerLoop:
         for item in self.sampler.release():
             self.ledger.settled(item.tp, item.offset)
             self.consumed.pop((item.tp, item.offset), None)
+            self.settled_since_publish.setdefault(item.tp, []).append(item.offset)
 
     def publish(self, *, final: bool) -> None:
         """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
@@ -367,6 +383,7 @@ class TrainerLoop:
                     [t, p, to_ranges(offs)]
                     for (t, p), offs in sorted(self.ledger.settled_ahead().items())
                 ],
+                "trained_log": self.trained_log(),
             }
             positions = [TopicPartitionOffset(t, p, o) for t, p, o in offsets]
             publish_context = trace.set_span_in_context(span)
@@ -383,7 +400,7 @@ class TrainerLoop:
                             "messaging.destination.name": self.clients.weights_topic,
                         }
                     )
-                    self.stage_announcement(manifest, parent_version, positions)
+                    self.stage_announcement(manifest, positions)
 
             try:
                 with tracer.start_as_current_span(UPLOAD) as upload:
@@ -405,6 +422,7 @@ class TrainerLoop:
                             "rft.with_trainer_state": bool(manifest.extra.get("trainer_state")),
                         }
                     )
+                fault_point("trainer.before_announce")  # the manifest exists, not yet announced
             except BaseException as exc:
                 self.abort_announcement(exc)
                 raise
@@ -412,26 +430,45 @@ class TrainerLoop:
         if self.keep_checkpoints:
             self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
         self.last_published, self.sync_requested = step, False
+        self.trained_since_publish, self.settled_since_publish = {}, {}
         self.summary.published_versions.append(step)
         log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
 
-    def stage_announcement(
-        self,
-        manifest: CheckpointManifest,
-        parent: int,
-        positions: list[TopicPartitionOffset],
-    ) -> None:
-        """Open the version's transaction: its WeightVersion and the group's offsets, flushed,
-        so a fenced producer fails here, before the manifest exists."""
-        writer = self.clients.writer
-        event = WeightVersion(
+    def trained_log(self) -> dict[str, list[list[Any]]]:
+        """What the steps since the last publish trained and settled, as JSON: `trained` holds
+        [topic, partition, [[first, last], ...]] per partition (each offset trained once) and
+        `retrained` [topic, partition, offset, times] for an offset trained more than once;
+        `settled` holds the ranges the sampler let go (trained, dropped stale, filtered...)."""
+        trained, retrained = [], []
+        for (t, p), counts in sorted(self.trained_since_publish.items()):
+            trained.append([t, p, to_ranges(sorted(counts))])
+            retrained += [[t, p, o, n] for o, n in sorted(counts.items()) if n > 1]
+        settled = [
+            [t, p, to_ranges(sorted(set(offs)))]
+            for (t, p), offs in sorted(self.settled_since_publish.items())
+        ]
+        return {"trained": trained, "retrained": retrained, "settled": settled}
+
+    def weight_version(self, manifest: CheckpointManifest) -> WeightVersion:
+        """The announcement of a written version."""
+        return WeightVersion(
             version=manifest.version,
             train_step=manifest.train_step,
             uri=self.checkpoints.store.uri(manifest.version),
             manifest=tuple(ManifestEntry(f.name, f.size, f.sha256) for f in manifest.files),
-            consumed_offsets=tuple(TopicOffset(p.topic, p.partition, p.offset) for p in positions),
-            parent_version=parent,
+            consumed_offsets=tuple(
+                TopicOffset(o.topic, o.partition, o.offset) for o in manifest.consumed_offsets
+            ),
+            parent_version=manifest.parent_version,
         )
+
+    def stage_announcement(
+        self, manifest: CheckpointManifest, positions: list[TopicPartitionOffset]
+    ) -> None:
+        """Open the version's transaction: its WeightVersion and the group's offsets, flushed,
+        so a fenced producer fails here, before the manifest exists."""
+        writer = self.clients.writer
+        event = self.weight_version(manifest)
         writer.begin()
         writer.send(self.clients.weights_topic, event, key=b"weights")
         if not isinstance(self.clients.experiences, EventReader):
@@ -462,6 +499,20 @@ class TrainerLoop:
             self.clients.writer.abort()
         except TransportError as exc:
             log.warning("could not abort the announcement's transaction: %s", exc)
+
+    def announce_resumed(self) -> None:
+        """Announce the version a restart resumed from again, in a transaction of its own. A
+        trainer killed between a version's manifest and its commit left it unannounced, and
+        explorers that wait for it would wait forever; announcing a version twice changes
+        nothing for them (a follower keeps the newest it has seen)."""
+        if not self.step:
+            return
+        writer = self.clients.writer
+        manifest = self.checkpoints.store.read_manifest(self.step)
+        writer.begin()
+        writer.send(self.clients.weights_topic, self.weight_version(manifest), key=b"weights")
+        writer.commit()
+        log.info("announced the resumed version %d again", self.step)
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since

@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "bench_cmd",
     "replay_cmd",
     "status_cmd",
+    "check_cmd",
     "gc_cmd",
 )
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.errors import CheckpointError, FencedError, StorageError
+from rft.fault_points import fault_point
 from rft.storage.checkpoint_manifest import (
     MANIFEST_NAME,
     CheckpointManifest,
@@ -178,6 +179,7 @@ class CheckpointStore:
             extra=dict(extra or {}),
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
+        fault_point("checkpoint.before_manifest")
         if before_commit is not None:
             before_commit(manifest)
         self._commit_manifest(version, manifest_key, payload)

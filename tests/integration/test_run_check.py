@@ -1,0 +1,180 @@
+"""The run checker against a log with planted anomalies, on the real Kafka and MinIO.
+
+The log is written by hand, as a faulty run would leave it: tasks published and committed by the
+explorer group, experiences for all but one task (and two rollout groups for another), a chain of
+two versions whose trained logs leave one experience out and train another twice, a fork, an
+announcement with no manifest behind it, a version on the chain never announced (v3), and experiences generated on a version never announced.
+Each planted anomaly must be counted once, and nothing else. (The clean counterpart is the fault
+run in tests/faults/test_fault_run.py, whose every count must be 0.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from consumers.run_check import RunChecker, read_topic
+from rft.config.connections import StackSettings
+from rft.events.models import Experience, ManifestEntry, Task, TopicOffset, WeightVersion
+from rft.events.reader import EventReader
+from rft.events.writer import EventWriter
+from rft.storage.checkpoint_store import CheckpointStore
+from tests.integration.test_rft_loop import published_run
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def experience(task: Task, group: str, i: int, version: int, explorer_group: str) -> Experience:
+    return Experience(
+        experience_id=f"{group}:{i}",
+        task_id=task.task_id,
+        group_id=group,
+        group_size=2,
+        explorer_id="ex",
+        model_version=version,
+        prompt_ids=np.array([1, 2, 3], dtype=np.int32),
+        response_ids=np.array([4, 5], dtype=np.int32),
+        logprobs=np.array([-0.5, -0.25], dtype=np.float32),
+        explorer_group=explorer_group,
+    )
+
+
+def version_dir(root: Path, version: int, trained: list, retrained: list, settled: list) -> Path:
+    d = root / f"v{version}"
+    (d / "trainer_state").mkdir(parents=True)
+    (d / "model.safetensors").write_bytes(bytes([version]) * 64)
+    state = {
+        "sampler": {},
+        "settled_ahead": [],
+        "trained_log": {"trained": trained, "retrained": retrained, "settled": settled},
+    }
+    (d / "trainer_state" / "sampler.json").write_text(json.dumps(state))
+    return d
+
+
+def ranges(offsets: list[int]) -> list[list[int]]:
+    return [[o, o] for o in sorted(offsets)]
+
+
+def test_checker_counts_each_planted_anomaly(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    config_path, cfg, plan = published_run(stack, unique, tmp_path, "fixed", 1)
+    kafka = cfg.stack.kafka
+    # the explorer group reads every task and commits: all tasks count as reached
+    with EventReader.open(
+        kafka, plan.explorer_group, [plan.topics.tasks], from_beginning=True
+    ) as reader:
+        got: list = []
+        while True:
+            batch = reader.poll(500, timeout_s=2.0)
+            if not batch:
+                break
+            got += batch
+        reader.commit()
+    tasks = [e.event for e in got if isinstance(e.event, Task)]
+    assert len(tasks) == 16
+    unexplored, twice, *rest = tasks
+
+    with EventWriter.open(kafka) as writer:
+        for n, task in enumerate([twice, *rest]):
+            for i in range(2):
+                exp = experience(task, f"g{n}", i, 1, plan.explorer_group)
+                writer.send(plan.experience_topic, exp, key=task.task_id)
+        for i in range(2):  # a second rollout group of the same task
+            exp = experience(twice, "again", i, 1, plan.explorer_group)
+            writer.send(plan.experience_topic, exp, key=twice.task_id)
+        for i in range(2, 4):  # more of one group, generated on v9, never announced
+            exp = experience(rest[0], "g1", i, 9, plan.explorer_group)
+            writer.send(plan.experience_topic, exp, key=rest[0].task_id)
+        writer.flush()
+    written, _ = read_topic(kafka, plan.experience_topic)
+    positions = sorted((e.topic, e.partition, e.offset) for e in written)
+    assert len(positions) == 2 * 15 + 2 + 2
+    lost, retrained_one = positions[0], positions[1]
+    by_tp: dict[tuple[str, int], list[int]] = {}
+    for t, p, o in positions:
+        if (t, p, o) != lost:
+            by_tp.setdefault((t, p), []).append(o)
+    split = {tp: (offs[: len(offs) // 2], offs[len(offs) // 2 :]) for tp, offs in by_tp.items()}
+    ends: dict[tuple[str, int], int] = {}
+    for t, p, o in positions:
+        ends[(t, p)] = max(ends.get((t, p), 0), o + 1)
+
+    store: CheckpointStore = plan.checkpoint_store()
+    store.store.ensure_bucket()
+    first = [[t, p, ranges(a)] for (t, p), (a, _) in sorted(split.items())]
+    second = [[t, p, ranges(b)] for (t, p), (_, b) in sorted(split.items())]
+    extra = {"sampler_state": "trainer_state/sampler.json"}
+    offsets = [(t, p, o) for (t, p), o in sorted(ends.items())]
+    m1 = store.write(
+        1, 1, version_dir(tmp_path, 1, first, [], first), offsets, parent_version=0, extra=extra
+    )
+    store.write(
+        3,
+        3,
+        version_dir(tmp_path, 3, second, [[*retrained_one, 2]], second),
+        offsets,
+        parent_version=1,
+        extra=extra,
+    )
+    # a fork: a second writer's v2 from the base model
+    store.write(2, 2, version_dir(tmp_path, 2, [], [], []), offsets, parent_version=0, extra=extra)
+
+    def announce(version: int, entries: tuple[ManifestEntry, ...]) -> WeightVersion:
+        return WeightVersion(
+            version=version,
+            train_step=version,
+            uri=store.uri(version),
+            manifest=entries,
+            consumed_offsets=tuple(TopicOffset(t, p, o) for t, p, o in offsets),
+            parent_version=version - 1,
+        )
+
+    with EventWriter.open(kafka) as writer:
+        entries = tuple(ManifestEntry(f.name, f.size, f.sha256) for f in m1.files)
+        writer.send(plan.topics.weights, announce(1, entries), key=b"weights")
+        writer.send(plan.topics.weights, announce(4, entries), key=b"weights")  # no manifest
+        writer.flush()
+
+    checker = RunChecker(
+        kafka, plan.topics, plan.experience_topic, plan.explorer_group, store, replay=False
+    )
+    report = checker.check()
+    print("\n".join(report.table()))
+    # retrained_one sits in the first half of its partition (v1) and is trained again by v3
+    assert report.anomalies == {
+        "experiences lost": 1,
+        "experiences trained twice": 1,
+        "tasks never explored": 1,
+        "tasks explored twice": 1,
+        "versions announced without a verified manifest": 1,
+        "versions never announced": 1,
+        "versions off the chain": 1,
+        "corrupt weights loaded": 2,
+    }
+    assert f"{lost[0]}[{lost[1]}]@{lost[2]}" in report.examples["experiences lost"]
+    assert unexplored.task_id in report.examples["tasks never explored"][0]
+    assert report.facts["experiences committed"] == len(positions)
+    assert report.facts["experiences trained"] == len(positions) - 1
+    assert report.facts["versions on the chain"] == 2
+
+    # the verb prints the same table and exits 4 on anomalies
+    done = subprocess.run(
+        [sys.executable, "-m", "rft.cli.main", "check", "--config", str(config_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 4, done.stderr[-2000:]
+    assert re.search(r"experiences lost +1\n", done.stdout), done.stdout
+    assert "result: ANOMALIES FOUND" in done.stdout
