@@ -36,6 +36,7 @@ from consumers.offline_input import (
     without_staleness,
 )
 from consumers.run_plan import RunPlan
+from consumers.topic_range import RangeReader
 from consumers.train_step import StepTrainer, set_advantages
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from consumers.trainer_loop import LoopClients, TrainerLoop, TrainerSummary
@@ -50,6 +51,7 @@ from rft.buffer.sample_strategy import build_sampler, sampler_choice
 from rft.buffer.sampler import Sampler
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
+from rft.config.connections import KafkaSettings
 from rft.engines.chat_template import configured_chat_template
 from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import (
@@ -60,6 +62,7 @@ from rft.engines.trainer import (
     TrainerPlacement,
 )
 from rft.errors import ConfigError
+from rft.events.models import WeightVersion
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
@@ -258,7 +261,7 @@ class Trainer:
                 # experiences no version trained (they would be skipped, and lost)
                 reader.seek_to_beginning()
             loop.resume(step, resume_offsets, saved)
-            loop.announce_resumed()
+            loop.announce_resumed(announced_versions(kafka, topics.weights))
             while loop.tick():
                 pass
             return loop.finish()
@@ -339,3 +342,14 @@ class Trainer:
             engine,
             max_response_length=self.cfg.model.max_response_tokens,
         )
+
+
+def announced_versions(kafka: KafkaSettings, weights_topic: str) -> set[int]:
+    """The versions announced on `weights_topic` now (read_committed, one event per version)."""
+    with RangeReader.open(kafka, [weights_topic]) as reader:
+        return {
+            env.event.version
+            for batch in reader.batches()
+            for env in batch
+            if isinstance(env.event, WeightVersion)
+        }

@@ -500,19 +500,19 @@ class TrainerLoop:
         except TransportError as exc:
             log.warning("could not abort the announcement's transaction: %s", exc)
 
-    def announce_resumed(self) -> None:
-        """Announce the version a restart resumed from again, in a transaction of its own. A
-        trainer killed between a version's manifest and its commit left it unannounced, and
-        explorers that wait for it would wait forever; announcing a version twice changes
-        nothing for them (a follower keeps the newest it has seen)."""
-        if not self.step:
+    def announce_resumed(self, announced: Collection[int]) -> None:
+        """Announce the version a restart resumed from if it is not among `announced` (the
+        versions on the weights topic), in a transaction of its own. A trainer killed between a
+        version's manifest (the commit point) and its transaction's commit left it unannounced,
+        and explorers that wait for it would wait forever."""
+        if not self.step or self.step in announced:
             return
         writer = self.clients.writer
         manifest = self.checkpoints.store.read_manifest(self.step)
         writer.begin()
         writer.send(self.clients.weights_topic, self.weight_version(manifest), key=b"weights")
         writer.commit()
-        log.info("announced the resumed version %d again", self.step)
+        log.info("announced the resumed version %d, which its writer had not", self.step)
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since
