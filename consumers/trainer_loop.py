@@ -480,10 +480,9 @@ class TrainerLoop:
         except FencedError:
             raise
         except TransactionError as exc:
-            if not exc.requires_abort:
-                raise
-            # The group dropped this consumer (a rebalance, a long step). Its committed offsets
-            # only inform lag monitors (resumes read the manifest's), so announce without them.
+            # The group dropped this consumer (a rebalance, a long step), or the broker went
+            # away mid-call (an outage). The group's committed offsets only inform lag monitors
+            # (resumes read the manifest's), so the version is announced without them.
             log.warning("v%d announced without group offsets: %s", manifest.version, exc)
             writer.abort()
             writer.begin()

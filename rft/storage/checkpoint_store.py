@@ -54,6 +54,10 @@ _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 OffsetLike = ConsumedOffset | tuple[str, int, int]
 
 
+# manifest.extra key naming the directory, under the version prefix, that holds its files
+OBJECT_DIR_KEY = "object_dir"
+
+
 class VersionTakenError(CheckpointError, FencedError):
     """Another writer created this version's manifest first; this writer's version is void."""
 
@@ -166,9 +170,12 @@ class CheckpointStore:
                 "versions are immutable"
             )
         self.store.ensure_bucket()
+        # Each write puts its files under a directory of its own: a writer fenced mid-upload that
+        # goes on uploading cannot overwrite the files of the version another writer committed.
+        object_dir = secrets.token_hex(6)
         entries: list[ManifestFile] = []
         for rel in files:
-            entries.append(self._upload_file(version, local, rel))
+            entries.append(self._upload_file(version, local, rel, object_dir))
         manifest = CheckpointManifest(
             version=version,
             train_step=train_step,
@@ -176,7 +183,7 @@ class CheckpointStore:
             files=tuple(entries),
             consumed_offsets=offsets,
             parent_version=parent_version,
-            extra=dict(extra or {}),
+            extra={**(extra or {}), OBJECT_DIR_KEY: object_dir},
         )
         payload = manifest.to_json()  # serialize before the upload: bad extras fail early
         fault_point("checkpoint.before_manifest")
@@ -209,9 +216,19 @@ class CheckpointStore:
                 "running on this run?)"
             ) from exc
 
-    def _upload_file(self, version: int, local: Path, rel: str) -> ManifestFile:
+    def object_key(self, version: int, name: str, object_dir: str | None) -> str:
+        """The store key of file `name` of `version`, written under `object_dir` (None: the
+        version's own prefix, as versions written before object dirs existed)."""
+        return self.version_prefix(version) + (f"{object_dir}/" if object_dir else "") + name
+
+    def file_key(self, version: int, name: str) -> str:
+        """The store key of file `name` of the written `version` (from its manifest)."""
+        manifest = self.read_manifest(version)
+        return self.object_key(version, name, manifest.extra.get(OBJECT_DIR_KEY))
+
+    def _upload_file(self, version: int, local: Path, rel: str, object_dir: str) -> ManifestFile:
         path = local / rel
-        key = self.version_prefix(version) + rel
+        key = self.object_key(version, rel, object_dir)
         try:
             size = path.stat().st_size
             handle = path.open("rb")
@@ -297,7 +314,7 @@ class CheckpointStore:
             tmp.mkdir(parents=True)
             for entry in manifest.files:
                 if not entry.name.startswith(skip_prefixes):
-                    self._download_file(version, entry, tmp)
+                    self._download_file(version, entry, tmp, manifest.extra.get(OBJECT_DIR_KEY))
             (tmp / MANIFEST_NAME).write_bytes(manifest.to_json())
             if dest.exists():
                 dest.rmdir()
@@ -311,8 +328,10 @@ class CheckpointStore:
                 shutil.rmtree(tmp, ignore_errors=True)
         return dest
 
-    def _download_file(self, version: int, entry: ManifestFile, into: Path) -> None:
-        key = self.version_prefix(version) + entry.name
+    def _download_file(
+        self, version: int, entry: ManifestFile, into: Path, object_dir: str | None
+    ) -> None:
+        key = self.object_key(version, entry.name, object_dir)
         uri = self.store.uri(key)
         target = into.joinpath(*entry.name.split("/"))
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -492,7 +492,7 @@ def checkpoint_flip(run: LoopRun, rng: random.Random) -> str:
         (f for f in manifest.files if not f.name.startswith("trainer_state/")),
         key=lambda f: f.size,
     )
-    key = store.version_prefix(version) + entry.name
+    key = store.file_key(version, entry.name)
     data = bytearray(store.store.get_bytes(key))
     at = rng.randrange(len(data))
     data[at] ^= 0x01

@@ -226,10 +226,10 @@ def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_
 
     write_version(1)
     truncated = write_version(2)
-    objects.put_bytes(store.version_prefix(2) + weights_file, truncated[: len(truncated) // 2])
+    objects.put_bytes(store.file_key(2, weights_file), truncated[: len(truncated) // 2])
     flipped = bytearray(write_version(3))
     flipped[len(flipped) // 2] ^= 0x01
-    objects.put_bytes(store.version_prefix(3) + weights_file, bytes(flipped))
+    objects.put_bytes(store.file_key(3, weights_file), bytes(flipped))
 
     with WeightFollower(
         stack.kafka,
@@ -252,8 +252,8 @@ def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_
                 assert torch.equal(tensor, served[name]), f"{name} changed by refused v{version}"
         for version, why in sorted(follower.refused.items()):
             print(f"\nweight version {version} refused, keeping version 1: {why}")
-        uri2 = objects.uri(store.version_prefix(2) + weights_file)
-        uri3 = objects.uri(store.version_prefix(3) + weights_file)
+        uri2 = objects.uri(store.file_key(2, weights_file))
+        uri3 = objects.uri(store.file_key(3, weights_file))
         assert follower.refused[2] == (
             f"checkpoint v2: file {weights_file!r} at {uri2} has the wrong size: "
             f"expected {len(truncated)} bytes, got {len(truncated) // 2}"

@@ -110,7 +110,7 @@ def test_bench_evaluates_every_version_once(
     # v7: newest, but its weights object no longer matches the manifest
     publish_version(plan, model, 7, tmp_path)
     store = plan.checkpoint_store()
-    store.store.put_bytes(store.version_prefix(7) + "model.safetensors", b"not the weights")
+    store.store.put_bytes(store.file_key(7, "model.safetensors"), b"not the weights")
     done = bench(config, "bench", "--override", "explorer.bench_on_latest_checkpoint=true")
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     table = done.stdout[done.stdout.index("== bench") :].splitlines()

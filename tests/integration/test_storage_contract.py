@@ -331,7 +331,7 @@ def test_corrupted_object_fails_download_naming_the_file(
 ) -> None:
     src = _model_dir(tmp_path)
     ckpts.write(1, 1, src)
-    key = ckpts.version_prefix(1) + "model.safetensors"
+    key = ckpts.file_key(1, "model.safetensors")
     data = bytearray((src / "model.safetensors").read_bytes())
     if mutation == "flip":
         data[len(data) // 2] ^= 0x01
@@ -388,15 +388,17 @@ def test_manifest_created_by_another_writer_voids_this_write(
     class SlowWriter(CheckpointStore):
         """Another writer commits v1 while this one uploads its files."""
 
-        def _upload_file(self, version: int, local: Path, rel: str) -> object:  # type: ignore[override]
+        def _upload_file(self, version: int, local: Path, rel: str, object_dir: str) -> object:  # type: ignore[override]
             if not ckpts.list_versions():
                 ckpts.write(1, 7, _model_dir(tmp_path, 2, big=10))
-            return super()._upload_file(version, local, rel)
+            return super()._upload_file(version, local, rel, object_dir)
 
     slow = SlowWriter(ckpts.store, "proj", "run")
     with pytest.raises(VersionTakenError, match=r"v1: another writer created its manifest first"):
         slow.write(1, 9, _model_dir(tmp_path, 3, big=10))
     assert ckpts.read_manifest(1).train_step == 7  # the first commit stands
+    # and its files too: the void writer uploaded all of its own after that commit
+    assert _same_tree(tmp_path / "model-2", ckpts.download(1, tmp_path / "dl"))
 
 
 def test_prune_keeps_the_newest(ckpts: CheckpointStore, tmp_path: Path) -> None:

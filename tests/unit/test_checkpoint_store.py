@@ -38,12 +38,17 @@ def test_layout_and_manifest_contents(ckpts: CheckpointStore, tmp_path: Path) ->
     manifest = ckpts.write(
         7, 70, _source(tmp_path), [("p.r.experiences", 1, 40)], parent_version=6, extra={"lr": 1e-6}
     )
-    keys = [i.key for i in ckpts.store.list()]
-    assert keys == [
-        "proj/run/v000007/manifest.json",
-        "proj/run/v000007/model.safetensors",
-        "proj/run/v000007/tok/tokenizer.json",
-    ]
+    keys = sorted(i.key for i in ckpts.store.list())
+    # the files sit in a directory of this write's own, which the manifest names
+    files = f"proj/run/v000007/{manifest.extra['object_dir']}/"
+    assert keys == sorted(
+        [
+            "proj/run/v000007/manifest.json",
+            files + "model.safetensors",
+            files + "tok/tokenizer.json",
+        ]
+    )
+    assert manifest.extra["lr"] == 1e-6
     assert [f.name for f in manifest.files] == ["model.safetensors", "tok/tokenizer.json"]
     assert manifest.consumed_offsets == (ConsumedOffset("p.r.experiences", 1, 40),)
     assert ckpts.read_manifest(7) == manifest
