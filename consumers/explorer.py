@@ -41,17 +41,21 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RftError, TasksetError
+from rft.errors import RftError, TasksetError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.topics import ensure_topics
+from rft.events.transport import TopicPartitionOffset, kafka_backend
 from rft.events.writer import EventWriter
 from rft.synchronizer import build_sync_style
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
 
 log = logging.getLogger(__name__)
+
+# How long a starting explorer waits for its group's committed offsets: longer than librdkafka's
+# default transaction.timeout.ms (60 s), after which the broker aborts a dead member's transaction
+COMMITTED_WAIT_S = 180.0
 tracer = trace.get_tracer("rft.explorer")
 
 
@@ -65,6 +69,20 @@ class ExplorerSummary:
     generated_tokens: int = 0
     rollout_seconds: float = 0.0
     eval_accuracy: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
+    """`batch` without the envelopes of partitions in `revoked`."""
+    if not revoked:
+        return batch
+    kept = [e for e in batch if (e.topic, e.partition) not in revoked]
+    if len(kept) < len(batch):
+        log.info(
+            "rebalance: %d task(s) of revoked partitions %s left to their new owner",
+            len(batch) - len(kept),
+            sorted(revoked),
+        )
+    return kept
 
 
 def default_explorer_id() -> str:
@@ -156,7 +174,8 @@ class Explorer:
         stop = stop or threading.Event()
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics(self.plan.explorer_experience_topic)
+        self._check_partitions()
         apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()
         self._configure_chat(engine)
@@ -167,9 +186,9 @@ class Explorer:
                 kafka,
                 self.plan.explorer_group,
                 [topics.tasks],
-                from_beginning=True,
+                from_beginning=self.plan.tasks_start.kind != "latest",
                 dead_letter_topic=topics.dead_letter,
-                config=self.plan.consumer_config,
+                config=self.plan.explorer_consumer_config(self.explorer_id),
             ) as tasks,
             EventWriter.open(
                 kafka, transactional_id=f"{self.plan.explorer_group}.{self.explorer_id}"
@@ -183,7 +202,13 @@ class Explorer:
                 consumer_config=self.plan.consumer_config,
             ) as follower,
         ):
-            metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
+            metrics = MetricEmitter(
+                plain,
+                topics.metrics,
+                "explorer",
+                self.plan.run_id,
+                tags={"explorer_id": self.explorer_id, "explorer_group": self.plan.explorer_group},
+            )
             sync = ExplorerSync(
                 self.cfg.synchronizer,
                 self.style,
@@ -195,7 +220,12 @@ class Explorer:
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
                 follower.load_newest(engine)
-            step = resumed_step(tasks.committed()) if self.cfg.continue_from_checkpoint else 0
+            committed = self._group_committed(tasks, stop)
+            start = self.plan.tasks_start
+            if not committed and start.kind == "timestamp":
+                assert start.timestamp_ms is not None
+                tasks.seek_to_timestamp(start.timestamp_ms)  # a new group: its first read
+            step = resumed_step(committed) if self.cfg.continue_from_checkpoint else 0
             if step:
                 log.info(
                     "resuming at step %d of %d (from the group's committed task offsets)",
@@ -226,15 +256,60 @@ class Explorer:
         return self.summary
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
-        """Up to batch_size tasks; waits a little for a full batch, returns what it has."""
+        """Up to batch_size tasks; waits a little for a full batch, returns what it has.
+
+        A rebalance happens inside poll: tasks already taken from a partition this member has
+        just lost are dropped from the batch (its new owner reads them from the group's committed
+        offset), so the step's transaction never commits offsets of a partition it does not
+        hold. No transaction is open while this polls: each step's begins after its rollouts.
+        """
         want = self.plan.batch_size
         batch: list[Envelope] = []
         deadline = time.monotonic() + 5.0
         while len(batch) < want and not stop.is_set():
             batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
+            batch = drop_revoked(batch, tasks.take_revoked())
             if time.monotonic() > deadline:
                 break
         return batch
+
+    def _group_committed(
+        self, tasks: EventReader, stop: threading.Event
+    ) -> list[TopicPartitionOffset]:
+        """The group's committed task offsets. The broker holds them back while a transaction
+        that commits some is open (a member killed mid-step leaves one open until the broker
+        aborts it, `transaction.timeout.ms` later), so this waits that out, saying so."""
+        waited = 0.0
+        while True:
+            try:
+                return tasks.committed(timeout_s=10.0)
+            except TransportError as exc:
+                waited += 10.0
+                if waited >= COMMITTED_WAIT_S or stop.is_set():
+                    raise
+                log.warning(
+                    "%s: committed offsets not readable yet (%s); a member's transaction may be "
+                    "open until the broker aborts it; retrying (%.0fs so far)",
+                    self.plan.explorer_group,
+                    exc,
+                    waited,
+                )
+
+    def _check_partitions(self) -> None:
+        """Warn when the tasks topic (made earlier, or by another config) has fewer partitions
+        than this group is sized for: the members beyond them would get no tasks."""
+        with kafka_backend(self.cfg.stack.kafka).admin() as admin:
+            (info,) = admin.describe_topics([self.plan.topics.tasks])
+        if len(info.partitions) < self.plan.explorer_count:
+            log.warning(
+                "%s has %d partition(s) but explorer group %s is sized for %d explorers "
+                "(explorer.max_explorers / engine_num): members beyond %d get no tasks",
+                info.name,
+                len(info.partitions),
+                self.plan.explorer_group,
+                self.plan.explorer_count,
+                len(info.partitions),
+            )
 
     def _explore_step(
         self,
@@ -277,7 +352,7 @@ class Explorer:
             for result in results:
                 sampled_by = task_versions.get(result.task.task_id, version)
                 for exp in self._experiences(result, sampled_by):
-                    tx.send(self.plan.experience_topic, exp, key=exp.task_id)
+                    tx.send(self.plan.explorer_experience_topic, exp, key=exp.task_id)
                     sent += 1
             for task_id, error in given_up.items():
                 self._dead_letter(tx, by_id[task_id], error)

@@ -44,7 +44,6 @@ from rft.engines.trainer import (
 )
 from rft.errors import ConfigError
 from rft.events.reader import EventReader
-from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.synchronizer import build_sync_style
 
@@ -122,7 +121,7 @@ class Trainer:
     def run(self, stop: threading.Event | None = None) -> TrainerSummary:
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics()
         engine, tokenizer = self._engine()
         checkpoints = TrainerCheckpointer(
             self.plan.checkpoint_store(),

@@ -36,7 +36,6 @@ from rft.config import RftConfig
 from rft.errors import ConfigError
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.topics import ensure_topics
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
 
@@ -105,7 +104,7 @@ class TaskFeeder:
         stop = stop or threading.Event()
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics()
         with (
             EventReader.open(
                 kafka,
