@@ -224,7 +224,8 @@ class Explorer:
             start = self.plan.tasks_start
             if not committed and start.kind == "timestamp":
                 assert start.timestamp_ms is not None
-                tasks.seek_to_timestamp(start.timestamp_ms)  # a new group: its first read
+                # explorer.tasks_from names a moment and the group is new: its first read
+                tasks.seek_to_timestamp(start.timestamp_ms)
             step = resumed_step(committed) if self.cfg.continue_from_checkpoint else 0
             if step:
                 log.info(

@@ -428,8 +428,8 @@ KEY_FATES: dict[str, Fate] = {
     ),
     "ExplorerConfig.tasks_from": Fate(
         "where a new explorer group first reads the tasks: earliest, latest or a timestamp",
-        _PLAN,
-        "tests/unit/test_explorer_groups_plan.py",
+        _EXPLORER,
+        "tests/integration/test_explorer_groups.py",
     ),
     "ExplorerConfig.experiences_to": Fate(
         "the explorer group's experience topic: the trainer's, its own (a shadow), or one named",

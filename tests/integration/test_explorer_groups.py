@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -29,7 +30,7 @@ from consumers.run_plan import RunPlan
 from consumers.run_status import read_run_status
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.config import load_config
-from rft.config.connections import StackSettings
+from rft.config.connections import KafkaSettings, StackSettings
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
@@ -49,31 +50,33 @@ def wait_until(what: str, check, timeout_s: float = 90.0) -> None:
         assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s}s"
 
 
-def member(stack: StackSettings, group: str, topic: str, instance: str) -> EventReader:
+def member(kafka: KafkaSettings, group: str, topic: str, instance: str) -> EventReader:
     return EventReader.open(
-        stack.kafka,
+        kafka,
         group,
         [topic],
         config={**COOPERATIVE, "group.instance.id": instance, "session.timeout.ms": 30_000},
     )
 
 
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
 def test_cooperative_static_members_move_only_what_must_move(
-    stack: StackSettings, unique: str
+    stack: StackSettings, unique: str, client: str
 ) -> None:
+    kafka = dataclasses.replace(stack.kafka, client=client)
     topic, group = f"{unique}.tasks", f"{unique}.explorer.main"
-    ensure_topics(stack.kafka, [topic], partitions={topic: 4})
-    with EventWriter.open(stack.kafka) as w:
+    ensure_topics(kafka, [topic], partitions={topic: 4})
+    with EventWriter.open(kafka) as w:
         for i in range(8):
             w.send(topic, Task(f"t{i}", "s", 0, i, {"q": i}), key=f"t{i}")
     with ExitStack() as live:
-        first = live.enter_context(member(stack, group, topic, "m1"))
+        first = live.enter_context(member(kafka, group, topic, "m1"))
         wait_until(
             "the first member holds every partition",
             lambda: first.poll(10, 0.5) is not None and len(first.assignment()) == 4,
         )
         assert first.take_revoked() == set()
-        second = member(stack, group, topic, "m2")
+        second = member(kafka, group, topic, "m2")
 
         def split() -> bool:
             first.poll(10, 0.2)
@@ -89,7 +92,7 @@ def test_cooperative_static_members_move_only_what_must_move(
         # a static member that closes does not leave its group: restarted with its instance id
         # within the session timeout, it gets its own partitions back and nothing else moves
         second.close()
-        again = live.enter_context(member(stack, group, topic, "m2"))
+        again = live.enter_context(member(kafka, group, topic, "m2"))
         wait_until(
             "the restarted member holds its partitions",
             lambda: again.poll(10, 0.5) is not None and set(again.assignment()) == moved,
@@ -277,3 +280,54 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
         assert set(by_explorer) <= {"experiences/a", "experiences/b"}
         assert sum(by_explorer.values()) == per_step
         assert by_group == {f"experiences_by_group/{plan.explorer_group}": float(per_step)}
+
+
+def test_a_new_group_starts_at_the_moment_tasks_from_names(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    config = group_config(stack, unique, tmp_path)
+    config["mode"] = "explore"
+    config["buffer"]["explorer_input"]["taskset"]["generator_args"]["num_tasks"] = 6
+    config["explorer"] |= {"name": "late", "experiences_to": "own"}
+    path = tmp_path / "late.yaml"
+    path.write_text(yaml.safe_dump(config))
+    cfg = load_config(path)
+    plan = RunPlan(cfg)
+    plan.ensure_topics()
+    (taskset,) = [t for t in load_run_tasksets(cfg) if not t.is_eval]
+    writer = EventWriter.open(cfg.stack.kafka)
+    publisher = TaskPublisher(writer)
+
+    def publish_epoch(epoch: int) -> set[str]:
+        tasks = [publisher.make_task(taskset, epoch, i) for i in range(len(taskset.rows))]
+        for task in tasks:
+            writer.send(plan.topics.tasks, task, key=task.task_id)
+        writer.flush()
+        return {t.task_id for t in tasks}
+
+    with writer:
+        before = publish_epoch(0)
+        time.sleep(1.0)
+        moment_ms = int(time.time() * 1000)
+        time.sleep(1.0)
+        after = publish_epoch(1)
+
+    done = subprocess.run(
+        rft(
+            "explore",
+            "--config",
+            str(path),
+            "--override",
+            f"explorer.tasks_from={moment_ms}",
+            "--idle-timeout",
+            "15",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "RFT_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    explored = committed_experiences(cfg, plan.explorer_experience_topic, f"{unique}-late-check")
+    seen = {e.task_id for e in explored}
+    assert seen == after and not seen & before  # the tasks published after the moment, all
