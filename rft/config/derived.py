@@ -357,6 +357,17 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "drops",
             )
         )
+    target = cfg.explorer.experiences_to
+    trainer_topic = buf.topic or f"{cfg.project}.{cfg.name}.experiences"
+    if cfg.mode == "both" and target not in (TRAINER_EXPERIENCES, trainer_topic):
+        notices.append(
+            Notice(
+                "explorer.experiences_to",
+                f"{target!r} in mode both: `rft run` would start a trainer that this explorer "
+                "never feeds; a shadow explorer is meant for `rft explore` (or mode: explore) "
+                "beside a run",
+            )
+        )
     notices += _launcher_notices(cfg)
     return notices
 

@@ -6,6 +6,7 @@ settings, the batch that drops a lost partition's tasks, and the trainer's rows 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from consumers.explorer import drop_revoked
 from consumers.run_plan import RunPlan
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.sampler import BatchRow, SampledBatch, SamplerCounters
-from rft.config import ConfigValidationError, load_config
+from rft.config import ConfigValidationError, ConfigWarning, load_config
 from rft.config.stream_start import StreamStart, parse_stream_start
 from rft.errors import ConfigError
 from rft.events.models import Experience, Task
@@ -170,3 +171,12 @@ def test_trainer_metrics_count_rows_per_explorer_and_per_group(
         expected = sum(1 for _, g in sources if g == group)
         assert values.get(f"experiences_by_group/{group}", 0.0) == expected
     assert "experiences/x" not in values  # demonstrations come from no explorer
+
+
+def test_a_shadow_explorer_in_mode_both_is_warned_about(tmp_path: Path) -> None:
+    with pytest.warns(ConfigWarning, match="never feeds"):
+        plan(tmp_path, "explorer.experiences_to=own")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        plan(tmp_path, "mode=explore", "explorer.experiences_to=own")
+        plan(tmp_path)
