@@ -41,7 +41,7 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import RftError, TasksetError, TransportError
+from rft.errors import RftError, TasksetError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
@@ -53,9 +53,6 @@ from rft.workflows.step_runner import StepLimits, run_step
 
 log = logging.getLogger(__name__)
 
-# How long a starting explorer waits for its group's committed offsets: longer than librdkafka's
-# default transaction.timeout.ms (60 s), after which the broker aborts a dead member's transaction
-COMMITTED_WAIT_S = 180.0
 tracer = trace.get_tracer("rft.explorer")
 
 
@@ -220,7 +217,7 @@ class Explorer:
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
                 follower.load_newest(engine)
-            committed = self._group_committed(tasks, stop)
+            committed = self._group_committed()
             start = self.plan.tasks_start
             if not committed and start.kind == "timestamp":
                 assert start.timestamp_ms is not None
@@ -274,27 +271,14 @@ class Explorer:
                 break
         return batch
 
-    def _group_committed(
-        self, tasks: EventReader, stop: threading.Event
-    ) -> list[TopicPartitionOffset]:
-        """The group's committed task offsets. The broker holds them back while a transaction
-        that commits some is open (a member killed mid-step leaves one open until the broker
-        aborts it, `transaction.timeout.ms` later), so this waits that out, saying so."""
-        waited = 0.0
-        while True:
-            try:
-                return tasks.committed(timeout_s=10.0)
-            except TransportError as exc:
-                waited += 10.0
-                if waited >= COMMITTED_WAIT_S or stop.is_set():
-                    raise
-                log.warning(
-                    "%s: committed offsets not readable yet (%s); a member's transaction may be "
-                    "open until the broker aborts it; retrying (%.0fs so far)",
-                    self.plan.explorer_group,
-                    exc,
-                    waited,
-                )
+    def _group_committed(self) -> list[TopicPartitionOffset]:
+        """The group's committed task offsets (with each step's metadata), read by the admin
+        client. The member's own consumer is not asked: before its first poll, with static
+        membership and a cooperative assignor, librdkafka can hold its offset fetch until the
+        group's rebalance completes, which waits for members that are not polling yet."""
+        with kafka_backend(self.cfg.stack.kafka).admin() as admin:
+            found = admin.group_offsets(self.plan.explorer_group)
+        return [o for o in found if o.topic == self.plan.topics.tasks]
 
     def _check_partitions(self) -> None:
         """Warn when the tasks topic (made earlier, or by another config) has fewer partitions

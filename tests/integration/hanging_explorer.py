@@ -1,53 +1,80 @@
-"""An explorer process that stops inside a step's open transaction, for the SIGKILL test.
+"""An explorer process for the SIGKILL test: the real Explorer, with two holds around it.
 
-`python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID N MARKER` runs the real
-Explorer; at its first transactional commit from the Nth on that it makes while its explorer
-group has another member and both hold task partitions, it flushes the step's experiences and offsets to the broker (inside
-the still-open transaction), writes MARKER and sleeps until it is killed. Only the commit is held
-back: everything the explorer does up to it is the real thing.
+`python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID HANG_AT MARKER WAIT_FOR IDLE_S`
+
+- With WAIT_FOR `other-commit` it joins its group (its consumer subscribes on its first poll)
+  only once another member has committed a step: the other one is under way, and the partitions
+  the rebalance gives this one are still unexplored. With `none` it starts at once. (A member
+  that has subscribed but does not poll would stall the group's rebalance: it must take part.)
+- With HANG_AT > 0, at its first transactional commit from the HANG_AT-th on that it makes after
+  another member of its group has committed a step, it flushes the step's experiences and offsets
+  to the broker (inside the still-open transaction), writes MARKER and sleeps until it is killed.
+
+Only these holds are added: everything the explorer does is the real thing.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 
 from consumers.explorer import Explorer
 from consumers.run_plan import RunPlan
 from rft.config import load_config
+from rft.events.reader import Envelope, EventReader
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 
 
-def main(config: str, explorer_id: str, hang_at: int, marker: str) -> None:
+def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str, idle: float):
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(config)
     group = RunPlan(cfg).explorer_group
+
+    def others_explore() -> bool:
+        """Another member of the group has committed a step of its own: they share the tasks."""
+        with kafka_backend(cfg.stack.kafka).admin() as admin:
+            committed = admin.group_offsets(group)
+        return any(explorer_id not in o.metadata for o in committed if o.metadata)
+
+    def ready() -> bool:
+        return wait_for == "none" or others_explore()
+
+    poll_batch = Explorer._poll_batch
+    gated = False
+
+    def gated_poll(self: Explorer, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
+        nonlocal gated
+        deadline = time.monotonic() + 300
+        while not gated and not ready():
+            assert time.monotonic() < deadline, f"{group}: {wait_for} did not happen"
+            time.sleep(0.5)
+        gated = True
+        return poll_batch(self, tasks, stop)
+
     commit = EventWriter.commit
     commits = 0
 
-    def shared() -> bool:
-        """The group has two members and each holds task partitions: they share the stream."""
-        with kafka_backend(cfg.stack.kafka).admin() as admin:
-            (described,) = admin.describe_groups([group])
-        return len(described.members) >= 2 and all(m.assignment for m in described.members)
-
     def held_commit(self: EventWriter) -> None:
         nonlocal commits
-        if self._transactional:
+        if self._transactional and hang_at > 0:
             commits += 1
-            if commits >= hang_at and shared():
+            if commits >= hang_at and others_explore():
                 self.flush()  # the records are on the broker, their transaction open
                 Path(marker).write_text("transaction open\n")
                 while True:
                     time.sleep(60)
         commit(self)
 
+    Explorer._poll_batch = gated_poll  # type: ignore[method-assign]
     EventWriter.commit = held_commit  # type: ignore[method-assign]
-    Explorer(cfg, explorer_id=explorer_id, idle_timeout_s=120).run()
+    summary = Explorer(cfg, explorer_id=explorer_id, idle_timeout_s=idle).run()
+    print(f"explorer {explorer_id}: {summary.tasks} tasks in {summary.steps} steps")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    args = sys.argv[1:]
+    main(args[0], args[1], int(args[2]), args[3], args[4], float(args[5]))

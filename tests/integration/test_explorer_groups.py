@@ -39,7 +39,7 @@ from tests.integration.test_rft_loop import read_all, run_config
 
 pytestmark = pytest.mark.integration
 
-TASKS = 24
+TASKS = 96
 
 COOPERATIVE = {"partition.assignment.strategy": "cooperative-sticky"}
 
@@ -158,22 +158,23 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
         )
 
     marker = tmp_path / "open-transaction"
-    victim = start(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.hanging_explorer",
-            str(sharing_path),
-            "a",
-            "2",
-            str(marker),
-        ],
-        tmp_path / "a.log",
-    )
-    survivor = start(
-        rft("explore", "--config", str(sharing_path), "--explorer-id", "b", "--idle-timeout", "45"),
-        tmp_path / "b.log",
-    )
+
+    # the member to be killed rolls out longer replies (its own config, same group), so it still
+    # has tasks left when the other one, starting up beside it, commits its first step
+    slow = {**sharing, "model": {**sharing["model"], "max_response_tokens": 48}}
+    slow_path = tmp_path / "slow.yaml"
+    slow_path.write_text(yaml.safe_dump(slow))
+
+    def member_process(who: str, hang_at: int, wait_for: str, idle_s: int) -> subprocess.Popen:
+        config = slow_path if hang_at else sharing_path
+        argv = [sys.executable, "-m", "tests.integration.hanging_explorer", str(config)]
+        argv += [who, str(hang_at), str(marker), wait_for, str(idle_s)]
+        return start(argv, tmp_path / f"{who}.log")
+
+    # b starts at once; a joins once b has committed a step (the rebalance then moves partitions
+    # b has not reached to a) and is held inside its own second step's transaction
+    victim = member_process("a", hang_at=2, wait_for="other-commit", idle_s=120)
+    survivor = member_process("b", hang_at=0, wait_for="none", idle_s=45)
     shadow_proc = start(
         rft("explore", "--config", str(shadow_path), "--explorer-id", "s", "--idle-timeout", "600"),
         tmp_path / "s.log",
