@@ -45,13 +45,16 @@ from rft.errors import RftError, TasksetError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.transport import TopicPartitionOffset, kafka_backend
+from rft.events.transport import TopicPartitionOffset, TransactionError, kafka_backend
 from rft.events.writer import EventWriter
 from rft.synchronizer import build_sync_style
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
 
 log = logging.getLogger(__name__)
+
+# A step's commit refused because a rebalance moved the group on is tried again this many times
+COMMIT_ATTEMPTS = 3
 
 tracer = trace.get_tracer("rft.explorer")
 
@@ -106,6 +109,7 @@ class Explorer:
         self._engine = engine
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
+        self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -262,7 +266,7 @@ class Explorer:
         hold. No transaction is open while this polls: each step's begins after its rollouts.
         """
         want = self.plan.batch_size
-        batch: list[Envelope] = []
+        batch, self._carried = self._carried[:want], self._carried[want:]
         deadline = time.monotonic() + 5.0
         while len(batch) < want and not stop.is_set():
             batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
@@ -332,18 +336,34 @@ class Explorer:
                 for task_id, why in rejected.items()
             }
             given_up.update(outcome.given_up)
-            tx.begin()
-            sent = 0
-            for result in results:
-                sampled_by = task_versions.get(result.task.task_id, version)
-                for exp in self._experiences(result, sampled_by):
-                    tx.send(self.plan.explorer_experience_topic, exp, key=exp.task_id)
-                    sent += 1
-            for task_id, error in given_up.items():
-                self._dead_letter(tx, by_id[task_id], error)
-            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
-            tx.commit()
-            span.set_attribute("rft.experiences", sent)
+            experiences = [
+                exp
+                for result in results
+                for exp in self._experiences(
+                    result, task_versions.get(result.task.task_id, version)
+                )
+            ]
+            for attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    self._commit_step(tx, tasks, step, batch, experiences, given_up, by_id)
+                    break
+                except TransactionError as exc:
+                    # A rebalance moved the group to a new generation while this step ran (a
+                    # member joined or left; cooperative rebalancing keeps this member's own
+                    # partitions): the offsets were refused. Abort, poll once so the rebalance
+                    # completes (its tasks wait for the next step), keep only what is still held.
+                    if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
+                        raise
+                    tx.abort()
+                    log.warning("step %d: %s; aborted, committing again", step, exc)
+                    self._carried += tasks.poll(self.plan.batch_size, timeout_s=1.0)
+                    lost = tasks.take_revoked()
+                    self._carried = drop_revoked(self._carried, lost)
+                    batch = drop_revoked(batch, lost)
+                    held = {e.event.task_id for e in batch if isinstance(e.event, Task)}
+                    experiences = [e for e in experiences if e.task_id in held]
+                    given_up = {k: v for k, v in given_up.items() if k in held}
+            span.set_attribute("rft.experiences", len(experiences))
         sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
         self._record_step(
             step,
@@ -354,6 +374,26 @@ class Explorer:
             metrics,
             outcome.metrics() | sync_metrics | {"model_version_end": float(engine.model_version)},
         )
+
+    def _commit_step(
+        self,
+        tx: EventWriter,
+        tasks: EventReader,
+        step: int,
+        batch: list[Envelope],
+        experiences: list[Experience],
+        given_up: dict[str, RftError],
+        by_id: dict[str, Envelope],
+    ) -> None:
+        """The step's experiences, dead letters and task offsets, in one transaction."""
+        tx.begin()
+        for exp in experiences:
+            tx.send(self.plan.explorer_experience_topic, exp, key=exp.task_id)
+        for task_id, error in given_up.items():
+            self._dead_letter(tx, by_id[task_id], error)
+        if batch:
+            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
+        tx.commit()
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""

@@ -2,13 +2,14 @@
 
 `python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID HANG_AT MARKER WAIT_FOR IDLE_S`
 
-- With WAIT_FOR `other-commit` it joins its group (its consumer subscribes on its first poll)
-  only once another member has committed a step: the other one is under way, and the partitions
-  the rebalance gives this one are still unexplored. With `none` it starts at once. (A member
-  that has subscribed but does not poll would stall the group's rebalance: it must take part.)
-- With HANG_AT > 0, at its first transactional commit from the HANG_AT-th on that it makes after
-  another member of its group has committed a step, it flushes the step's experiences and offsets
-  to the broker (inside the still-open transaction), writes MARKER and sleeps until it is killed.
+- With WAIT_FOR `ready:ID` it subscribes (its consumer joins the group on its first poll) only
+  once explorer ID has started up too (each writes MARKER.<its id>.ready when it reaches its first
+  poll): two members gated on each other join together and split the partitions from the start,
+  instead of a fast one exploring everything while the other is still importing torch. With
+  `other-commit` it waits until another member has committed a step; with `none` not at all.
+- With HANG_AT > 0, at its HANG_AT-th transactional commit it flushes the step's experiences and
+  offsets to the broker (inside the still-open transaction), writes MARKER and sleeps until it is
+  killed.
 
 Only these holds are added: everything the explorer does is the real thing.
 """
@@ -41,6 +42,8 @@ def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str
         return any(explorer_id not in o.metadata for o in committed if o.metadata)
 
     def ready() -> bool:
+        if wait_for.startswith("ready:"):  # another member's start-up is done
+            return Path(f"{marker}.{wait_for.removeprefix('ready:')}.ready").exists()
         return wait_for == "none" or others_explore()
 
     poll_batch = Explorer._poll_batch
@@ -48,6 +51,7 @@ def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str
 
     def gated_poll(self: Explorer, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         nonlocal gated
+        Path(f"{marker}.{explorer_id}.ready").write_text("started up\n")
         deadline = time.monotonic() + 300
         while not gated and not ready():
             assert time.monotonic() < deadline, f"{group}: {wait_for} did not happen"
@@ -62,7 +66,7 @@ def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str
         nonlocal commits
         if self._transactional and hang_at > 0:
             commits += 1
-            if commits >= hang_at and others_explore():
+            if commits >= hang_at:
                 self.flush()  # the records are on the broker, their transaction open
                 Path(marker).write_text("transaction open\n")
                 while True:

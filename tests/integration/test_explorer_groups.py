@@ -159,22 +159,21 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
 
     marker = tmp_path / "open-transaction"
 
-    # the member to be killed rolls out longer replies (its own config, same group), so it still
-    # has tasks left when the other one, starting up beside it, commits its first step
-    slow = {**sharing, "model": {**sharing["model"], "max_response_tokens": 48}}
+    # the members roll out longer replies than the shadow (their own config, same group), so the
+    # tasks last until the second one has joined
+    slow = {**sharing, "model": {**sharing["model"], "max_response_tokens": 64}}
     slow_path = tmp_path / "slow.yaml"
     slow_path.write_text(yaml.safe_dump(slow))
 
     def member_process(who: str, hang_at: int, wait_for: str, idle_s: int) -> subprocess.Popen:
-        config = slow_path if hang_at else sharing_path
-        argv = [sys.executable, "-m", "tests.integration.hanging_explorer", str(config)]
+        argv = [sys.executable, "-m", "tests.integration.hanging_explorer", str(slow_path)]
         argv += [who, str(hang_at), str(marker), wait_for, str(idle_s)]
         return start(argv, tmp_path / f"{who}.log")
 
-    # b starts at once; a joins once b has committed a step (the rebalance then moves partitions
-    # b has not reached to a) and is held inside its own second step's transaction
-    victim = member_process("a", hang_at=2, wait_for="other-commit", idle_s=120)
-    survivor = member_process("b", hang_at=0, wait_for="none", idle_s=45)
+    # a and b join together (each waits for the other's start-up) and split the partitions; a is
+    # held inside its second step's transaction and killed there
+    victim = member_process("a", hang_at=2, wait_for="ready:b", idle_s=120)
+    survivor = member_process("b", hang_at=0, wait_for="ready:a", idle_s=45)
     shadow_proc = start(
         rft("explore", "--config", str(shadow_path), "--explorer-id", "s", "--idle-timeout", "600"),
         tmp_path / "s.log",
