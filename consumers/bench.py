@@ -31,7 +31,6 @@ from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
 from rft.engines.rollout import RolloutEngine, create_rollout_engine
 from rft.errors import CheckpointError, ConfigError
-from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.storage.checkpoint_store import BASE_VERSION
 
@@ -119,7 +118,7 @@ class Bench:
 
     def run(self) -> BenchReport:
         kafka, topics = self.cfg.stack.kafka, self.plan.topics
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics()
         self.ensure_eval_tasks()
         store = self.plan.checkpoint_store()
         versions = select_versions(

@@ -49,7 +49,7 @@ from rft.events.codec import EventCodec
 from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.topics import ensure_topics
+from rft.events.transport import TopicPartitionOffset, TransactionError, kafka_backend
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
 from rft.stack.first_contact import require_kafka, require_object_store
@@ -60,6 +60,10 @@ from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, run_step
 
 log = logging.getLogger(__name__)
+
+# A step's commit refused because a rebalance moved the group on is tried again this many times
+COMMIT_ATTEMPTS = 3
+
 tracer = trace.get_tracer("rft.explorer")
 
 
@@ -73,6 +77,20 @@ class ExplorerSummary:
     generated_tokens: int = 0
     rollout_seconds: float = 0.0
     eval_accuracy: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
+    """`batch` without the envelopes of partitions in `revoked`."""
+    if not revoked:
+        return batch
+    kept = [e for e in batch if (e.topic, e.partition) not in revoked]
+    if len(kept) < len(batch):
+        log.info(
+            "rebalance: %d task(s) of revoked partitions %s left to their new owner",
+            len(batch) - len(kept),
+            sorted(revoked),
+        )
+    return kept
 
 
 def default_explorer_id() -> str:
@@ -99,6 +117,7 @@ class Explorer:
         self._engine = engine
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
+        self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -164,7 +183,8 @@ class Explorer:
         # an address that never answers is a config error, found in seconds (first_contact.py)
         require_kafka(kafka)
         require_object_store(self.plan.checkpoint_store().store, create_bucket=False)
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics(self.plan.explorer_experience_topic)
+        self._check_partitions()
         apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()
         self._configure_chat(engine)
@@ -175,9 +195,9 @@ class Explorer:
                 kafka,
                 self.plan.explorer_group,
                 [topics.tasks],
-                from_beginning=True,
+                from_beginning=self.plan.tasks_start.kind != "latest",
                 dead_letter_topic=topics.dead_letter,
-                config=self.plan.consumer_config,
+                config=self.plan.explorer_consumer_config(self.explorer_id),
             ) as tasks,
             EventWriter.open(
                 kafka, transactional_id=self.plan.explorer_transactional_id(self.explorer_id)
@@ -202,7 +222,13 @@ class Explorer:
                 self.explorer_id,
                 self.plan.explorer_transactional_id(self.explorer_id),
             )
-            metrics = MetricEmitter(plain, topics.metrics, "explorer", self.plan.run_id)
+            metrics = MetricEmitter(
+                plain,
+                topics.metrics,
+                "explorer",
+                self.plan.run_id,
+                tags={"explorer_id": self.explorer_id, "explorer_group": self.plan.explorer_group},
+            )
             sync = ExplorerSync(
                 self.cfg.synchronizer,
                 self.style,
@@ -214,7 +240,13 @@ class Explorer:
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
                 follower.load_newest(engine)
-            step = resumed_step(tasks.committed()) if self.cfg.continue_from_checkpoint else 0
+            committed = self._group_committed()
+            start = self.plan.tasks_start
+            if not committed and start.kind == "timestamp":
+                assert start.timestamp_ms is not None
+                # explorer.tasks_from names a moment and the group is new: its first read
+                tasks.seek_to_timestamp(start.timestamp_ms)
+            step = resumed_step(committed) if self.cfg.continue_from_checkpoint else 0
             if step:
                 log.info(
                     "resuming at step %d of %d (from the group's committed task offsets)",
@@ -246,15 +278,47 @@ class Explorer:
         return self.summary
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
-        """Up to batch_size tasks; waits a little for a full batch, returns what it has."""
+        """Up to batch_size tasks; waits a little for a full batch, returns what it has.
+
+        A rebalance happens inside poll: tasks already taken from a partition this member has
+        just lost are dropped from the batch (its new owner reads them from the group's committed
+        offset), so the step's transaction never commits offsets of a partition it does not
+        hold. No transaction is open while this polls: each step's begins after its rollouts.
+        """
         want = self.plan.batch_size
-        batch: list[Envelope] = []
+        batch, self._carried = self._carried[:want], self._carried[want:]
         deadline = time.monotonic() + 5.0
         while len(batch) < want and not stop.is_set():
             batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
+            batch = drop_revoked(batch, tasks.take_revoked())
             if time.monotonic() > deadline:
                 break
         return batch
+
+    def _group_committed(self) -> list[TopicPartitionOffset]:
+        """The group's committed task offsets (with each step's metadata), read by the admin
+        client. The member's own consumer is not asked: before its first poll, with static
+        membership and a cooperative assignor, librdkafka can hold its offset fetch until the
+        group's rebalance completes, which waits for members that are not polling yet."""
+        with kafka_backend(self.cfg.stack.kafka).admin() as admin:
+            found = admin.group_offsets(self.plan.explorer_group)
+        return [o for o in found if o.topic == self.plan.topics.tasks]
+
+    def _check_partitions(self) -> None:
+        """Warn when the tasks topic (made earlier, or by another config) has fewer partitions
+        than this group is sized for: the members beyond them would get no tasks."""
+        with kafka_backend(self.cfg.stack.kafka).admin() as admin:
+            (info,) = admin.describe_topics([self.plan.topics.tasks])
+        if len(info.partitions) < self.plan.explorer_count:
+            log.warning(
+                "%s has %d partition(s) but explorer group %s is sized for %d explorers "
+                "(explorer.max_explorers / engine_num): members beyond %d get no tasks",
+                info.name,
+                len(info.partitions),
+                self.plan.explorer_group,
+                self.plan.explorer_count,
+                len(info.partitions),
+            )
 
     def _explore_step(
         self,
@@ -314,65 +378,39 @@ class Explorer:
                 for task_id, why in rejected.items()
             }
             given_up.update(outcome.given_up)
-            tx.begin()
-            sent = 0
-            kept = []
-            try:
-                for result in results:
-                    sampled_by = task_versions.get(result.task.task_id, version)
-                    tid = result.task.task_id
-                    experiences = self._experiences(result, sampled_by)
-                    # the experiences' headers carry this span, a child of the task's rollout span
-                    with tracer.start_as_current_span(
-                        PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
-                    ) as produce:
-                        produce.set_attributes(step_ids)
-                        produce.set_attribute("rft.task_id", tid)
-                        produce.set_attribute("rft.model_version", sampled_by)
-                        produce.set_attribute("rft.experiences", len(experiences))
-                        produce.set_attribute("rft.group_id", experiences[0].group_id)
-                        produce.set_attribute(
-                            "rft.experience_ids", [e.experience_id for e in experiences]
-                        )
-                        produce.set_attribute(
-                            "messaging.destination.name", self.plan.experience_topic
-                        )
-                        try:  # a group goes whole or not at all: check every record before queueing
-                            records = [
-                                tx.prepare(self.plan.experience_topic, exp, key=exp.task_id)
-                                for exp in experiences
-                            ]
-                        except RecordTooLargeError as exc:
-                            produce.set_status(Status(StatusCode.ERROR, str(exc)))
-                            given_up[tid] = RecordTooLargeError(
-                                f"task {tid}: an experience's {exc}"
-                            )
-                            continue
-                        for record in records:
-                            tx.send_record(record)
-                    kept.append(result)
-                    sent += len(records)
-                refused = len(results) - len(kept)
-                results = kept
-                for task_id, error in given_up.items():
-                    self._dead_letter(tx, by_id[task_id], error)
-                fault_point("explorer.in_transaction")
-                tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
-                tx.commit()
-            except FencedError:
-                raise  # another process took this explorer id over: it must commit nothing more
-            except TransportError as exc:
-                # Kafka went away mid-transaction (an outage past the window raises OutageError
-                # instead): nothing of the step is visible, so it is done again from its tasks
-                log.warning(
-                    "step %d not committed (%s): aborting it; its %d tasks are read again",
-                    step,
-                    exc,
-                    len(batch),
-                )
-                tx.abort()
-                tasks.rewind(batch)
-                return False
+            groups = [
+                (result, self._experiences(result, task_versions.get(result.task.task_id, version)))
+                for result in results
+            ]
+            for attempt in range(COMMIT_ATTEMPTS):
+                try:
+                    sent, refused = self._commit_step(
+                        tx, tasks, step, batch, groups, given_up, by_id, spans, step_ids
+                    )
+                    break
+                except FencedError:
+                    raise  # another process took this explorer id over: it commits nothing more
+                except TransactionError as exc:
+                    if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
+                        self._redo(tx, tasks, step, batch, exc)
+                        return False
+                    # A rebalance moved the group to a new generation while this step ran (a
+                    # member joined or left; cooperative rebalancing keeps this member's own
+                    # partitions): the offsets were refused. Abort, poll once so the rebalance
+                    # completes (its tasks wait for the next step), keep only what is still held.
+                    tx.abort()
+                    log.warning("step %d: %s; aborted, committing again", step, exc)
+                    self._carried += tasks.poll(self.plan.batch_size, timeout_s=1.0)
+                    lost = tasks.take_revoked()
+                    self._carried = drop_revoked(self._carried, lost)
+                    batch = drop_revoked(batch, lost)
+                    held = {e.event.task_id for e in batch if isinstance(e.event, Task)}
+                    groups = [(r, exps) for r, exps in groups if r.task.task_id in held]
+                    given_up = {k: v for k, v in given_up.items() if k in held}
+                except TransportError as exc:
+                    self._redo(tx, tasks, step, batch, exc)
+                    return False
+            results = [r for r, _ in groups if r.task.task_id not in given_up]
             span.set_attribute("rft.experiences", sent)
         sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
         self._record_step(
@@ -391,6 +429,76 @@ class Explorer:
             },
         )
         return True
+
+    def _commit_step(
+        self,
+        tx: EventWriter,
+        tasks: EventReader,
+        step: int,
+        batch: list[Envelope],
+        groups: list[tuple[WorkflowResult, list[Experience]]],
+        given_up: dict[str, RftError],
+        by_id: dict[str, Envelope],
+        spans: RolloutSpans,
+        step_ids: dict[str, str | int],
+    ) -> tuple[int, int]:
+        """The step's experiences, dead letters and task offsets, in one transaction; returns
+        (experiences sent, tasks refused for an oversized record). A task's experiences go whole
+        or not at all: a group with a record over the producer's limit is dead-lettered."""
+        tx.begin()
+        sent = refused = 0
+        oversized: dict[str, RftError] = {}
+        topic = self.plan.explorer_experience_topic
+        for result, experiences in groups:
+            tid = result.task.task_id
+            # the experiences' headers carry this span, a child of the task's rollout span
+            with tracer.start_as_current_span(
+                PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
+            ) as produce:
+                produce.set_attributes(step_ids)
+                produce.set_attribute("rft.task_id", tid)
+                produce.set_attribute("rft.model_version", experiences[0].model_version)
+                produce.set_attribute("rft.experiences", len(experiences))
+                produce.set_attribute("rft.group_id", experiences[0].group_id)
+                produce.set_attribute("rft.experience_ids", [e.experience_id for e in experiences])
+                produce.set_attribute("messaging.destination.name", topic)
+                try:
+                    records = [tx.prepare(topic, exp, key=exp.task_id) for exp in experiences]
+                except RecordTooLargeError as exc:
+                    produce.set_status(Status(StatusCode.ERROR, str(exc)))
+                    oversized[tid] = RecordTooLargeError(f"task {tid}: an experience's {exc}")
+                    refused += 1
+                    continue
+                for record in records:
+                    tx.send_record(record)
+                sent += len(records)
+        given_up.update(oversized)
+        for task_id, error in given_up.items():
+            self._dead_letter(tx, by_id[task_id], error)
+        fault_point("explorer.in_transaction")
+        if batch:
+            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
+        tx.commit()
+        return sent, refused
+
+    def _redo(
+        self,
+        tx: EventWriter,
+        tasks: EventReader,
+        step: int,
+        batch: list[Envelope],
+        exc: TransportError,
+    ) -> None:
+        """After Kafka went away mid-transaction (an outage past the window raises OutageError
+        instead): nothing of the step is visible, so it is aborted and its tasks are read again."""
+        log.warning(
+            "step %d not committed (%s): aborting it; its %d tasks are read again",
+            step,
+            exc,
+            len(batch),
+        )
+        tx.abort()
+        tasks.rewind(batch)
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
-from rft.events.topics import TopicNames
+from rft.config.derived import OWN_EXPERIENCES, TRAINER_EXPERIENCES, own_experience_topic
+from rft.config.stream_start import StreamStart, parse_stream_start
+from rft.events.topics import TopicNames, ensure_topics
 from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import open_object_store
 
@@ -62,6 +64,66 @@ class RunPlan:
     @property
     def experience_topic(self) -> str:
         return self.cfg.buffer.trainer_input.experience_buffer.topic or self.topics.experiences
+
+    @property
+    def explorer_experience_topic(self) -> str:
+        """Where this explorer group's experiences go (`explorer.experiences_to`): the trainer's
+        topic, a topic of the group's own (a shadow explorer), or the topic named."""
+        target = self.cfg.explorer.experiences_to
+        if target == TRAINER_EXPERIENCES:
+            return self.experience_topic
+        if target == OWN_EXPERIENCES:
+            return own_experience_topic(self.cfg.project, self.cfg.name, self.cfg.explorer.name)
+        return target
+
+    @property
+    def feeds_trainer(self) -> bool:
+        """Whether this explorer group's experiences reach the trainer."""
+        return self.explorer_experience_topic == self.experience_topic
+
+    @property
+    def tasks_start(self) -> StreamStart:
+        """Where a new explorer group first reads the tasks (`explorer.tasks_from`)."""
+        return parse_stream_start(self.cfg.explorer.tasks_from)
+
+    @property
+    def explorer_count(self) -> int:
+        """Explorer processes the group is sized for: `explorer.max_explorers`, else one per
+        rollout engine (what the ray launcher starts)."""
+        ex = self.cfg.explorer
+        return ex.max_explorers or ex.rollout_model.engine_num
+
+    @property
+    def topic_partitions(self) -> dict[str, int]:
+        """Partitions of the run's topics where they differ from `stack.kafka.partitions`.
+
+        The rule: the tasks topic gets max(stack.kafka.partitions, explorer_count), because a
+        partition is the unit a consumer group shares out: with fewer partitions than members,
+        the extra members of a group get no tasks.
+        """
+        kafka = self.cfg.stack.kafka
+        return {self.topics.tasks: max(kafka.partitions, self.explorer_count)}
+
+    def ensure_topics(self, *extra: str) -> list[str]:
+        """Create the run's topics (and `extra` ones) that do not exist, sized by
+        `topic_partitions`; return the names created."""
+        return ensure_topics(
+            self.cfg.stack.kafka,
+            list(dict.fromkeys([*self.topics.all(), *extra])),
+            partitions=self.topic_partitions,
+        )
+
+    def explorer_consumer_config(self, explorer_id: str) -> dict[str, int | str]:
+        """The task consumer of one explorer process: the shared settings, cooperative-sticky
+        rebalancing (a member joining or leaving moves only the partitions that must move; the
+        others keep exploring) and static membership: `group.instance.id` is the explorer id,
+        so a process restarted with the same `--explorer-id` within the session timeout takes
+        its partitions back without a rebalance of the whole group."""
+        return {
+            **self.consumer_config,
+            "partition.assignment.strategy": "cooperative-sticky",
+            "group.instance.id": explorer_id,
+        }
 
     @property
     def consumer_config(self) -> dict[str, int]:

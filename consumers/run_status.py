@@ -1,14 +1,18 @@
 """RunStatus: where a run stands, read from Kafka and the checkpoint store; nothing is written.
 
-- topics: the run's topics (and its experience buffer's) with their end offsets;
+- topics: the run's topics (and its experience buffer's, and every other topic named
+  `<project>.<name>.*`, such as a shadow explorer's `experiences.<explorer name>`) with their end
+  offsets;
 - consumer groups: every group whose id starts with `<project>.<name>.`, its state, members and,
   per partition it committed, the committed offset, the end offset and the lag between them;
 - the trainer: the newest WeightVersion on the weights topic, the newest verified checkpoint in
   the store, and its last step metric;
 - explorers: each live one (its weights follower, group `<run>.weights.<explorer id>`, has
-  members) with the model version of its newest experience in the last `tail` offsets of each
-  experience partition, the step its group last committed for it, and the newest explorer step
-  metric (metrics do not name the explorer that sent them, so that one is the run's);
+  members) with its explorer group, the version its newest step metric says it holds
+  (`model_version_end`; metrics carry the explorer id as a tag), the model version of its newest
+  experience in the last `tail` offsets of each experience partition (the trainer's topic and
+  any `<run>.experiences.*`), and the step its group last committed for it; and the run's newest
+  explorer step metric;
 - dead letters: how many, by error class.
 """
 
@@ -78,6 +82,10 @@ class ExplorerStatus:
     loaded_version: int | None  # model_version of its newest experience read; None: none read
     last_experience_ms: int | None
     step: int | None  # the step its group last committed for it (commit metadata)
+    group: str = ""  # its explorer group (consumer group), from its metrics or experiences
+    metric_version: int | None = None  # the version its newest step metric says it holds
+    metric_step: int | None = None
+    experience_topic: str = ""  # where its newest experience was read
 
 
 @dataclass
@@ -167,6 +175,8 @@ def read_run_status(
     wanted = list(dict.fromkeys([*topics.all(), *([experience_topic] if experience_topic else [])]))
     with kafka_backend(kafka).admin() as admin:
         existing = set(admin.list_topics())
+        # topics of the run beyond the standard ones: a shadow explorer's own experience topic
+        wanted += sorted(t for t in existing if t.startswith(f"{run_id}.") and t not in wanted)
         present = [t for t in wanted if t in existing]
         bounds = admin.partition_bounds(present) if present else []
         groups = [g for g in admin.list_groups() if g.startswith(f"{run_id}.")]
@@ -194,13 +204,17 @@ def read_run_status(
         )
     exp_topic = experience_topic or topics.experiences
     by_topic = {t: [b for b in bounds if b.topic == t] for t in present}
+    exp_topics = [exp_topic] + [t for t in present if t.startswith(f"{topics.experiences}.")]
     spans = _tail_spans(
-        [b for t in (exp_topic, topics.metrics, topics.weights) for b in by_topic.get(t, [])], tail
+        [b for t in (*exp_topics, topics.metrics, topics.weights) for b in by_topic.get(t, [])],
+        tail,
     )
     dead = by_topic.get(topics.dead_letter, [])
     status.dead_letters = sum(b.high - b.low for b in dead)
     spans |= _tail_spans(dead, dead_letter_limit)
     newest: dict[str, Experience] = {}
+    newest_topic: dict[str, str] = {}
+    by_explorer: dict[str, Metric] = {}  # explorer id -> its newest step metric
     explorer_metric: Metric | None = None
     trainer_metric: Metric | None = None
     errors: Counter[str] = Counter()
@@ -213,6 +227,7 @@ def read_run_status(
                         seen = newest.get(ev.explorer_id)
                         if seen is None or ev.created_at >= seen.created_at:
                             newest[ev.explorer_id] = ev
+                            newest_topic[ev.explorer_id] = env.topic
                     elif isinstance(ev, WeightVersion):
                         status.trainer_version = max(status.trainer_version or 0, ev.version)
                     elif isinstance(ev, DeadLetter):
@@ -226,6 +241,14 @@ def read_run_status(
                             )
                         ):
                             explorer_metric = ev
+                        who = ev.tags.get("explorer_id")
+                        seen_metric = by_explorer.get(who) if who else None
+                        if (
+                            who
+                            and "tasks" in ev.values
+                            and (seen_metric is None or ev.timestamp >= seen_metric.timestamp)
+                        ):
+                            by_explorer[who] = ev
                     elif (
                         isinstance(ev, Metric)
                         and ev.component == "trainer"
@@ -247,8 +270,12 @@ def read_run_status(
         if g.role == WEIGHTS_GROUP_ROLE and g.members > 0
     }
     steps = _explorer_steps(status.groups)
-    for explorer_id in sorted(live | set(newest) | set(steps)):
+    for explorer_id in sorted(live | set(newest) | set(steps) | set(by_explorer)):
         exp = newest.get(explorer_id)
+        metric = by_explorer.get(explorer_id)
+        held = None
+        if metric is not None:
+            held = metric.values.get("model_version_end", metric.values.get("model_version"))
         status.explorers.append(
             ExplorerStatus(
                 explorer_id,
@@ -256,6 +283,11 @@ def read_run_status(
                 exp.model_version if exp else None,
                 exp.created_at if exp else None,
                 steps.get(explorer_id),
+                group=(metric.tags.get("explorer_group", "") if metric else "")
+                or (exp.explorer_group if exp else ""),
+                metric_version=None if held is None else int(held),
+                metric_step=metric.step if metric else None,
+                experience_topic=newest_topic.get(explorer_id, ""),
             )
         )
     if checkpoint_store is not None:
@@ -292,11 +324,14 @@ def format_status(status: RunStatus, *, all_explorers: bool = False) -> list[str
         + (f" ({hidden} gone, --all-explorers lists them)" if hidden else "")
     )
     for e in shown:
-        version = "?" if e.loaded_version is None else f"v{e.loaded_version}"
+        held = e.metric_version if e.metric_version is not None else e.loaded_version
+        version = "?" if held is None else f"v{held}"
+        group = e.group.rsplit(".", 1)[-1] if e.group else "?"
         out.append(
-            f"  {e.explorer_id:<36} {'live' if e.live else 'gone':<5} version {version:<5} "
-            f"step {'-' if e.step is None else e.step:<6} last experience "
+            f"  {e.explorer_id:<36} {'live' if e.live else 'gone':<5} group {group:<12} "
+            f"holds {version:<5} step {'-' if e.step is None else e.step:<6} last experience "
             f"{_ago(now, e.last_experience_ms)}"
+            + (f" in {e.experience_topic}" if e.experience_topic else "")
         )
     if status.explorer_metric:
         m = status.explorer_metric

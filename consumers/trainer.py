@@ -64,7 +64,6 @@ from rft.engines.trainer import (
 from rft.errors import ConfigError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader
-from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
@@ -155,7 +154,7 @@ class Trainer:
         # an address that never answers is a config error, found in seconds (first_contact.py)
         require_kafka(kafka)
         require_object_store(self.plan.checkpoint_store().store, create_bucket=True)
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics()
         checkpoints = TrainerCheckpointer(
             self.plan.checkpoint_store(),
             self.cfg.trainer.save_interval,

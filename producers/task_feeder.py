@@ -37,7 +37,6 @@ from rft.config import RftConfig
 from rft.errors import ConfigError
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.topics import ensure_topics
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka
@@ -109,7 +108,7 @@ class TaskFeeder:
         kafka = self.cfg.stack.kafka
         topics = self.plan.topics
         require_kafka(kafka)  # a config error in seconds, not an outage (first_contact.py)
-        ensure_topics(kafka, topics)
+        self.plan.ensure_topics()
         with (
             EventReader.open(
                 kafka,

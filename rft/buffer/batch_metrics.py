@@ -4,12 +4,16 @@
   `staleness/<bucket>` = rows in the bucket (buckets 0, 1, 2, 3-4, 5-8, 9+);
 - replay: `replayed_fraction` (learner rows trained before) and a use-count histogram,
   `use_count/<bucket>` (1, 2, 3, 4+);
+- who produced it: `experiences/<explorer id>` and `experiences_by_group/<explorer group>`,
+  learner rows per explorer process and per explorer group;
 - mix: `mix_ratio` (demonstration rows / all rows), `expert_rows`;
 - what the sampler let go: `dropped_stale`, `filtered_groups`, `filtered_experiences`,
   `evicted`, `rejected`, `retired` since the previous batch, and each as `<name>_total`.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import numpy as np
 
@@ -69,6 +73,12 @@ def batch_metrics(batch: SampledBatch, previous: SamplerCounters) -> dict[str, f
         values |= {
             f"use_count/{k}": float(v) for k, v in histogram(uses, USE_COUNT_BUCKETS).items()
         }
+        # rows by the explorer process and the explorer group that produced them: who feeds this
+        # trainer, and how much (a group with experiences_to: own never appears here)
+        for explorer_id, count in Counter(r.exp.explorer_id for r in learner).items():
+            values[f"experiences/{explorer_id}"] = float(count)
+        for group, count in Counter(r.exp.explorer_group for r in learner).items():
+            values[f"experiences_by_group/{group}"] = float(count)
     expert = len(batch.rows) - len(learner)
     values["expert_rows"] = float(expert)
     values["mix_ratio"] = expert / len(batch.rows) if batch.rows else 0.0

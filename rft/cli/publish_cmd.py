@@ -81,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
         epochs = args.epochs or config.buffer.total_epochs
         tasksets = load_run_tasksets(config, on_bad_rows=args.on_bad_rows)
         topic_names = [topics.tasks, topics.eval_tasks]
+        from consumers.run_plan import RunPlan
+
+        partitions = RunPlan(config).topic_partitions
     else:
         kafka = KafkaSettings()
         topics, topic_names = _path_topics(args, TopicNames)
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         )
         tasksets = [loaded]
         epochs = args.epochs or 1
+        partitions = {}
     if args.bootstrap_servers:
         kafka.bootstrap_servers = args.bootstrap_servers
     if epochs < 1:
@@ -104,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     start_tracing("publisher", config)
     require_kafka(kafka)  # a config error in seconds, not an outage (first_contact.py)
-    ensure_topics(kafka, topic_names)
+    ensure_topics(kafka, topic_names, partitions=partitions)
     summary = publish_atomically(
         kafka,
         tasksets,

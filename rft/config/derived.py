@@ -13,6 +13,8 @@ import re
 
 from rft.config.binding import Issue, Notice
 from rft.config.schema import RftConfig, TasksetConfig
+from rft.config.stream_start import parse_stream_start
+from rft.errors import ConfigError
 
 # Kafka's rule for topic names (kafka.common.internals.Topic): 1-249 of [a-zA-Z0-9._-]
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -123,6 +125,7 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
             )
     issues += _experience_buffer_issues(cfg)
     issues += _trainer_input_issues(cfg)
+    issues += _explorer_stream_issues(cfg)
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
@@ -311,6 +314,48 @@ def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
     return []
 
 
+_NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
+OWN_EXPERIENCES = "own"
+TRAINER_EXPERIENCES = "trainer"
+
+
+def own_experience_topic(project: str, name: str, explorer_name: str) -> str:
+    """The topic of an explorer group with `experiences_to: own`: the trainer never reads it."""
+    return f"{project}.{name}.experiences.{explorer_name}"
+
+
+def _explorer_stream_issues(cfg: RftConfig) -> list[Issue]:
+    """`explorer.tasks_from` names a start; `explorer.experiences_to` a topic the explorer may
+    write."""
+    ex = cfg.explorer
+    issues: list[Issue] = []
+    try:
+        parse_stream_start(ex.tasks_from)
+    except ConfigError as exc:
+        issues.append(Issue("explorer.tasks_from", str(exc).split(": ", 1)[-1]))
+    target = ex.experiences_to
+    if target == OWN_EXPERIENCES:
+        if not _NAME_PART.fullmatch(ex.name):
+            issues.append(
+                Issue(
+                    "explorer.name",
+                    f"{ex.name!r} cannot end a topic name (experiences_to: own); use letters, "
+                    "digits, '_' and '-'",
+                )
+            )
+        elif not _TOPIC_NAME.fullmatch(own_experience_topic(cfg.project, cfg.name, ex.name)):
+            issues.append(Issue("explorer.experiences_to", "own: the topic name is too long"))
+    elif target != TRAINER_EXPERIENCES and not _TOPIC_NAME.fullmatch(target):
+        issues.append(
+            Issue(
+                "explorer.experiences_to",
+                f"{target!r} is neither trainer, own, nor a legal Kafka topic name "
+                "(1-249 of a-z A-Z 0-9 . _ -)",
+            )
+        )
+    return issues
+
+
 def value_notices(cfg: RftConfig) -> list[Notice]:
     """Values that load and run but do less than their name suggests, each with what happens."""
     notices = []
@@ -332,6 +377,17 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 f"{eta} exceeds buffer.trainer_input.max_staleness ({max_staleness}): explorers "
                 "may produce experiences up to that many versions stale, which the trainer then "
                 "drops",
+            )
+        )
+    target = cfg.explorer.experiences_to
+    trainer_topic = buf.topic or f"{cfg.project}.{cfg.name}.experiences"
+    if cfg.mode == "both" and target not in (TRAINER_EXPERIENCES, trainer_topic):
+        notices.append(
+            Notice(
+                "explorer.experiences_to",
+                f"{target!r} in mode both: `rft run` would start a trainer that this explorer "
+                "never feeds; a shadow explorer is meant for `rft explore` (or mode: explore) "
+                "beside a run",
             )
         )
     notices += _launcher_notices(cfg)

@@ -429,6 +429,22 @@ KEY_FATES: dict[str, Fate] = {
     "ExplorerConfig.eval_on_startup": Fate(
         "evaluate before the first step", _EXPLORER, "tests/integration/test_rft_loop.py"
     ),
+    "ExplorerConfig.tasks_from": Fate(
+        "where a new explorer group first reads the tasks: earliest, latest or a timestamp",
+        _EXPLORER,
+        "tests/integration/test_explorer_groups.py",
+    ),
+    "ExplorerConfig.experiences_to": Fate(
+        "the explorer group's experience topic: the trainer's, its own (a shadow), or one named",
+        _PLAN,
+        "tests/integration/test_explorer_groups.py",
+    ),
+    "ExplorerConfig.max_explorers": Fate(
+        "explorer processes a group is sized for: the tasks topic gets at least that many "
+        "partitions",
+        _PLAN,
+        "tests/unit/test_explorer_groups_plan.py",
+    ),
     "ExplorerConfig.bench_on_latest_checkpoint": Fate(
         "mode bench evaluates only the newest version",
         "consumers/bench.py",

@@ -364,6 +364,16 @@ class ExplorerConfig:
     eval_interval: int = bounded(100, ge=1)
     eval_on_startup: bool = True
     bench_on_latest_checkpoint: bool = False  # mode bench: only the newest version, not each one
+    # where a new explorer group first reads tasks: earliest, latest, or a timestamp (ISO-8601
+    # or ms since the epoch); a group with committed offsets resumes from them
+    tasks_from: str = "earliest"
+    # where this group's experiences go: `trainer` (the trainer's topic), `own` (a topic of its
+    # own, <project>.<name>.experiences.<explorer.name>, that the trainer never reads), or a
+    # topic name
+    experiences_to: str = "trainer"
+    # explorer processes this group is sized for: the tasks topic gets at least this many
+    # partitions (default: rollout_model.engine_num, the ray launcher's explorers)
+    max_explorers: int | None = bounded(None, ge=1)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "auxiliary_models": "auxiliary models are not supported yet",

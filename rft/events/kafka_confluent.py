@@ -651,13 +651,24 @@ class ConfluentRecordConsumer(RecordConsumer):
         self._fatal: KafkaError | None = None
         self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
         self._pending_all: _SeekSpec | None = None
+        self._revoked: set[tuple[str, int]] = set()
+        # librdkafka runs one rebalance protocol per consumer, set by its assignors (a list
+        # mixing eager and cooperative ones is refused); confluent-kafka does not expose it
+        self._cooperative = "cooperative" in str(
+            self._config.get("partition.assignment.strategy", "")
+        )
 
     @property
     def _consumer(self) -> Consumer:
         if self._client is None:
             try:
                 client = Consumer({**self._config, "error_cb": self._on_error})
-                client.subscribe(self._topics, on_assign=self._on_assign)
+                client.subscribe(
+                    self._topics,
+                    on_assign=self._on_assign,
+                    on_revoke=self._on_revoke,
+                    on_lost=self._on_revoke,
+                )
             except KafkaException as exc:
                 raise TransportError(
                     f"cannot subscribe to {self._topics} on {self._settings.bootstrap_servers}: "
@@ -694,7 +705,27 @@ class ConfluentRecordConsumer(RecordConsumer):
             spec = self._pending_seeks.pop((tp.topic, tp.partition), None) or spec_all
             if spec is not None:
                 tp.offset = self._resolve(consumer, tp.topic, tp.partition, spec)
-        consumer.assign(partitions)
+        # Under a cooperative assignor (cooperative-sticky) `partitions` is only what this
+        # rebalance adds: assign() would replace the whole assignment with it.
+        if self._cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Called inside poll(), for revoked and for lost partitions (a lost one may already have
+        # a new owner). Records of them fetched but not handed out are dropped by librdkafka; the
+        # caller learns which it lost through take_revoked(), even when one comes back in the
+        # same poll: it is then read again from the group's committed offset.
+        self._revoked |= {(tp.topic, tp.partition) for tp in partitions}
+        if self._cooperative:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
+
+    def take_revoked(self) -> set[tuple[str, int]]:
+        revoked, self._revoked = self._revoked, set()
+        return revoked
 
     def _check_reachable(self) -> None:
         if self._fatal is not None:

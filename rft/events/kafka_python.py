@@ -13,6 +13,9 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, OffsetSpec
+from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.errors import (
     InvalidProducerEpochError,
     KafkaError,
@@ -93,6 +96,8 @@ def _client_config(
     out: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers.split(",")}
     for key, value in merged.items():
         name = key.replace(".", "_")
+        if name == "partition_assignment_strategy":
+            value = _assignors(value)
         if name not in _KNOWN_KEYS:
             raise ConfigError(
                 f"stack.kafka.extra: {key!r} is not a kafka-python setting (client kafka-python)"
@@ -100,6 +105,27 @@ def _client_config(
         if name in known:
             out[name] = value
     return out
+
+
+_ASSIGNORS = {
+    a.name: a
+    for a in (RangePartitionAssignor, RoundRobinPartitionAssignor, CooperativeStickyAssignor)
+}
+
+
+def _assignors(value: Any) -> tuple[Any, ...]:
+    """librdkafka's comma-separated assignor names (`cooperative-sticky`) as kafka-python's
+    assignor classes; classes pass through."""
+    if not isinstance(value, str):
+        return tuple(value)
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _ASSIGNORS]
+    if unknown or not names:
+        raise ConfigError(
+            f"partition.assignment.strategy: {value!r} names no kafka-python assignor "
+            f"(known: {', '.join(sorted(_ASSIGNORS))})"
+        )
+    return tuple(_ASSIGNORS[n] for n in names)
 
 
 class KafkaPythonTopicAdmin(TopicAdmin):
@@ -499,7 +525,10 @@ class _SeekOnAssign(ConsumerRebalanceListener):
         self._owner = owner
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        pass
+        self._owner._revoked |= {(tp.topic, tp.partition) for tp in revoked}
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self._owner._revoked |= {(tp.topic, tp.partition) for tp in lost}
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self._owner._apply_pending(list(assigned))
@@ -536,6 +565,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         self._client: KafkaConsumer | None = None
         self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
         self._pending_all: _SeekSpec | None = None
+        self._revoked: set[tuple[str, int]] = set()
 
     @property
     def _consumer(self) -> KafkaConsumer:
@@ -671,6 +701,10 @@ class KafkaPythonRecordConsumer(RecordConsumer):
 
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         self._seek_all(("timestamp", timestamp_ms))
+
+    def take_revoked(self) -> set[tuple[str, int]]:
+        revoked, self._revoked = self._revoked, set()
+        return revoked
 
     def positions(self) -> dict[tuple[str, int], int]:
         consumer = self._consumer

@@ -260,6 +260,15 @@ class EventReader:
     def assignment(self) -> list[tuple[str, int]]:
         return self._consumer.assignment()
 
+    def take_revoked(self) -> set[tuple[str, int]]:
+        """Partitions revoked from (or lost by) this member since the last call; what this reader
+        knew of them is dropped. Envelopes of them that a caller still holds must not be
+        committed: the partition's new owner reads them again from the group's offset."""
+        revoked = self._consumer.take_revoked()
+        for tp in revoked:
+            self._parked.forget(tp)
+        return revoked
+
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read of each assigned partition whose position is known."""
         return self._consumer.positions()

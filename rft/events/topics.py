@@ -72,11 +72,19 @@ def short_name(attribute: str) -> str:
 
 
 def topic_spec(
-    topic: str, settings: KafkaSettings, configs: Mapping[str, str] | None = None
+    topic: str,
+    settings: KafkaSettings,
+    configs: Mapping[str, str] | None = None,
+    partitions: int | None = None,
 ) -> TopicSpec:
-    """How `topic` is created under `settings`: single-partition kinds get one partition."""
+    """How `topic` is created under `settings`: single-partition kinds get one partition, others
+    `partitions` when given (a run's plan sizes its tasks topic for its explorers), else
+    `settings.partitions`."""
     suffix = topic.rsplit(".", 1)[-1]
-    partitions = 1 if suffix in SINGLE_PARTITION_TOPICS else settings.partitions
+    if suffix in SINGLE_PARTITION_TOPICS:
+        partitions = 1
+    elif partitions is None:
+        partitions = settings.partitions
     if partitions < 1:
         raise ConfigError(f"stack.kafka.partitions: must be >= 1, got {settings.partitions}")
     if settings.replication_factor < 1:
@@ -92,13 +100,16 @@ def ensure_topics(
     topics: TopicNames | Iterable[str],
     *,
     configs: Mapping[str, str] | None = None,
+    partitions: Mapping[str, int] | None = None,
     timeout_s: float = 30.0,
 ) -> list[str]:
     """Create whichever of `topics` do not exist; return the names created (none on a rerun).
 
-    Existing topics are left as they are, even when their shape differs from the settings.
+    `partitions` gives some topics a partition count of their own. Existing topics are left as
+    they are, even when their shape differs from the settings.
     """
     names = topics.all() if isinstance(topics, TopicNames) else list(topics)
-    specs = [topic_spec(t, settings, configs) for t in names]
+    sized = partitions or {}
+    specs = [topic_spec(t, settings, configs, sized.get(t)) for t in names]
     with kafka_backend(settings).admin() as admin:
         return admin.create_topics(specs, timeout_s=timeout_s)

@@ -351,6 +351,13 @@ class RecordConsumer(_Closing):
         """The offset each assigned partition reads next (past transaction markers and aborted
         records already skipped); partitions whose position is not known yet are left out."""
 
+    @abstractmethod
+    def take_revoked(self) -> set[tuple[str, int]]:
+        """The partitions revoked from this member (or lost by it) since the last call, and
+        forget them. A rebalance runs inside poll(), so a caller that keeps records between
+        polls asks after each one and drops what it no longer owns: committing offsets of a lost
+        partition would overwrite its new owner's."""
+
 
 class KafkaBackend(ABC):
     """Makes the three client wrappers for one Kafka client library and one cluster."""

@@ -21,7 +21,6 @@ from consumers.run_plan import RunPlan
 from rft.config import RftConfig
 from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
-from rft.events.topics import ensure_topics
 from rft.supervisor.launchers import RunCommand, feeds_online, launcher_for
 from rft.supervisor.progress_line import ProgressLine, RunProgress
 
@@ -119,7 +118,7 @@ class RunSupervisor:
         # with an online selector the feeder publishes the training tasks (and resumes itself):
         # this publish holds only the eval tasks
         tasks = self.plan.topics.eval_tasks if self.feeds_online() else self.plan.topics.tasks
-        ensure_topics(kafka, self.plan.topics)
+        self.plan.ensure_topics()
         # publishes are atomic, so one committed task means the whole taskset is there
         if tasks in existing and not republish and has_committed_tasks(kafka, tasks):
             print(

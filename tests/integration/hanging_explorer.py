@@ -1,0 +1,84 @@
+"""An explorer process for the SIGKILL test: the real Explorer, with two holds around it.
+
+`python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID HANG_AT MARKER WAIT_FOR IDLE_S`
+
+- With WAIT_FOR `ready:ID` it subscribes (its consumer joins the group on its first poll) only
+  once explorer ID has started up too (each writes MARKER.<its id>.ready when it reaches its first
+  poll): two members gated on each other join together and split the partitions from the start,
+  instead of a fast one exploring everything while the other is still importing torch. With
+  `other-commit` it waits until another member has committed a step; with `none` not at all.
+- With HANG_AT > 0, at its HANG_AT-th transactional commit it flushes the step's experiences and
+  offsets to the broker (inside the still-open transaction), writes MARKER and sleeps until it is
+  killed.
+
+Only these holds are added: everything the explorer does is the real thing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+
+from consumers.explorer import Explorer
+from consumers.run_plan import RunPlan
+from rft.config import load_config
+from rft.events.reader import Envelope, EventReader
+from rft.events.transport import kafka_backend
+from rft.events.writer import EventWriter
+
+
+def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str, idle: float):
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cfg = load_config(config)
+    group = RunPlan(cfg).explorer_group
+
+    def others_explore() -> bool:
+        """Another member of the group has committed a step of its own: they share the tasks."""
+        with kafka_backend(cfg.stack.kafka).admin() as admin:
+            committed = admin.group_offsets(group)
+        return any(explorer_id not in o.metadata for o in committed if o.metadata)
+
+    def ready() -> bool:
+        if wait_for.startswith("ready:"):  # another member's start-up is done
+            return Path(f"{marker}.{wait_for.removeprefix('ready:')}.ready").exists()
+        return wait_for == "none" or others_explore()
+
+    poll_batch = Explorer._poll_batch
+    gated = False
+
+    def gated_poll(self: Explorer, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
+        nonlocal gated
+        Path(f"{marker}.{explorer_id}.ready").write_text("started up\n")
+        deadline = time.monotonic() + 300
+        while not gated and not ready():
+            assert time.monotonic() < deadline, f"{group}: {wait_for} did not happen"
+            time.sleep(0.5)
+        gated = True
+        return poll_batch(self, tasks, stop)
+
+    commit = EventWriter.commit
+    commits = 0
+
+    def held_commit(self: EventWriter) -> None:
+        nonlocal commits
+        if self._transactional and hang_at > 0:
+            commits += 1
+            if commits >= hang_at:
+                self.flush()  # the records are on the broker, their transaction open
+                Path(marker).write_text("transaction open\n")
+                while True:
+                    time.sleep(60)
+        commit(self)
+
+    Explorer._poll_batch = gated_poll  # type: ignore[method-assign]
+    EventWriter.commit = held_commit  # type: ignore[method-assign]
+    summary = Explorer(cfg, explorer_id=explorer_id, idle_timeout_s=idle).run()
+    print(f"explorer {explorer_id}: {summary.tasks} tasks in {summary.steps} steps")
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(args[0], args[1], int(args[2]), args[3], args[4], float(args[5]))
