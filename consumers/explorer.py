@@ -44,12 +44,24 @@ from rft.engines.rollout import (
     SamplingParams,
     create_rollout_engine,
 )
-from rft.errors import FencedError, RecordTooLargeError, RftError, TasksetError, TransportError
+from rft.errors import (
+    BrokerUnavailableError,
+    FencedError,
+    RecordTooLargeError,
+    RftError,
+    TasksetError,
+    TransportError,
+)
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader
-from rft.events.transport import TopicPartitionOffset, TransactionError, kafka_backend
+from rft.events.transport import (
+    TopicPartitionOffset,
+    TransactionError,
+    kafka_backend,
+    kafka_outage_window,
+)
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
 from rft.stack.first_contact import require_kafka, require_object_store
@@ -491,6 +503,10 @@ class Explorer:
     ) -> None:
         """After Kafka went away mid-transaction (an outage past the window raises OutageError
         instead): nothing of the step is visible, so it is aborted and its tasks are read again."""
+        if isinstance(exc, BrokerUnavailableError) or getattr(exc, "retriable", False):
+            # the broker is away: part of the process's Kafka outage (one line when it opens,
+            # one when a later call succeeds; OutageError past stack.kafka.outage_timeout)
+            kafka_outage_window(self.cfg.stack.kafka).failed(str(exc))
         log.warning(
             "step %d not committed (%s): aborting it; its %d tasks are read again",
             step,

@@ -230,6 +230,8 @@ class LoopRun:
             self.rng.shuffle(self.pending)
             # kinds that need live explorers or a trainer still reading go first (stable sort)
             self.pending.sort(key=lambda kind: kind not in EARLY_KINDS)
+            # the fence hands the run to a second trainer: every other fault comes before it
+            self.pending.sort(key=lambda kind: kind == "fence")
         self.say(f"seed {self.seed}; faults in order: {', '.join(self.pending) or '(none)'}")
         self.deadline = time.monotonic() + timeout_s
         self.publish()
@@ -504,7 +506,8 @@ def checkpoint_flip(run: LoopRun, rng: random.Random) -> str:
 @FAULTS.register("fence")
 def fence(run: LoopRun, rng: random.Random) -> str:
     """SIGSTOP the trainer, start a second one on the run, let it publish, SIGCONT the first.
-    Without trainer fencing both go on writing versions; the checker sees it."""
+    The second fences the first, which must publish nothing after it resumes (the checker would
+    see a fork, a version written twice or an experience trained twice)."""
     trainer = run.components["trainer"]
     target = run.published_versions() + 1
     run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
