@@ -38,6 +38,7 @@ from rft.errors import BrokerUnavailableError, FencedError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
+    ConsumerFencedError,
     GroupDescription,
     GroupMember,
     Headers,
@@ -91,6 +92,13 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 # What a producer whose transactional id a newer one took over is told (librdkafka's own code,
 # the broker's since Kafka 2.7, and the older broker code).
+_COORDINATOR_SETTLING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
@@ -342,13 +350,26 @@ class ConfluentTopicAdmin(TopicAdmin):
             return []
         futures = self._admin.describe_consumer_groups(list(group_ids), request_timeout=timeout_s)
         out = []
+        deadline = time.monotonic() + timeout_s
         for group_id in group_ids:
-            try:
-                g = futures[group_id].result(timeout=timeout_s)
-            except KafkaException as exc:
-                raise TransportError(
-                    f"cannot describe consumer group {group_id!r}: {_error_text(exc)}"
-                ) from exc
+            future = futures[group_id]
+            while True:
+                try:
+                    g = future.result(timeout=timeout_s)
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    # a group's coordinator moving or still loading answers this for a moment
+                    settling = err is not None and err.code() in _COORDINATOR_SETTLING
+                    if settling and time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        future = self._admin.describe_consumer_groups(
+                            [group_id], request_timeout=timeout_s
+                        )[group_id]
+                        continue
+                    raise TransportError(
+                        f"cannot describe consumer group {group_id!r}: {_error_text(exc)}"
+                    ) from exc
             members = tuple(
                 GroupMember(
                     m.member_id,
@@ -635,6 +656,7 @@ class ConfluentRecordConsumer(RecordConsumer):
     ) -> None:
         self._settings = settings
         self._topics = list(topics)
+        self._group_id = group_id
         self._config = _merged(
             settings,
             {
@@ -774,6 +796,14 @@ class ConfluentRecordConsumer(RecordConsumer):
                         self._topics,
                     )
                     continue
+                if err.code() == KafkaError.FENCED_INSTANCE_ID or "Static consumer fenced" in (
+                    err.str() or ""
+                ):
+                    raise ConsumerFencedError(
+                        f"fenced: another process joined consumer group {self._group_id!r} "
+                        f"with this one's group.instance.id and took over; this one commits "
+                        f"nothing more ({err.name()}: {err.str()})"
+                    )
                 raise TransportError(
                     f"consuming {m.topic()}[{m.partition()}] failed: {err.name()}: {err.str()}"
                 )

@@ -64,6 +64,11 @@ class ProducerFencedError(TransactionError, FencedError):
         super().__init__(message, requires_abort=False)
 
 
+class ConsumerFencedError(TransportError, FencedError):
+    """A newer consumer joined this consumer's group with its group.instance.id (static
+    membership, from the explorer id): the process must stop."""
+
+
 def fenced_message(transactional_id: str | None, bootstrap: str, detail: str) -> str:
     """The one line a fenced producer's process ends with, for every backend."""
     return (
