@@ -108,6 +108,7 @@ def published_run(stack: StackSettings, name: str, tmp: Path, outage_timeout: fl
     return config_path, cfg, plan
 
 
+@pytest.mark.slow  # about 2 minutes: in `make test-faults`, kept out of the default suite
 def test_kafka_outage_mid_run_is_ridden_out_with_nothing_lost_or_trained_twice(
     private_stack: LocalStack, unique: str, tmp_path: Path
 ) -> None:
