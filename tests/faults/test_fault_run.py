@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import os
 import random
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from rft.config.connections import LocalStackSettings, StackSettings
+from rft.config.connections import StackSettings
 from rft.stack.local_stack import LocalStack
 from tests.faults.driver import TRAINER_KILL_POINTS, LoopRun, fault_table
 
@@ -69,35 +67,6 @@ def test_short_fault_run(stack: StackSettings, tmp_path: Path, unique: str) -> N
     report = run.execute(timeout_s=540)
     assert_clean(run, report)
     assert not run.skipped, "\n".join(fault_table(run, report))
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-@pytest.fixture(scope="module")
-def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
-    kafka, controller, minio, console = free_ports(4)
-    settings = LocalStackSettings(
-        root=Path(tmp_path_factory.mktemp("stack")),
-        kafka_port=kafka,
-        kafka_controller_port=controller,
-        minio_port=minio,
-        minio_console_port=console,
-    )
-    local = LocalStack(settings)
-    local.up(timeout_s=180)
-    try:
-        yield local
-    finally:
-        local.down()
 
 
 def long_kinds(s: int) -> list[str]:
