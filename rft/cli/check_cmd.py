@@ -14,6 +14,8 @@ import dataclasses
 import json
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -22,10 +24,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", required=True, help="run config")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
-    )
+    add_config_arguments(parser)
     parser.add_argument("--bootstrap", help="Kafka bootstrap servers instead of the config's")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     parser.set_defaults(func=run)

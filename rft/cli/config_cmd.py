@@ -12,6 +12,8 @@ import argparse
 import warnings
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("config", help="config keys and their fate; check a config")
@@ -19,8 +21,7 @@ def register(subparsers: Any) -> None:
     keys = verbs.add_parser("keys", help="every config key: the code acting on it, or why ignored")
     keys.set_defaults(func=keys_table)
     check = verbs.add_parser("check", help="load a config and print its warnings")
-    check.add_argument("--config", required=True)
-    check.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
+    add_config_arguments(check)
     check.set_defaults(func=check_config)
 
 

@@ -9,15 +9,14 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from rft.cli.arguments import add_config_arguments
+
 if TYPE_CHECKING:
     from rft.config import RftConfig
 
 
 def add_run_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="run config (Trinity-RFT style YAML)")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
-    )
+    add_config_arguments(parser, help="run config (Trinity-RFT style YAML)")
 
 
 def start_tracing(component: str, cfg: RftConfig | None = None) -> None:

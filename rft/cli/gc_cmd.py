@@ -11,6 +11,8 @@ import argparse
 import time
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
+
 DEFAULT_TTL = "24h"
 
 
@@ -21,10 +23,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", required=True, help="run config")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
-    )
+    add_config_arguments(parser)
     parser.add_argument(
         "--ttl",
         default=DEFAULT_TTL,

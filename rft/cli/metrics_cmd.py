@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any
 
+from rft.cli.arguments import add_override_argument
 from rft.cli.explore_cmd import add_run_args, stop_on_signals
 from rft.cli.topics_cmd import add_kafka_arguments, kafka_settings_from, run_topics
 from rft.errors import ConfigError
@@ -64,9 +65,7 @@ def register(subparsers: Any) -> None:
     plot.add_argument(
         "--config", action="append", default=[], help="run config (repeat to overlay runs)"
     )
-    plot.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
-    )
+    add_override_argument(plot)
     add_kafka_arguments(plot)
     plot.add_argument(
         "-o",

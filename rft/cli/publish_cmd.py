@@ -14,6 +14,7 @@ import dataclasses
 import sys
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
 from rft.errors import ConfigError
 
 EXIT_SKIPPED_ROWS = 3
@@ -27,10 +28,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("path", nargs="?", help="JSONL / Parquet file or HF dataset directory")
-    parser.add_argument("--config", help="run config YAML: publish its tasksets")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="config override"
-    )
+    add_config_arguments(parser, required=False, help="run config YAML: publish its tasksets")
     target = parser.add_argument_group("where (PATH form)")
     target.add_argument("--project", help="run project (topics <project>.<name>.tasks)")
     target.add_argument("--name", help="run name")

@@ -30,6 +30,7 @@ import json
 import sys
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
 from rft.cli.topics_cmd import add_kafka_arguments, kafka_settings_from, run_topics
 from rft.errors import ConfigError
 
@@ -99,9 +100,8 @@ def register(subparsers: Any) -> None:
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="run config: its Kafka settings, topics and model")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
+    add_config_arguments(
+        parser, required=False, help="run config: its Kafka settings, topics and model"
     )
 
 

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 from typing import Any
 
+from rft.cli.arguments import add_config_arguments
 from rft.cli.topics_cmd import add_kafka_arguments, kafka_settings_from, run_topics
 from rft.errors import ConfigError
 
@@ -25,10 +26,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", help="run config")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="dotlist override"
-    )
+    add_config_arguments(parser, required=False)
     add_kafka_arguments(parser)
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text")
     parser.add_argument(
