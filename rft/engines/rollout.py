@@ -458,7 +458,8 @@ def vllm_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     return VLLMRolloutEngine.from_config(config)
 
 
+VLLM_VERSION = "0.26.0"  # the release `engine_type: vllm` is written and measured against
+VLLM_INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
+
 # Optional packages an engine needs, checked when the config loads: (import name, install command)
-ENGINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", "pip install 'vllm==0.26.0'  (or: pip install 'rft[vllm]')"),
-}
+ENGINE_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", VLLM_INSTALL_COMMAND)}

@@ -31,11 +31,15 @@ import numpy as np
 import torch
 
 from rft.engines.models import ModelSpec, materialize_model_dir
-from rft.engines.rollout import Rollout, RolloutEngine, RolloutEngineConfig, SamplingParams
+from rft.engines.rollout import (
+    VLLM_INSTALL_COMMAND,
+    VLLM_VERSION,
+    Rollout,
+    RolloutEngine,
+    RolloutEngineConfig,
+    SamplingParams,
+)
 from rft.errors import ConfigError, EngineError
-
-VLLM_VERSION = "0.26.0"
-INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
 
 RAW = "raw_logprobs"
 PROCESSED = "processed_logprobs"
@@ -285,7 +289,7 @@ def import_vllm() -> Any:
         import vllm
     except ImportError as exc:
         raise EngineError(
-            f"explorer.rollout_model.engine_type vllm needs vLLM {VLLM_VERSION}: {INSTALL_COMMAND}"
+            f"explorer.rollout_model.engine_type vllm needs vLLM {VLLM_VERSION}: {VLLM_INSTALL_COMMAND}"
         ) from exc
     return vllm
 
