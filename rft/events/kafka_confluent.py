@@ -727,6 +727,12 @@ class ConfluentRecordConsumer(RecordConsumer):
             spec = self._pending_seeks.pop((tp.topic, tp.partition), None) or spec_all
             if spec is not None:
                 tp.offset = self._resolve(consumer, tp.topic, tp.partition, spec)
+        if partitions:
+            log.info(
+                "group %s: assigned %s",
+                self._group_id,
+                sorted((tp.topic, tp.partition) for tp in partitions),
+            )
         # Under a cooperative assignor (cooperative-sticky) `partitions` is only what this
         # rebalance adds: assign() would replace the whole assignment with it.
         if self._cooperative:
@@ -740,6 +746,12 @@ class ConfluentRecordConsumer(RecordConsumer):
         # caller learns which it lost through take_revoked(), even when one comes back in the
         # same poll: it is then read again from the group's committed offset.
         self._revoked |= {(tp.topic, tp.partition) for tp in partitions}
+        if partitions:
+            log.info(
+                "group %s: revoked %s",
+                self._group_id,
+                sorted((tp.topic, tp.partition) for tp in partitions),
+            )
         if self._cooperative:
             consumer.incremental_unassign(partitions)
         else:

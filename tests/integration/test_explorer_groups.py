@@ -44,10 +44,12 @@ TASKS = 96
 COOPERATIVE = {"partition.assignment.strategy": "cooperative-sticky"}
 
 
-def wait_until(what: str, check, timeout_s: float = 90.0) -> None:
+def wait_until(what: str, check, timeout_s: float = 90.0, logs: tuple[Path, ...] = ()) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
-        assert time.monotonic() < deadline, f"{what} did not happen in {timeout_s}s"
+        if time.monotonic() > deadline:
+            tails = "".join(f"\n--- {log.name}:\n{log.read_text()[-4000:]}" for log in logs)
+            raise AssertionError(f"{what} did not happen in {timeout_s}s{tails}")
 
 
 def member(kafka: KafkaSettings, group: str, topic: str, instance: str) -> EventReader:
@@ -180,7 +182,8 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
     )
     procs = [victim, survivor, shadow_proc]
     try:
-        wait_until("explorer a opened its second transaction", marker.exists, timeout_s=300)
+        logs = tuple(tmp_path / f"{who}.log" for who in ("a", "b", "s"))
+        wait_until("explorer a opened its second transaction", marker.exists, 300, logs)
         victim.send_signal(signal.SIGKILL)  # mid-batch: its step's records sit in an open txn
         victim.wait(timeout=30)
 
@@ -192,7 +195,7 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
                 for who in ("b", "s")
             )
 
-        wait_until("both groups' explorers live with a step metric", both_groups_live, 180)
+        wait_until("both groups' explorers live with a step metric", both_groups_live, 180, logs)
         shown = subprocess.run(
             rft("status", "--config", str(sharing_path)),
             capture_output=True,
