@@ -10,9 +10,10 @@ RFT_STACK_KEEP=1 asks to leave it running.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -22,6 +23,9 @@ from rft.events.transport import kafka_backend
 from rft.stack import LocalStack, StackLease
 
 EXTERNAL_STACK_ENV = ("RFT_KAFKA_BOOTSTRAP", "RFT_S3_ENDPOINT")
+UNIQUE_HEX = 10
+# a name part made by `unique`: "t" and ten hex digits, between dots, dashes or the ends
+UNIQUE_NAME = re.compile(rf"(^|[.\-_])t[0-9a-f]{{{UNIQUE_HEX}}}([.\-_]|$)")
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +37,10 @@ def stack() -> Iterator[StackSettings]:
     lease = StackLease(local.layout.leases).acquire()
     try:
         result = local.up()
-        yield local.stack_settings()
+        settings = local.stack_settings()
+        if not lease.others_alive():
+            _delete_topics_of_earlier_sessions(settings)
+        yield settings
     finally:
         lease.release()
     keep = os.environ.get("RFT_STACK_KEEP") == "1"
@@ -49,17 +56,27 @@ def unique(request: pytest.FixtureRequest) -> Iterator[str]:
     keeps files open and index files mapped in the broker, and a suite's thousand tests would
     otherwise pile up thousands of partitions in one broker (and across runs on the same root).
     """
-    name = "t" + uuid.uuid4().hex[:10]
+    name = "t" + uuid.uuid4().hex[:UNIQUE_HEX]
     yield name
     if "stack" in request.fixturenames:
         _delete_topics_holding(request.getfixturevalue("stack"), name)
 
 
+def _delete_topics_of_earlier_sessions(stack: StackSettings) -> None:
+    """A session killed before its tests' teardown leaves their topics on the default root, and
+    the next session on that root would start with them all loaded in the broker."""
+    _delete_topics(stack, lambda topic: UNIQUE_NAME.search(topic) is not None)
+
+
 def _delete_topics_holding(stack: StackSettings, name: str) -> None:
+    _delete_topics(stack, lambda topic: name in topic)
+
+
+def _delete_topics(stack: StackSettings, doomed: Callable[[str], bool]) -> None:
     try:
         with kafka_backend(stack.kafka).admin() as admin:
-            doomed = [t for t in admin.list_topics(timeout_s=10.0) if name in t]
-            if doomed:
-                admin.delete_topics(doomed, timeout_s=30.0)
+            names = [t for t in admin.list_topics(timeout_s=10.0) if doomed(t)]
+            for start in range(0, len(names), 500):  # one request per 500 keeps each one small
+                admin.delete_topics(names[start : start + 500], timeout_s=60.0)
     except RftError as exc:  # a test that leaves the broker unreachable has failed already
-        warnings.warn(f"could not delete the topics of {name}: {exc}", stacklevel=1)
+        warnings.warn(f"could not delete test topics: {exc}", stacklevel=1)
