@@ -14,6 +14,7 @@ import re
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -48,28 +49,39 @@ def stack() -> Iterator[StackSettings]:
         local.down(result.started)
 
 
-@pytest.fixture
-def unique(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Lowercase letters and digits only: valid as a topic, bucket, group or key part.
+@dataclass
+class _ModuleTopics:
+    """The `unique` names this module's tests used on the session stack."""
 
-    After a test on the session stack, the topics whose names hold it are deleted: every partition
+    names: list[str] = field(default_factory=list)
+    stack: StackSettings | None = None
+
+
+@pytest.fixture(scope="module")
+def _module_topics() -> Iterator[_ModuleTopics]:
+    """At the end of a module, its tests' topics on the session stack are deleted: every partition
     keeps files open and index files mapped in the broker, and a suite's thousand tests would
-    otherwise pile up thousands of partitions in one broker (and across runs on the same root).
-    """
+    otherwise pile up thousands of partitions in one broker (and across runs on the same root)."""
+    held = _ModuleTopics()
+    yield held
+    if held.stack is not None:
+        _delete_topics(held.stack, lambda topic: any(name in topic for name in held.names))
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest, _module_topics: _ModuleTopics) -> Iterator[str]:
+    """Lowercase letters and digits only: valid as a topic, bucket, group or key part."""
     name = "t" + uuid.uuid4().hex[:UNIQUE_HEX]
     yield name
     if "stack" in request.fixturenames:
-        _delete_topics_holding(request.getfixturevalue("stack"), name)
+        _module_topics.names.append(name)
+        _module_topics.stack = request.getfixturevalue("stack")
 
 
 def _delete_topics_of_earlier_sessions(stack: StackSettings) -> None:
     """A session killed before its tests' teardown leaves their topics on the default root, and
     the next session on that root would start with them all loaded in the broker."""
     _delete_topics(stack, lambda topic: UNIQUE_NAME.search(topic) is not None)
-
-
-def _delete_topics_holding(stack: StackSettings, name: str) -> None:
-    _delete_topics(stack, lambda topic: name in topic)
 
 
 def _delete_topics(stack: StackSettings, doomed: Callable[[str], bool]) -> None:
