@@ -56,7 +56,7 @@ def test_only_verified_versions_are_loaded(stack: StackSettings, unique: str, tm
 
     # v1: complete, then one object is overwritten behind the manifest's back
     store.write(1, 1, perturbed_checkpoint(engine, tmp_path / "v1", 0.01))
-    objects.put_bytes(store.version_prefix(1) + "model.safetensors", b"not the weights")
+    objects.put_bytes(store.file_key(1, "model.safetensors"), b"not the weights")
     # v2: the files are there but the manifest never was (a writer died before it)
     objects.put_file(
         store.version_prefix(2) + "model.safetensors",

@@ -221,10 +221,10 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_rollout_engines_without_an_implementation_are_refused_at_load(tmp_path: Path) -> None:
-    for engine in ("vllm", "vllm_async", "openai"):
+    for engine in ("openai", "sglang"):
         err = error_for(tmp_path, MINIMAL, (f"explorer.rollout_model.engine_type={engine}",))
         assert "`explorer.rollout_model.engine_type`" in str(err)
-        assert "known: hf" in str(err)
+        assert "known: hf, vllm" in str(err)
 
 
 def test_rollout_max_tokens_may_not_exceed_max_response_tokens(tmp_path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rft.config.connections import ObjectStoreSettings
-from rft.errors import ConfigError, StorageError
+from rft.errors import ConfigError, OutageError, StorageError
 from rft.storage.object_store import (
     OBJECT_STORES,
     LocalObjectStore,
@@ -74,16 +74,21 @@ def test_registry_lists_known_schemes_and_takes_new_backends(tmp_path: Path) -> 
         OBJECT_STORES._entries.pop("testmirror")
 
 
-def test_s3_client_is_created_lazily_and_refusal_names_bucket_and_key() -> None:
-    settings = ObjectStoreSettings(endpoint=f"127.0.0.1:{_closed_port()}", bucket="ckpt")
+def test_s3_client_is_created_lazily_and_an_unreachable_store_names_bucket_and_key() -> None:
+    # a zero outage window: the first refused connection ends the call (by default a store that
+    # stops answering is retried for stack.object_store.outage_timeout seconds)
+    settings = ObjectStoreSettings(
+        endpoint=f"127.0.0.1:{_closed_port()}", bucket="ckpt", outage_timeout=0.0
+    )
     with S3ObjectStore(settings, prefix="p") as store:
         assert store._client is None  # constructing opened nothing
-        with pytest.raises(StorageError) as err:
+        with pytest.raises(OutageError) as err:
             store.get_bytes("v000001/model.safetensors")
         message = str(err.value)
         assert "s3://ckpt/p/v000001/model.safetensors" in message
-        assert "Connection refused" in message or "MaxRetryError" in message
-        with pytest.raises(StorageError, match="s3://ckpt"):
+        assert "stack.object_store.outage_timeout" in message
+        assert "Connection refused" in message
+        with pytest.raises(OutageError, match="s3://ckpt"):
             store.ensure_bucket()
     assert store._client is None  # closed on exit
 

@@ -43,11 +43,12 @@ def test_the_engine_module_imports_without_importing_vllm() -> None:
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed here")
+@pytest.mark.parametrize("name", ["vllm", "vllm_async"])  # vllm_async: Trinity's name for it
 def test_selecting_vllm_without_it_fails_at_load_with_the_install_command(
-    tmp_path: Path,
+    tmp_path: Path, name: str
 ) -> None:
     with pytest.raises(ConfigValidationError) as err:
-        load_config(write(tmp_path, MINIMAL), ["explorer.rollout_model.engine_type=vllm"])
+        load_config(write(tmp_path, MINIMAL), [f"explorer.rollout_model.engine_type={name}"])
     text = str(err.value)
     assert "explorer.rollout_model.engine_type" in text
     assert "pip install 'vllm==0.26.0'" in text
