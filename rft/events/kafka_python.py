@@ -133,12 +133,16 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         self._settings = settings
         self._client: KafkaAdminClient | None = None
 
-    @property
-    def _admin(self) -> KafkaAdminClient:
+    def _admin(self, timeout_s: float) -> KafkaAdminClient:
+        """The admin client, created by the first call; that call's timeout also bounds its
+        bootstrap (kafka-python's own default is 30 s), so an address nothing answers fails soon."""
         if self._client is None:
+            bootstrap = {"bootstrap_timeout_ms": max(int(timeout_s * 1000), 1000)}
             try:
                 self._client = KafkaAdminClient(
-                    **_client_config(KafkaAdminClient.DEFAULT_CONFIG, self._settings, {}, None)
+                    **_client_config(
+                        KafkaAdminClient.DEFAULT_CONFIG, self._settings, bootstrap, None
+                    )
                 )
             except KafkaError as exc:
                 raise TransportError(
@@ -154,7 +158,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         created: list[str] = []
         for spec in wanted:
             try:
-                self._admin.create_topics(
+                self._admin(timeout_s).create_topics(
                     {
                         spec.name: {
                             "num_partitions": spec.partitions,
@@ -173,7 +177,9 @@ class KafkaPythonTopicAdmin(TopicAdmin):
                     f"{exc!r}"
                 ) from exc
         try:
-            self._admin.wait_for_topics([s.name for s in specs], timeout_ms=int(timeout_s * 1000))
+            self._admin(timeout_s).wait_for_topics(
+                [s.name for s in specs], timeout_ms=int(timeout_s * 1000)
+            )
         except KafkaError as exc:
             raise TransportError(
                 f"topics {[s.name for s in specs]} not ready after {timeout_s:g}s: {exc!r}"
@@ -182,7 +188,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
 
     def list_topics(self, timeout_s: float = 10.0) -> list[str]:
         try:
-            return sorted(t for t in self._admin.list_topics() if not t.startswith("__"))
+            return sorted(t for t in self._admin(timeout_s).list_topics() if not t.startswith("__"))
         except KafkaError as exc:
             raise TransportError(
                 f"Kafka at {self._settings.bootstrap_servers} unreachable: {exc!r}"
@@ -190,8 +196,8 @@ class KafkaPythonTopicAdmin(TopicAdmin):
 
     def describe_topics(self, names: Sequence[str], timeout_s: float = 10.0) -> list[TopicInfo]:
         try:
-            described = {t["name"]: t for t in self._admin.describe_topics(list(names))}
-            configs = self._admin.describe_configs(
+            described = {t["name"]: t for t in self._admin(timeout_s).describe_topics(list(names))}
+            configs = self._admin(timeout_s).describe_configs(
                 [ConfigResource(ConfigResourceType.TOPIC, n) for n in names],
             )
         except KafkaError as exc:
@@ -226,15 +232,15 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         if not names:
             return
         try:
-            self._admin.delete_topics(list(names), timeout_ms=int(timeout_s * 1000))
+            self._admin(timeout_s).delete_topics(list(names), timeout_ms=int(timeout_s * 1000))
         except UnknownTopicOrPartitionError:
             return
         except KafkaError as exc:
             raise TransportError(f"cannot delete topics {list(names)}: {exc!r}") from exc
 
-    def _partitions(self, topics: Sequence[str]) -> list[TopicPartition]:
+    def _partitions(self, topics: Sequence[str], timeout_s: float) -> list[TopicPartition]:
         try:
-            described = {t["name"]: t for t in self._admin.describe_topics(list(topics))}
+            described = {t["name"]: t for t in self._admin(timeout_s).describe_topics(list(topics))}
         except KafkaError as exc:
             raise TransportError(f"cannot describe topics {list(topics)}: {exc!r}") from exc
         missing = [t for t in topics if t not in described or described[t].get("error_code")]
@@ -255,7 +261,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
             return {}
         level = "read_committed" if committed else "read_uncommitted"
         try:
-            found = self._admin.list_partition_offsets(
+            found = self._admin(timeout_s).list_partition_offsets(
                 dict(specs), isolation_level=level, timeout_ms=int(timeout_s * 1000)
             )
         except KafkaError as exc:
@@ -266,7 +272,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
     def partition_bounds(
         self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False
     ) -> list[PartitionBounds]:
-        tps = self._partitions(topics)
+        tps = self._partitions(topics, timeout_s)
         low = self._list_offsets({tp: OffsetSpec.EARLIEST for tp in tps}, timeout_s)
         high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s, committed)
         return [
@@ -278,14 +284,14 @@ class KafkaPythonTopicAdmin(TopicAdmin):
     def offsets_for_timestamp(
         self, topics: Sequence[str], timestamp_ms: int, timeout_s: float = 10.0
     ) -> dict[tuple[str, int], int]:
-        tps = self._partitions(topics)
+        tps = self._partitions(topics, timeout_s)
         found = self._list_offsets({tp: int(timestamp_ms) for tp in tps}, timeout_s)
         high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s)
         return {key: offset if offset >= 0 else high[key] for key, offset in found.items()}
 
     def list_groups(self, timeout_s: float = 10.0) -> list[str]:
         try:
-            listed = self._admin.list_groups()
+            listed = self._admin(timeout_s).list_groups()
         except KafkaError as exc:
             raise TransportError(
                 f"cannot list consumer groups on {self._settings.bootstrap_servers}: {exc!r}"
@@ -298,7 +304,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         if not group_ids:
             return []
         try:
-            described = self._admin.describe_groups(list(group_ids))
+            described = self._admin(timeout_s).describe_groups(list(group_ids))
         except KafkaError as exc:
             raise TransportError(
                 f"cannot describe consumer groups {list(group_ids)}: {exc!r}"
@@ -324,7 +330,7 @@ class KafkaPythonTopicAdmin(TopicAdmin):
 
     def group_offsets(self, group_id: str, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
         try:
-            found = self._admin.list_group_offsets({group_id: None}).get(group_id, {})
+            found = self._admin(timeout_s).list_group_offsets({group_id: None}).get(group_id, {})
         except KafkaError as exc:
             raise TransportError(
                 f"cannot read committed offsets of group {group_id!r}: {exc!r}"
