@@ -31,7 +31,7 @@ test-all: setup
 	$(BIN)/pytest -m '' tests
 
 test-faults: setup
-	$(BIN)/pytest -m faults tests/faults
+	$(BIN)/pytest -m faults tests
 
 lint: setup
 	$(BIN)/ruff check .

@@ -24,7 +24,8 @@ from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.stack.local_stack import LocalStack
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+# multi-process fault runs: in `make test-faults` (and `make test-all`), kept out of `make test`
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 EVENTS = 50
 

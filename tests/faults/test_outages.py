@@ -39,7 +39,8 @@ from rft.stack.local_stack import LocalStack
 from rft.storage import CheckpointStore, S3ObjectStore
 from tests.integration.test_rft_loop import run_config
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+# multi-process fault runs: in `make test-faults` (and `make test-all`), kept out of `make test`
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 STEPS = 6
 OUTAGE_S = 20.0  # well inside outage_timeout, and long enough for every client to notice
@@ -108,7 +109,6 @@ def published_run(stack: StackSettings, name: str, tmp: Path, outage_timeout: fl
     return config_path, cfg, plan
 
 
-@pytest.mark.slow  # about 2 minutes: in `make test-faults`, kept out of the default suite
 def test_kafka_outage_mid_run_is_ridden_out_with_nothing_lost_or_trained_twice(
     private_stack: LocalStack, unique: str, tmp_path: Path
 ) -> None:

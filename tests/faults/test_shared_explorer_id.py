@@ -24,7 +24,8 @@ from rft.events.models import Experience
 from rft.events.transport import kafka_backend
 from tests.integration.test_rft_loop import published_run, read_all
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+# multi-process fault runs: in `make test-faults` (and `make test-all`), kept out of `make test`
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 # the second process takes the id over twice: its producer's transactional id (the first to
 # notice wins the race) and its consumer's static group.instance.id

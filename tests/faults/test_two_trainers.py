@@ -27,7 +27,8 @@ from rft.config.connections import StackSettings
 from rft.events.models import WeightVersion
 from tests.integration.test_rft_loop import published_run, read_all
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+# multi-process fault runs: in `make test-faults` (and `make test-all`), kept out of `make test`
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 TOTAL_STEPS = 8  # 16 tasks, 2 per step
 FIRST_STEPS = 2  # what A trains before B starts

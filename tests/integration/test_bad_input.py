@@ -338,7 +338,7 @@ def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
     raw["stack"]["kafka"]["extra"] = {"message.max.bytes": limit}
     raw["buffer"]["explorer_input"]["default_workflow_type"] = "simple_workflow"
     raw["buffer"]["explorer_input"]["default_reward_fn_type"] = "bad_input_reward"
-    raw["explorer"] |= {"max_timeout": 20, "max_retry_times": 1, "runner_per_model": 5}
+    raw["explorer"] |= {"max_timeout": 8, "max_retry_times": 1, "runner_per_model": 5}
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     cfg = load_config(config_path)
@@ -386,7 +386,7 @@ def test_explorer_dead_letters_oversized_raising_and_hanging_tasks_and_goes_on(
     assert hung.error_class.endswith("WorkflowTimeoutError")
     assert hung.error_message == (
         f"task {parked.task_id}: gave up after 2 attempt(s) (explorer.max_retry_times is 1); "
-        "last: timed out after 20 s while its reward fn 'bad_input_reward' scored it"
+        "last: timed out after 8 s while its reward fn 'bad_input_reward' scored it"
     )
 
     letter, parked = letters[long_question]

@@ -138,6 +138,8 @@ def committed_experiences(cfg, topic: str, group: str, uncommitted: bool = False
     return out
 
 
+@pytest.mark.faults
+@pytest.mark.slow  # three explorer processes, one killed, and a trainer: in `make test-faults`
 def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
