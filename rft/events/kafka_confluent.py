@@ -7,6 +7,7 @@ topic and partition it concerns.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -531,6 +532,13 @@ class ConfluentRecordProducer(RecordProducer):
     def _raise_flush_error(self, exc: BaseException) -> NoReturn:
         cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
         err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+        if not isinstance(err, KafkaError):
+            # The client sometimes reports a fatal error as a bare SystemError with no cause
+            # (seen for a fenced transactional producer); the error callback still says which.
+            if self._client is not None and self._fatal is None:
+                with contextlib.suppress(KafkaException, SystemError):
+                    self._client.poll(0)
+            err = self._fatal
         if isinstance(err, KafkaError) and err.code() in _FENCED:
             raise ProducerFencedError(
                 fenced_message(
@@ -539,8 +547,10 @@ class ConfluentRecordProducer(RecordProducer):
                     f"flush: {err.name()}: {err.str()}",
                 )
             ) from exc
+        reason = f"{err.name()}: {err.str()}" if isinstance(err, KafkaError) else None
         raise TransportError(
-            f"flush to {self._settings.bootstrap_servers} failed: {_error_text(cause or exc)}"
+            f"flush to {self._settings.bootstrap_servers} failed: "
+            f"{reason or _error_text(cause or exc)}"
         ) from exc
 
     def _transactional(self, step: str, action: Callable[[Producer], None]) -> None:
