@@ -103,6 +103,14 @@ _COORDINATOR_SETTLING = frozenset(
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
+# What a partition answers for a moment after its topic was created, before its leader is known.
+_LEADER_SETTLING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+)
 
 # Seconds past its own timeout that a transaction call may block before the producer is given up.
 _STUCK_GRACE_S = 20.0
@@ -299,15 +307,29 @@ class ConfluentTopicAdmin(TopicAdmin):
         if not specs:
             return {}
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets(specs, isolation_level=level, request_timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
         out: dict[tuple[str, int], int] = {}
-        for tp, future in futures.items():
-            try:
-                out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
-            except KafkaException as exc:
-                raise TransportError(
-                    f"cannot list offsets of {tp.topic}[{tp.partition}]: {_error_text(exc)}"
-                ) from exc
+        while specs:
+            futures = self._admin.list_offsets(
+                specs, isolation_level=level, request_timeout=timeout_s
+            )
+            settling: dict[TopicPartition, OffsetSpec] = {}
+            for tp, future in futures.items():
+                try:
+                    out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    # a partition of a topic created a moment ago may not have its leader yet
+                    leaderless = err is not None and err.code() in _LEADER_SETTLING
+                    if leaderless and time.monotonic() < deadline:
+                        settling[tp] = specs[tp]
+                        continue
+                    raise TransportError(
+                        f"cannot list offsets of {tp.topic}[{tp.partition}]: {_error_text(exc)}"
+                    ) from exc
+            specs = settling
+            if specs:
+                time.sleep(0.2)
         return out
 
     def partition_bounds(
@@ -427,6 +449,7 @@ class ConfluentRecordProducer(RecordProducer):
             self._config["message.timeout.ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: Producer | None = None
         self._initialised = False
+        self._in_transaction = False  # begun, not yet committed or aborted
         self._stuck = False  # a call never returned: the client must not be used again
         self._failures: list[str] = []
         self._fatal: KafkaError | None = None
@@ -538,7 +561,7 @@ class ConfluentRecordProducer(RecordProducer):
             if self._client is not None and self._fatal is None:
                 with contextlib.suppress(KafkaException, SystemError):
                     self._client.poll(0)
-            err = self._fatal
+            err = self._fatal or self._transaction_fatal_error()
         if isinstance(err, KafkaError) and err.code() in _FENCED:
             raise ProducerFencedError(
                 fenced_message(
@@ -552,6 +575,21 @@ class ConfluentRecordProducer(RecordProducer):
             f"flush to {self._settings.bootstrap_servers} failed: "
             f"{reason or _error_text(cause or exc)}"
         ) from exc
+
+    def _transaction_fatal_error(self) -> KafkaError | None:
+        """The fatal error of an open transaction's producer, if it has one. A transactional call
+        made in the wrong state is refused without side effects, unless the producer failed
+        fatally: then every such call answers with that fatal error (librdkafka)."""
+        if self._client is None or not self._in_transaction:
+            return None
+        try:
+            self._client.begin_transaction()  # inside a transaction: refused either way
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            return err if err is not None and err.fatal() else None
+        except SystemError:
+            return None
+        return None
 
     def _transactional(self, step: str, action: Callable[[Producer], None]) -> None:
         if self._transactional_id is None:
@@ -582,6 +620,7 @@ class ConfluentRecordProducer(RecordProducer):
 
     def begin_transaction(self) -> None:
         self._transactional("begin", lambda p: p.begin_transaction())
+        self._in_transaction = True
 
     def send_offsets_to_transaction(
         self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
@@ -618,9 +657,11 @@ class ConfluentRecordProducer(RecordProducer):
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction(timeout_s))
+        self._in_transaction = False
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
+        self._in_transaction = False
         if self._fatal is not None and self._fatal.code() in _FENCED:
             # never replaced: a new producer with this id would fence the process that took over
             self._raise_failures()
