@@ -91,8 +91,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 }
 
 _PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
-# What a producer whose transactional id a newer one took over is told (librdkafka's own code,
-# the broker's since Kafka 2.7, and the older broker code).
+# What a group's coordinator answers for a moment while it moves or loads.
 _COORDINATOR_SETTLING = frozenset(
     {
         KafkaError.NOT_COORDINATOR,
@@ -100,6 +99,8 @@ _COORDINATOR_SETTLING = frozenset(
         KafkaError.COORDINATOR_NOT_AVAILABLE,
     }
 )
+# What a producer whose transactional id a newer one took over is told (librdkafka's own code,
+# the broker's since Kafka 2.7, and the older broker code).
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
@@ -132,20 +133,25 @@ _UNAVAILABLE = frozenset(
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
 
-def _error_text(exc: BaseException) -> str:
+def _kafka_error(exc: BaseException | None) -> KafkaError | None:
+    """The KafkaError a KafkaException carries, if any."""
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
-        err: KafkaError = exc.args[0]
-        return f"{err.name()}: {err.str()}"
-    return str(exc)
+        return exc.args[0]
+    return None
+
+
+def _error_text(exc: BaseException) -> str:
+    err = _kafka_error(exc)
+    return f"{err.name()}: {err.str()}" if err is not None else str(exc)
 
 
 def _is_fatal(exc: BaseException | None) -> bool:
-    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
-    return isinstance(err, KafkaError) and err.fatal()
+    err = _kafka_error(exc)
+    return err is not None and err.fatal()
 
 
 def _unavailable(exc: KafkaException) -> bool:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    err = _kafka_error(exc)
     return err is not None and not err.fatal() and err.code() in _UNAVAILABLE
 
 
@@ -318,7 +324,7 @@ class ConfluentTopicAdmin(TopicAdmin):
                 try:
                     out[(tp.topic, tp.partition)] = future.result(timeout=timeout_s).offset
                 except KafkaException as exc:
-                    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    err = _kafka_error(exc)
                     # a partition of a topic created a moment ago may not have its leader yet
                     leaderless = err is not None and err.code() in _LEADER_SETTLING
                     if leaderless and time.monotonic() < deadline:
@@ -381,7 +387,7 @@ class ConfluentTopicAdmin(TopicAdmin):
                     g = future.result(timeout=timeout_s)
                     break
                 except KafkaException as exc:
-                    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                    err = _kafka_error(exc)
                     # a group's coordinator moving or still loading answers this for a moment
                     settling = err is not None and err.code() in _COORDINATOR_SETTLING
                     if settling and time.monotonic() < deadline:
@@ -554,15 +560,15 @@ class ConfluentRecordProducer(RecordProducer):
 
     def _raise_flush_error(self, exc: BaseException) -> NoReturn:
         cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
-        err = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
-        if not isinstance(err, KafkaError):
+        err = _kafka_error(cause)
+        if err is None:
             # The client sometimes reports a fatal error as a bare SystemError with no cause
             # (seen for a fenced transactional producer); the error callback still says which.
             if self._client is not None and self._fatal is None:
                 with contextlib.suppress(KafkaException, SystemError):
                     self._client.poll(0)
             err = self._fatal or self._transaction_fatal_error()
-        if isinstance(err, KafkaError) and err.code() in _FENCED:
+        if err is not None and err.code() in _FENCED:
             raise ProducerFencedError(
                 fenced_message(
                     self._transactional_id,
@@ -570,7 +576,7 @@ class ConfluentRecordProducer(RecordProducer):
                     f"flush: {err.name()}: {err.str()}",
                 )
             ) from exc
-        reason = f"{err.name()}: {err.str()}" if isinstance(err, KafkaError) else None
+        reason = f"{err.name()}: {err.str()}" if err is not None else None
         raise TransportError(
             f"flush to {self._settings.bootstrap_servers} failed: "
             f"{reason or _error_text(cause or exc)}"
@@ -585,7 +591,7 @@ class ConfluentRecordProducer(RecordProducer):
         try:
             self._client.begin_transaction()  # inside a transaction: refused either way
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            err = _kafka_error(exc)
             return err if err is not None and err.fatal() else None
         except SystemError:
             return None
@@ -601,7 +607,7 @@ class ConfluentRecordProducer(RecordProducer):
                 self._initialised = True
             action(producer)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            err = _kafka_error(exc)
             if err is not None and err.code() in _FENCED:
                 raise ProducerFencedError(
                     fenced_message(
