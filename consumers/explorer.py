@@ -61,6 +61,7 @@ from rft.events.transport import (
     TransactionError,
     kafka_backend,
     kafka_outage_window,
+    retriable_in_outage,
 )
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
@@ -98,7 +99,8 @@ def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[E
     kept = [e for e in batch if (e.topic, e.partition) not in revoked]
     if len(kept) < len(batch):
         log.info(
-            "rebalance: %d task(s) of revoked partitions %s left to their new owner",
+            "rebalance: %d task(s) of revoked partitions %s dropped: the partition's next owner "
+            "(this explorer too, if it comes back) reads them again from the committed offset",
             len(batch) - len(kept),
             sorted(revoked),
         )
@@ -229,6 +231,7 @@ class Explorer:
             # already running with this id is fenced at once (its next transaction fails).
             tx.begin()
             tx.commit()
+            tasks.check_fences_with(lambda: self._taken_over(tx))
             log.info(
                 "explorer %s holds transactional id %r: an earlier process with this id is fenced",
                 self.explorer_id,
@@ -293,19 +296,48 @@ class Explorer:
         """Up to batch_size tasks; waits a little for a full batch, returns what it has.
 
         A rebalance happens inside poll: tasks already taken from a partition this member has
-        just lost are dropped from the batch (its new owner reads them from the group's committed
-        offset), so the step's transaction never commits offsets of a partition it does not
-        hold. No transaction is open while this polls: each step's begins after its rollouts.
+        just lost are dropped (held in the batch or carried from an earlier step), and whoever
+        holds the partition next reads them again from the group's committed offset: another
+        member, or this one when the partition comes straight back (the reader seeks it there,
+        `Resume.COMMITTED`), so no task is ever skipped past the commit and the step's
+        transaction never commits offsets of a partition it does not hold. No transaction is
+        open while this polls: each step's begins after its rollouts.
         """
         want = self.plan.batch_size
         batch, self._carried = self._carried[:want], self._carried[want:]
         deadline = time.monotonic() + 5.0
         while len(batch) < want and not stop.is_set():
             batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
-            batch = drop_revoked(batch, tasks.take_revoked())
+            lost = tasks.take_revoked()
+            batch = drop_revoked(batch, lost)
+            self._carried = drop_revoked(self._carried, lost)
             if time.monotonic() > deadline:
                 break
         return batch
+
+    def _taken_over(self, tx: EventWriter) -> bool:
+        """Whether another process took this explorer id over, asked when the group fences this
+        member. A process that takes the id over claims its transactional id first (Explorer.run),
+        which fences this one's producer; a producer that can still commit an empty transaction
+        means the broker fenced the membership on its own (a static member after a coordinator
+        restart). When the claim cannot be made for another reason, the fence stands."""
+
+        def claim() -> None:
+            tx.begin()
+            tx.commit()
+
+        try:
+            kafka_outage_window(self.cfg.stack.kafka).call(
+                "claiming the explorer id again", claim, retriable_in_outage
+            )
+        except FencedError:
+            return True
+        except TransportError as exc:
+            log.warning(
+                "cannot tell whether explorer id %s was taken over: %s", self.explorer_id, exc
+            )
+            return True
+        return False
 
     def _group_committed(self) -> list[TopicPartitionOffset]:
         """The group's committed task offsets (with each step's metadata), read by the admin

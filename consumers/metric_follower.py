@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from consumers.metric_sinks import MetricFanout
 from rft.config.connections import KafkaSettings
 from rft.events.models import Metric
-from rft.events.reader import Envelope, EventReader
+from rft.events.reader import Envelope, EventReader, Resume
 from rft.events.topics import ensure_topics
 
 if TYPE_CHECKING:
@@ -115,6 +115,7 @@ class MetricFollower:
             [self.topic],
             from_beginning=self.from_beginning,
             dead_letter_topic=self.dead_letter_topic,
+            resume=Resume.CONTINUE,  # what the sinks wrote is not written again
         ) as reader:
             last_event = time.monotonic()
             join_until = last_event + JOIN_LIMIT_S

@@ -63,7 +63,7 @@ from rft.engines.trainer import (
 )
 from rft.errors import ConfigError
 from rft.events.models import WeightVersion
-from rft.events.reader import EventReader
+from rft.events.reader import EventReader, Resume
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
@@ -206,6 +206,8 @@ class Trainer:
                         from_beginning=True,
                         dead_letter_topic=topics.dead_letter,
                         config=self.plan.consumer_config,
+                        # its ledger and manifest say what it consumed, never the group's offset
+                        resume=Resume.CONTINUE,
                     )
                 )
             else:
@@ -224,6 +226,7 @@ class Trainer:
                     [topics.control],
                     from_beginning=True,
                     dead_letter_topic=topics.dead_letter,
+                    resume=Resume.CONTINUE,
                 )
             )
             mirror = stack.enter_context(experience_mirror(self.cfg, tokenizer.decode))

@@ -30,7 +30,7 @@ from rft.engines.rollout import RolloutEngine
 from rft.engines.weights import read_safetensors_dir
 from rft.errors import CheckpointError
 from rft.events.models import WeightVersion
-from rft.events.reader import EventReader
+from rft.events.reader import EventReader, Resume
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
 from rft.tracing.spans import LOAD_WEIGHTS, link_to, new_trace
 
@@ -78,6 +78,7 @@ class WeightFollower:
             from_beginning=True,
             dead_letter_topic=dead_letter_topic,
             config=consumer_config,
+            resume=Resume.CONTINUE,  # it never commits: the group's offset knows nothing
         )
 
     @property

@@ -36,7 +36,7 @@ from producers.taskset_reader import LoadedTaskset
 from rft.config import RftConfig
 from rft.errors import ConfigError
 from rft.events.models import DeadLetter, Experience, Task
-from rft.events.reader import Envelope, EventReader
+from rft.events.reader import Envelope, EventReader, Resume
 from rft.events.transport import TopicPartitionOffset
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka
@@ -116,6 +116,7 @@ class TaskFeeder:
                 [self.plan.experience_topic, topics.dead_letter],
                 from_beginning=True,
                 dead_letter_topic=topics.dead_letter,
+                resume=Resume.CONTINUE,  # what it observed stays observed
             ) as reader,
             EventWriter.open(kafka, transactional_id=self.group) as tx,
             EventWriter.open(kafka) as plain,

@@ -9,6 +9,11 @@ when nothing is: a restarted trainer reads every unsettled experience again (the
 rebuilds itself from them). Offsets already settled past the resume point are recorded too
 (`settled_ahead`), and a ledger started with them (`start(..., skip=...)`) reports them as
 settled when they are read again, so nothing is trained twice.
+
+Below each partition's floor (the resume point it started from, raised each time the settled
+offsets behind the resume point are forgotten) every offset not in flight is settled: a reader
+put back behind it (a rebalance after an outage hands the partition back at the group's older
+committed offset) finds them skipped, not trained again.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ class OffsetLedger:
     in_flight: dict[TopicPartition, set[int]] = field(default_factory=dict)
     next_offset: dict[TopicPartition, int] = field(default_factory=dict)
     ahead: dict[TopicPartition, set[int]] = field(default_factory=dict)
+    floor: dict[TopicPartition, int] = field(default_factory=dict)
 
     def start(self, tp: TopicPartition, next_offset: int, skip: Iterable[int] = ()) -> None:
         """Record where reading starts (a resume point) and the offsets past it already settled."""
         self.next_offset.setdefault(tp, next_offset)
+        self.floor[tp] = max(self.floor.get(tp, 0), next_offset)
         self.ahead.setdefault(tp, set()).update(o for o in skip if o >= next_offset)
 
     def polled(self, tp: TopicPartition, offset: int) -> bool:
@@ -35,7 +42,9 @@ class OffsetLedger:
         still waits in the sampler (a rebalance after an outage puts the reader back at the
         group's last commit): skip it."""
         self.next_offset[tp] = max(self.next_offset.get(tp, 0), offset + 1)
-        if offset in self.ahead.get(tp, ()) or offset in self.in_flight.get(tp, ()):
+        if offset in self.in_flight.get(tp, ()):
+            return False
+        if offset < self.floor.get(tp, 0) or offset in self.ahead.get(tp, ()):
             return False
         self.in_flight.setdefault(tp, set()).add(offset)
         return True
@@ -61,6 +70,7 @@ class OffsetLedger:
         for tp, resume in self.safe_offsets().items():
             kept = {o for o in self.ahead.get(tp, ()) if o >= resume}
             self.ahead[tp] = kept
+            self.floor[tp] = max(self.floor.get(tp, 0), resume)
             if kept:
                 out[tp] = sorted(kept)
         return out

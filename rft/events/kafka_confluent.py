@@ -818,8 +818,34 @@ class ConfluentRecordConsumer(RecordConsumer):
         revoked, self._revoked = self._revoked, set()
         return revoked
 
+    def rejoin(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._revoked |= set(self.assignment())
+        # a fenced client's close may fail (its membership is gone): it is dropped either way
+        self.close()
+        self._fatal = None
+        self._pending_seeks.clear()
+        self._pending_all = None
+
+    def _fenced(self, err: KafkaError) -> ConsumerFencedError | None:
+        """The fence a consumer error means, if it is one: a newer member with this one's
+        group.instance.id (librdkafka reports it as a fatal error or on a message)."""
+        if err.code() != KafkaError.FENCED_INSTANCE_ID and "Static consumer fenced" not in (
+            err.str() or ""
+        ):
+            return None
+        return ConsumerFencedError(
+            f"fenced: another process joined consumer group {self._group_id!r} "
+            f"with this one's group.instance.id and took over; this one commits "
+            f"nothing more ({err.name()}: {err.str()})"
+        )
+
     def _check_reachable(self) -> None:
         if self._fatal is not None:
+            fence = self._fenced(self._fatal)
+            if fence is not None:
+                raise fence
             raise TransportError(
                 f"Kafka consumer for {self._settings.bootstrap_servers} failed fatally: "
                 f"{self._fatal.name()}: {self._fatal.str()}"
@@ -841,6 +867,10 @@ class ConfluentRecordConsumer(RecordConsumer):
         try:
             messages = consumer.consume(max_records, timeout_s)
         except KafkaException as exc:
+            err = _kafka_error(exc)
+            fence = self._fenced(err) if err is not None else None
+            if fence is not None:
+                raise fence from exc
             raise TransportError(
                 f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: "
                 f"{_error_text(exc)}"
@@ -865,14 +895,9 @@ class ConfluentRecordConsumer(RecordConsumer):
                         self._topics,
                     )
                     continue
-                if err.code() == KafkaError.FENCED_INSTANCE_ID or "Static consumer fenced" in (
-                    err.str() or ""
-                ):
-                    raise ConsumerFencedError(
-                        f"fenced: another process joined consumer group {self._group_id!r} "
-                        f"with this one's group.instance.id and took over; this one commits "
-                        f"nothing more ({err.name()}: {err.str()})"
-                    )
+                fence = self._fenced(err)
+                if fence is not None:
+                    raise fence
                 raise TransportError(
                     f"consuming {m.topic()}[{m.partition()}] failed: {err.name()}: {err.str()}"
                 )
@@ -957,8 +982,16 @@ class ConfluentRecordConsumer(RecordConsumer):
         else:
             self._pending_all = spec
 
-    def seek_to_beginning(self) -> None:
-        self._seek_all(("beginning", 0))
+    def seek_to_beginning(self, partitions: Sequence[tuple[str, int]] | None = None) -> None:
+        if partitions is None:
+            self._seek_all(("beginning", 0))
+            return
+        held = set(self.assignment())
+        for tp in partitions:
+            if tp in held:
+                self._seek_assigned({tp: ("beginning", 0)})
+            else:
+                self._pending_seeks[tp] = ("beginning", 0)
 
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         self._seek_all(("timestamp", timestamp_ms))

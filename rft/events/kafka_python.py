@@ -17,6 +17,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.errors import (
+    FencedInstanceIdError,
     InvalidProducerEpochError,
     KafkaError,
     KafkaTimeoutError,
@@ -32,6 +33,7 @@ from rft.errors import BrokerUnavailableError, ConfigError, TransportError
 from rft.events.transport import (
     DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
+    ConsumerFencedError,
     GroupDescription,
     GroupMember,
     Headers,
@@ -103,6 +105,8 @@ def _client_config(
                 f"stack.kafka.extra: {key!r} is not a kafka-python setting (client kafka-python)"
             )
         if name in known:
+            if isinstance(known[name], int) and isinstance(value, str) and value.isdigit():
+                value = int(value)  # stack.kafka.extra holds librdkafka-style strings
             out[name] = value
     return out
 
@@ -555,6 +559,7 @@ class KafkaPythonRecordConsumer(RecordConsumer):
     ) -> None:
         self._settings = settings
         self._topics = list(topics)
+        self._group_id = group_id
         self._config = _client_config(
             KafkaConsumer.DEFAULT_CONFIG,
             settings,
@@ -630,6 +635,12 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         consumer = self._consumer
         try:
             batches = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except FencedInstanceIdError as exc:
+            raise ConsumerFencedError(
+                f"fenced: another process joined consumer group {self._group_id!r} "
+                f"with this one's group.instance.id and took over; this one commits nothing "
+                f"more ({exc!r})"
+            ) from exc
         except KafkaError as exc:
             raise TransportError(
                 f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: {exc!r}"
@@ -702,8 +713,16 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         else:
             self._pending_all = spec
 
-    def seek_to_beginning(self) -> None:
-        self._seek_all(("beginning", 0))
+    def seek_to_beginning(self, partitions: Sequence[tuple[str, int]] | None = None) -> None:
+        if partitions is None:
+            self._seek_all(("beginning", 0))
+            return
+        held = set(self.assignment())
+        for topic, partition in partitions:
+            if (topic, partition) in held:
+                self._seek_partitions({TopicPartition(topic, partition): ("beginning", 0)})
+            else:
+                self._pending_seeks[(topic, partition)] = ("beginning", 0)
 
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         self._seek_all(("timestamp", timestamp_ms))
@@ -711,6 +730,13 @@ class KafkaPythonRecordConsumer(RecordConsumer):
     def take_revoked(self) -> set[tuple[str, int]]:
         revoked, self._revoked = self._revoked, set()
         return revoked
+
+    def rejoin(self) -> None:
+        if self._client is not None:
+            self._revoked |= set(self.assignment())
+        self.close()
+        self._pending_seeks.clear()
+        self._pending_all = None
 
     def positions(self) -> dict[tuple[str, int], int]:
         consumer = self._consumer

@@ -6,11 +6,28 @@ topic and skipped; its offset is committed with the next commit that reaches it.
 manual; reads see committed transactions only. While Kafka is down, poll() returns nothing
 until the cluster's outage window (`stack.kafka.outage_timeout`) is spent, and commits are
 retried inside it; a commit counts as done only once the broker has acknowledged it.
+
+Rebalances: a partition revoked from (or lost by) this member and later assigned to it again,
+often in the very poll that revoked it after a session expired in an outage, is read again from
+a position the reader chooses itself, never from wherever the client happened to be: its records
+in that poll are dropped (some may predate the revocation, some follow it) and the partition is
+sought to its `Resume` position: the group's committed offset (`Resume.COMMITTED`, for members
+that drop what they held of a revoked partition, like the explorer), or one past the last record
+this reader handed out (`Resume.CONTINUE`, for members that keep what they read, like the
+trainer, whose own ledger, not the group's offset, says what it has consumed).
+
+Fences: a static member's membership can be fenced by the broker itself (a coordinator that
+restarted mid-join hands the member's instance id a new member id, and the old one is told it was
+fenced by "another consumer with the same group.instance.id"). A reader given a `fence_check`
+asks it whether another process really took over; when not, it drops its client, rejoins the
+group, and reports every partition it held as revoked, instead of ending the process.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -19,7 +36,7 @@ from typing import Any, Self
 from opentelemetry.context import Context
 
 from rft.config.connections import KafkaSettings
-from rft.errors import DecodeError, TransportError
+from rft.errors import DecodeError, FencedError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import DeadLetterParker
 from rft.events.models import Event
@@ -60,6 +77,16 @@ class Envelope:
 
 
 _Partition = tuple[str, int]
+
+# Seconds between attempts to read the group's committed offsets while Kafka is unreachable.
+COMMITTED_RETRY_S = 1.0
+
+
+class Resume(enum.Enum):
+    """Where a partition this member gets back after losing it is read from."""
+
+    COMMITTED = "committed"  # the group's committed offset: what was held is dropped
+    CONTINUE = "continue"  # one past the last record handed out: what was read is kept
 
 
 class _ParkedOffsets:
@@ -132,12 +159,27 @@ class EventReader:
         codec: EventCodec,
         parker: DeadLetterParker | None,
         window: OutageWindow | None = None,
+        resume: Resume = Resume.COMMITTED,
+        from_beginning: bool = True,
     ) -> None:
         self._consumer = consumer
         self._window = window
         self._codec = codec
         self._parker = parker
         self._parked = _ParkedOffsets()
+        self._resume = resume
+        self._from_beginning = from_beginning
+        # partitions revoked and not yet re-positioned, and those the caller has not been told of
+        self._to_reposition: set[_Partition] = set()
+        self._revoked: set[_Partition] = set()
+        # per partition, the offset after the last record handed out (or sought to)
+        self._next: dict[_Partition, int] = {}
+        self._fence_check: Callable[[], bool] | None = None
+
+    def check_fences_with(self, really_fenced: Callable[[], bool]) -> None:
+        """When the group fences this member, call `really_fenced()`: True ends the reader with
+        the fence (another process holds this member's id); False rejoins the group."""
+        self._fence_check = really_fenced
 
     @classmethod
     def open(
@@ -151,11 +193,13 @@ class EventReader:
         codec: EventCodec | None = None,
         config: Mapping[str, Any] | None = None,
         unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
+        resume: Resume = Resume.COMMITTED,
     ) -> EventReader:
         """A reader for `kafka_settings`; it joins the group on the first poll.
 
         `from_beginning` applies where the group has no committed offset yet. Without a
         `dead_letter_topic`, an undecodable record makes poll() raise DecodeError naming it.
+        `resume` says where a partition that comes back to this member is read from.
         """
         backend = kafka_backend(kafka_settings)
         codec = codec or EventCodec.default()
@@ -165,7 +209,14 @@ class EventReader:
         parker = None
         if dead_letter_topic is not None:
             parker = DeadLetterParker(backend.producer(), dead_letter_topic, group_id, codec)
-        return cls(consumer, codec, parker, kafka_outage_window(kafka_settings))
+        return cls(
+            consumer,
+            codec,
+            parker,
+            kafka_outage_window(kafka_settings),
+            resume=resume,
+            from_beginning=from_beginning,
+        )
 
     def _durably(self, what: str, step: Callable[[], None]) -> None:
         """`step` once, or, with an outage window, until Kafka acknowledges it."""
@@ -184,7 +235,26 @@ class EventReader:
 
         Raises OutageError when no broker has been reachable for the unreachable timeout.
         """
-        records = self._consumer.poll(max_events, timeout_s)
+        try:
+            records = self._consumer.poll(max_events, timeout_s)
+        except FencedError as exc:
+            if self._fence_check is None or self._fence_check():
+                raise
+            log.warning(
+                "%s; no other process holds this member's id (its fence check says so): the "
+                "broker fenced it while restarting. Rejoining the group",
+                exc,
+            )
+            self._consumer.rejoin()
+            records = []
+        revoked = self._consumer.take_revoked()
+        if revoked:
+            self._revoked |= revoked
+            self._to_reposition |= revoked
+            for tp in revoked:
+                self._parked.forget(tp)
+        if self._to_reposition:
+            records = self._reposition(records)
         envelopes: list[Envelope] = []
         decode = self._codec.decode
         for i, r in enumerate(records):
@@ -199,12 +269,62 @@ class EventReader:
                     raise type(exc)(f"{r.topic}[{r.partition}]@{r.offset}: {exc}") from exc
                 self._parker.park(r, exc)
                 self._parked.parked(tp, r.offset)
+                self._next[tp] = r.offset + 1
                 continue
             self._parked.polled(tp, r.offset)
+            self._next[tp] = r.offset + 1
             envelopes.append(
                 Envelope(event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms)
             )
         return envelopes
+
+    def _reposition(self, records: list[Any]) -> list[Any]:
+        """Seek each revoked partition that this member holds again to its `Resume` position,
+        and drop its records from `records`: they are read again from there."""
+        back = self._to_reposition & set(self._consumer.assignment())
+        if not back:
+            return records
+        self._to_reposition -= back
+        targets = self._resume_positions(back)
+        moved: set[_Partition] = set()
+        for tp in sorted(back):
+            target = targets.get(tp)
+            if target is not None:
+                self._consumer.seek(tp[0], tp[1], target)
+                self._next[tp] = target
+                why = (
+                    "the group's committed offset"
+                    if self._resume is Resume.COMMITTED
+                    else "after the last record read"
+                )
+            elif self._from_beginning:
+                # nothing committed and nothing read yet: the group's first read of it
+                self._consumer.seek_to_beginning([tp])
+                self._next.pop(tp, None)
+                target, why = 0, "its start: nothing committed"
+            else:
+                continue  # a group that starts at the end: where the client put it is right
+            moved.add(tp)
+            log.info("%s[%d] assigned again: read from %d (%s)", tp[0], tp[1], target, why)
+        return [r for r in records if (r.topic, r.partition) not in moved]
+
+    def _resume_positions(self, partitions: set[_Partition]) -> dict[_Partition, int]:
+        if self._resume is Resume.CONTINUE:
+            return {tp: self._next[tp] for tp in partitions if tp in self._next}
+        while True:
+            try:
+                found = self._consumer.committed(timeout_s=10.0)
+                break
+            except TransportError as exc:
+                # the group's offsets are the truth for a member that dropped what it held:
+                # wait for them (within the outage window) rather than guess
+                if self._window is None:
+                    raise
+                self._window.failed(f"reading the group's committed offsets: {exc}")
+                time.sleep(COMMITTED_RETRY_S)
+        return {
+            (o.topic, o.partition): o.offset for o in found if (o.topic, o.partition) in partitions
+        }
 
     def _rewind(self, unread: Sequence[Any]) -> None:
         # Without a dead-letter topic, nothing after the bad record may be skipped: put every
@@ -263,10 +383,9 @@ class EventReader:
     def take_revoked(self) -> set[tuple[str, int]]:
         """Partitions revoked from (or lost by) this member since the last call; what this reader
         knew of them is dropped. Envelopes of them that a caller still holds must not be
-        committed: the partition's new owner reads them again from the group's offset."""
-        revoked = self._consumer.take_revoked()
-        for tp in revoked:
-            self._parked.forget(tp)
+        committed: whoever holds the partition next, this member included, reads them again
+        from the group's committed offset (`Resume.COMMITTED`)."""
+        revoked, self._revoked = self._revoked, set()
         return revoked
 
     def positions(self) -> dict[tuple[str, int], int]:
@@ -294,16 +413,19 @@ class EventReader:
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `topic`[`partition`] from `offset` on (now, or once the partition is assigned)."""
         self._parked.forget((topic, partition))
+        self._next[(topic, partition)] = offset
         self._consumer.seek(topic, partition, offset)
 
     def seek_to_beginning(self) -> None:
         """Re-read every assigned partition (or the first assignment) from its start."""
         self._parked.forget()
+        self._next.clear()
         self._consumer.seek_to_beginning()
 
     def seek_to_timestamp(self, timestamp_ms: int) -> None:
         """Read from the first record at or after `timestamp_ms` (ms since the epoch)."""
         self._parked.forget()
+        self._next.clear()
         self._consumer.seek_to_timestamp(timestamp_ms)
 
     def close(self) -> None:

@@ -20,7 +20,7 @@ from rft.config.connections import KafkaSettings
 from rft.errors import BrokerUnavailableError, ConfigError, FencedError, TransportError
 from rft.events.record_size import refuse_oversized
 from rft.registry import Registry
-from rft.stack.outage_window import OutageWindow
+from rft.stack.outage_window import kafka_outage_window as kafka_outage_window  # re-exported
 
 Headers = list[tuple[str, bytes]]
 
@@ -37,16 +37,6 @@ class TransactionError(TransportError):
         super().__init__(message)
         self.requires_abort = requires_abort
         self.retriable = retriable and not requires_abort
-
-
-def kafka_outage_window(settings: KafkaSettings, timeout_s: float | None = None) -> OutageWindow:
-    """The process's outage window for this cluster (default limit: its outage_timeout)."""
-    return OutageWindow(
-        "kafka",
-        settings.bootstrap_servers,
-        settings.outage_timeout if timeout_s is None else timeout_s,
-        "stack.kafka.outage_timeout",
-    )
 
 
 def retriable_in_outage(exc: Exception) -> bool:
@@ -345,7 +335,17 @@ class RecordConsumer(_Closing):
     def seek(self, topic: str, partition: int, offset: int) -> None: ...
 
     @abstractmethod
-    def seek_to_beginning(self) -> None: ...
+    def rejoin(self) -> None:
+        """Drop the client after the broker fenced its group membership although no other
+        process holds this member's id (a static member can fence itself when the coordinator
+        restarts mid-join). The next call makes a new client, which joins the group afresh and
+        reads each partition it gets from the group's committed offset; every partition held
+        now counts as revoked (take_revoked)."""
+
+    @abstractmethod
+    def seek_to_beginning(self, partitions: Sequence[tuple[str, int]] | None = None) -> None:
+        """Move `partitions` (default: every assigned one, or the first assignment) to their
+        oldest kept record."""
 
     @abstractmethod
     def seek_to_timestamp(self, timestamp_ms: int) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rft.config.connections import KafkaSettings
 from rft.errors import OutageError
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,16 @@ class OutageWindow:
                 continue
             self.succeeded()
             return result
+
+
+def kafka_outage_window(settings: KafkaSettings, timeout_s: float | None = None) -> OutageWindow:
+    """The process's outage window for this cluster (default limit: its outage_timeout)."""
+    return OutageWindow(
+        "kafka",
+        settings.bootstrap_servers,
+        settings.outage_timeout if timeout_s is None else timeout_s,
+        "stack.kafka.outage_timeout",
+    )
 
 
 def forget_outages() -> None:

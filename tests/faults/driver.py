@@ -142,6 +142,8 @@ class LoopRun:
     # a rebalance; the short form shortens it (stack.kafka.extra) to stay within its budget
     session_timeout_ms: int | None = None
     shuffle: bool = True  # inject in a seeded order; False keeps the order of `kinds`
+    client: str = "confluent"  # stack.kafka.client of every process of the run
+    batch_size: int = 2  # tasks per explorer step (each rolled out 4 times)
     injected: list[tuple[str, str]] = field(default_factory=list)
     tampered: dict[int, int] = field(default_factory=dict)
     components: dict[str, Component] = field(default_factory=dict)
@@ -173,7 +175,7 @@ class LoopRun:
             },
             "model": {"model_path": "tiny", "max_prompt_tokens": 64, "max_response_tokens": 8},
             "buffer": {
-                "batch_size": 2,
+                "batch_size": self.batch_size,
                 "total_steps": self.steps,
                 "explorer_input": {
                     "default_workflow_type": "math_workflow",
@@ -186,7 +188,7 @@ class LoopRun:
                         "generator_args": {
                             "digits": 1,
                             "operators": ["+"],
-                            "num_tasks": 2 * self.steps,
+                            "num_tasks": self.batch_size * self.steps,
                         },
                         "format": {"prompt_key": "question", "response_key": "answer"},
                     },
@@ -203,6 +205,7 @@ class LoopRun:
             "stack": {
                 "kafka": {
                     "bootstrap_servers": self.stack.kafka.bootstrap_servers,
+                    "client": self.client,
                     "extra": (
                         {"session.timeout.ms": str(self.session_timeout_ms)}
                         if self.session_timeout_ms
@@ -441,6 +444,27 @@ def kafka_restart(run: LoopRun, rng: random.Random) -> str:
     time.sleep(down_s)
     local.up(timeout_s=180, services=["kafka"])
     return f"kill -9 of the broker after v{target}, down {down_s:.1f}s, restarted"
+
+
+@FAULTS.register("kafka_outage")
+def kafka_outage(run: LoopRun, rng: random.Random) -> str:
+    """A broker `kill -9` and an outage longer than the consumers' session timeout: every group
+    member's session expires while the broker is away, so each group rebalances when it is back
+    (the members' partitions are revoked, or lost, and assigned again)."""
+    local = run.local
+    if local is None:
+        raise DriverError("kafka_outage needs a private stack")
+    target = run.published_versions() + rng.randint(1, 3)
+    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
+    time.sleep(rng.uniform(0, 3))
+    pid = local.status().service("kafka").pid
+    assert pid
+    os.kill(pid, signal.SIGKILL)
+    session_s = (run.session_timeout_ms or 45_000) / 1000
+    down_s = session_s + rng.uniform(2, 8)
+    time.sleep(down_s)
+    local.up(timeout_s=180, services=["kafka"])
+    return f"kill -9 of the broker after v{target}, down {down_s:.1f}s (session {session_s:g}s)"
 
 
 @FAULTS.register("minio_restart")

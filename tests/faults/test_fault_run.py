@@ -44,9 +44,9 @@ def assert_clean(run: LoopRun, report) -> None:
     dead = report.facts
     for topic, n in run.corrupt_sent.items():
         assert dead.get(f"  from {topic}", 0) >= n, f"corrupt record in {topic} not parked\n{table}"
-    assert report.facts["tasks published"] == 2 * run.steps, table
+    assert report.facts["tasks published"] == run.batch_size * run.steps, table
     assert report.facts["tasks not reached by the explorers"] == 0, table
-    assert report.facts["experiences trained"] == 2 * 4 * run.steps, table
+    assert report.facts["experiences trained"] == run.batch_size * 4 * run.steps, table
     assert report.facts["stored versions failing verification now"] == len(run.tampered), table
 
 

@@ -84,3 +84,26 @@ def test_a_reread_hands_out_each_offset_once(n: int, data: st.DataObject) -> Non
     back_to = data.draw(st.integers(0, n - 1))
     again = [o for o in range(back_to, n) if ledger.polled(tp, o)]
     assert handed == list(range(n)) and again == []
+
+
+@given(st.integers(1, 60), st.data())
+def test_a_reader_put_back_behind_forgotten_offsets_trains_nothing_twice(
+    n: int, data: st.DataObject
+) -> None:
+    """A rebalance after an outage can hand a partition back at the group's older committed
+    offset, after the ledger has already forgotten the settled offsets behind its resume point
+    (settled_ahead prunes them at each publish): re-reading from there yields only what is
+    still unsettled and was never handed to the sampler, that is nothing below the resume point."""
+    settled = data.draw(st.sets(st.integers(0, n - 1)))
+    tp = ("exp", 0)
+    ledger = OffsetLedger()
+    ledger.start(tp, 0)
+    for off in range(n):
+        ledger.polled(tp, off)
+    for off in settled:
+        ledger.settled(tp, off)
+    ledger.settled_ahead()  # a version is published: the settled offsets behind it are forgotten
+    committed = data.draw(st.integers(0, n))  # where the group's older commit puts the reader
+    fresh = [off for off in range(committed, n + 3) if ledger.polled(tp, off)]
+    # only offsets never read before come back as new; every settled or in-flight one is skipped
+    assert fresh == [off for off in range(committed, n + 3) if off >= n]
