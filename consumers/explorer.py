@@ -61,7 +61,6 @@ from rft.events.transport import (
     TransactionError,
     kafka_backend,
     kafka_outage_window,
-    retriable_in_outage,
 )
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
@@ -229,8 +228,7 @@ class Explorer:
         ):
             # Claim the explorer id now, not at the first step's commit: an explorer process
             # already running with this id is fenced at once (its next transaction fails).
-            tx.begin()
-            tx.commit()
+            tx.claim()
             tasks.check_fences_with(lambda: self._taken_over(tx))
             log.info(
                 "explorer %s holds transactional id %r: an earlier process with this id is fenced",
@@ -321,15 +319,8 @@ class Explorer:
         which fences this one's producer; a producer that can still commit an empty transaction
         means the broker fenced the membership on its own (a static member after a coordinator
         restart). When the claim cannot be made for another reason, the fence stands."""
-
-        def claim() -> None:
-            tx.begin()
-            tx.commit()
-
         try:
-            kafka_outage_window(self.cfg.stack.kafka).call(
-                "claiming the explorer id again", claim, retriable_in_outage
-            )
+            tx.claim()
         except FencedError:
             return True
         except TransportError as exc:

@@ -256,6 +256,7 @@ class TrainerLoop:
     def ingest(self, wait_s: float = 1.0) -> int:
         """Poll experiences into the ledger and the sampler; how many were read."""
         got = self.clients.experiences.poll(500, timeout_s=wait_s)
+        self.check_claim_after_rebalance()
         if self.clients.mirror is not None:
             self.clients.mirror.write(e.event for e in got if isinstance(e.event, Experience))
         for env in got:
@@ -281,6 +282,24 @@ class TrainerLoop:
             )
             self.ledger.settled(tp, env.offset)
         return len(got)
+
+    def check_claim_after_rebalance(self) -> None:
+        """A trainer that lost its partitions (its session expired in a pause or an outage) may
+        have been replaced by another one meanwhile. It learns that now, from its producer (an
+        empty transaction, which fails for a fenced one), and stops with the fence, instead of
+        training and uploading a version while it holds partitions the newcomer needs."""
+        reader = self.clients.experiences
+        writer = self.clients.writer
+        if not isinstance(reader, EventReader) or not reader.take_revoked():
+            return
+        if writer.in_transaction:
+            return
+        try:
+            writer.claim()
+        except FencedError:
+            raise
+        except TransportError as exc:
+            log.warning("could not check the run's claim after a rebalance: %s", exc)
 
     def _consume_span(self, env: Envelope, exp: Experience) -> SpanContext:
         """A span, child of the experience's produce span, marking that the trainer read it;

@@ -34,10 +34,10 @@ from producers.task_publisher import TaskPublisher
 from producers.task_selectors import ONLINE_TASK_SELECTORS, OnlineTaskSelector
 from producers.taskset_reader import LoadedTaskset
 from rft.config import RftConfig
-from rft.errors import ConfigError
+from rft.errors import ConfigError, FencedError, TransportError
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader, Resume
-from rft.events.transport import TopicPartitionOffset
+from rft.events.transport import TopicPartitionOffset, kafka_outage_window
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka
 from rft.tracing.spans import publish_span
@@ -228,22 +228,34 @@ class TaskFeeder:
             {"round": round_index + 1, "published": s.published + len(tasks)},
             separators=(",", ":"),
         )
-        tx.begin()
-        try:
-            for task in tasks:
-                with publish_span(task, self.plan.topics.tasks):  # a trace per task starts here
-                    tx.send(self.plan.topics.tasks, task, key=task.task_id)
-            tx.send_offset_positions(
-                reader,
-                [
-                    TopicPartitionOffset(t, p, o, state)
-                    for (t, p), o in sorted(self._positions.items())
-                ],
-            )
-            tx.commit()
-        except BaseException:
-            tx.abort()
-            raise
+        while True:
+            tx.begin()
+            try:
+                for task in tasks:
+                    with publish_span(task, self.plan.topics.tasks):  # a trace per task
+                        tx.send(self.plan.topics.tasks, task, key=task.task_id)
+                tx.send_offset_positions(
+                    reader,
+                    [
+                        TopicPartitionOffset(t, p, o, state)
+                        for (t, p), o in sorted(self._positions.items())
+                    ],
+                )
+                tx.commit()
+                break
+            except FencedError:
+                raise  # another feeder took the run over: it publishes the rounds from here
+            except TransportError as exc:
+                # An outage, or a rebalance after one (the group moved to a new generation and
+                # refused the offsets): nothing of the round is visible. Abort, let the reader
+                # rejoin (one poll), and publish the same round again, within the outage window.
+                tx.abort()
+                kafka_outage_window(self.cfg.stack.kafka).failed(f"round {round_index}: {exc}")
+                log.warning("round %d not committed (%s): publishing it again", round_index, exc)
+                self._observe(reader.poll(500, timeout_s=1.0))
+            except BaseException:
+                tx.abort()
+                raise
         s.rounds = round_index + 1
         s.published += len(tasks)
         s.rounds_this_run.append([t.index for t in tasks])

@@ -49,6 +49,15 @@ def stack() -> Iterator[StackSettings]:
         local.down(result.started)
 
 
+@pytest.fixture(autouse=True)
+def _reached_addresses(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
+    """Each test keeps its own record of the addresses rft processes reached (first contact
+    waits out an outage only at an address reached before): a closed port that one test uses as
+    "nothing there" must not be one another test's private stack once answered on."""
+    record = tmp_path_factory.mktemp("reached") / "reached.json"
+    monkeypatch.setenv("RFT_REACHED_FILE", str(record))
+
+
 @dataclass
 class _ModuleTopics:
     """The `unique` names this module's tests used on the session stack."""

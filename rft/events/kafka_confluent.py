@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn, cast
@@ -50,11 +49,13 @@ from rft.events.transport import (
     Record,
     RecordConsumer,
     RecordProducer,
+    StuckCallError,
     TopicAdmin,
     TopicInfo,
     TopicPartitionOffset,
     TopicSpec,
     TransactionError,
+    bounded_call,
     commit_metadata_text,
     fenced_message,
     group_state_name,
@@ -112,9 +113,6 @@ _LEADER_SETTLING = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
-
-# Seconds past its own timeout that a transaction call may block before the producer is given up.
-_STUCK_GRACE_S = 20.0
 
 # Errors of a call that reached no broker or coordinator: nothing happened, it may be repeated.
 _UNAVAILABLE = frozenset(
@@ -633,33 +631,21 @@ class ConfluentRecordProducer(RecordProducer):
     ) -> None:
         tps = [_to_tp(o) for o in offsets]
         # librdkafka can block in this call past its timeout when the group coordinator went
-        # away and came back (confluentinc/librdkafka#5456): the call runs on a thread of its
-        # own, and a producer stuck in it is given up (see abort_transaction).
-        outcome: list[BaseException | None] = []
-
-        def send() -> None:
-            try:
-                self._transactional(
+        # away and came back (confluentinc/librdkafka#5456): a producer stuck in it is given up
+        # (see abort_transaction).
+        try:
+            bounded_call(
+                f"transaction send_offsets for transactional.id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers}",
+                lambda: self._transactional(
                     "send_offsets",
                     lambda p: p.send_offsets_to_transaction(tps, group_metadata, timeout_s),  # type: ignore[call-arg]
-                )
-                outcome.append(None)
-            except BaseException as exc:  # handed to the caller's thread below
-                outcome.append(exc)
-
-        worker = threading.Thread(target=send, name="rft-send-offsets", daemon=True)
-        worker.start()
-        worker.join(timeout_s + _STUCK_GRACE_S)
-        if not outcome:
-            self._stuck = True
-            raise TransactionError(
-                f"transaction send_offsets for transactional.id {self._transactional_id!r} on "
-                f"{self._settings.bootstrap_servers} still blocked {timeout_s + _STUCK_GRACE_S:g}s "
-                "after its timeout; the producer is given up and the transaction aborted",
-                requires_abort=True,
+                ),
+                timeout_s,
             )
-        if outcome[0] is not None:
-            raise outcome[0]
+        except StuckCallError:
+            self._stuck = True
+            raise
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction(timeout_s))

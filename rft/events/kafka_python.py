@@ -44,11 +44,13 @@ from rft.events.transport import (
     Record,
     RecordConsumer,
     RecordProducer,
+    StuckCallError,
     TopicAdmin,
     TopicInfo,
     TopicPartitionOffset,
     TopicSpec,
     TransactionError,
+    bounded_call,
     commit_metadata_text,
     fenced_message,
     group_state_name,
@@ -393,6 +395,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         self._initialised = False
         self._failures: list[str] = []
         self._fenced: str | None = None  # a delivery refused because a newer producer took over
+        self._stuck = False  # a call blocked past its bound: the client is replaced at abort
 
     @property
     def _producer(self) -> KafkaProducer:
@@ -510,16 +513,45 @@ class KafkaPythonRecordProducer(RecordProducer):
             TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
             for o in offsets
         }
-        self._transactional(
-            "send_offsets", lambda p: p.send_offsets_to_transaction(mapping, group_metadata)
-        )
+        # kafka-python waits for this call without a timeout, and retries a group that is
+        # rebalancing forever: after an outage the group waits for this very process to rejoin,
+        # which it cannot while blocked here. A producer stuck in it is given up (abort).
+        try:
+            bounded_call(
+                f"transaction send_offsets for transactional_id {self._transactional_id!r} on "
+                f"{self._settings.bootstrap_servers}",
+                lambda: self._transactional(
+                    "send_offsets", lambda p: p.send_offsets_to_transaction(mapping, group_metadata)
+                ),
+                timeout_s,
+            )
+        except StuckCallError:
+            self._stuck = True
+            raise
 
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction())
 
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
-        self._transactional("abort", lambda p: p.abort_transaction())
+        if not self._stuck:
+            self._transactional("abort", lambda p: p.abort_transaction())
+            return
+        # A producer stuck in a call takes no more calls. A new producer with the same
+        # transactional_id fences it when it initialises, and the broker aborts the transaction
+        # it left open: the abort this call promises.
+        log.warning(
+            "transactional producer %r is unusable (stuck in a call); replacing it: its open "
+            "transaction is aborted when the new one initialises",
+            self._transactional_id,
+        )
+        client, self._client = self._client, None
+        self._initialised, self._stuck = False, False
+        if client is not None:
+            try:
+                client.close(timeout=0)
+            except KafkaError as exc:
+                log.warning("closing the stuck producer %r: %r", self._transactional_id, exc)
 
     def close(self) -> None:
         if self._client is not None:

@@ -245,7 +245,7 @@ class EventReader:
                 "broker fenced it while restarting. Rejoining the group",
                 exc,
             )
-            self._consumer.rejoin()
+            self.rejoin()
             records = []
         revoked = self._consumer.take_revoked()
         if revoked:
@@ -387,6 +387,12 @@ class EventReader:
         from the group's committed offset (`Resume.COMMITTED`)."""
         revoked, self._revoked = self._revoked, set()
         return revoked
+
+    def rejoin(self) -> None:
+        """Leave the group and join it again with a new client (after a fence the broker made
+        on its own). Every partition held counts as revoked (take_revoked), and each one that
+        comes back is read from its `Resume` position."""
+        self._consumer.rejoin()
 
     def positions(self) -> dict[tuple[str, int], int]:
         """The next offset to read of each assigned partition whose position is known."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,46 @@ class TransactionError(TransportError):
         super().__init__(message)
         self.requires_abort = requires_abort
         self.retriable = retriable and not requires_abort
+
+
+# Seconds past its own timeout that a client call may block before the client is given up.
+STUCK_GRACE_S = 20.0
+
+
+class StuckCallError(TransactionError):
+    """A client call still blocked well past its timeout: the client is given up (the caller
+    replaces it; a new transactional producer fences the old one and aborts what it left open)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, requires_abort=True)
+
+
+def bounded_call(what: str, action: Callable[[], None], timeout_s: float) -> None:
+    """`action()` on a thread of its own, waited for `timeout_s` + STUCK_GRACE_S.
+
+    Some client calls can block past their own timeout, or without one: a transactional offset
+    commit that waits for its consumer group while the group waits for this very process to
+    rejoin (it cannot poll while blocked here), seen after an outage with both clients. Such a
+    call raises StuckCallError instead of hanging the process; its thread is left behind."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            action()
+            outcome.append(None)
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, name=f"rft-{what}", daemon=True)
+    worker.start()
+    worker.join(timeout_s + STUCK_GRACE_S)
+    if not outcome:
+        raise StuckCallError(
+            f"{what} still blocked {timeout_s + STUCK_GRACE_S:g}s after its timeout; the client "
+            "is given up and its transaction aborted"
+        )
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 def retriable_in_outage(exc: Exception) -> bool:

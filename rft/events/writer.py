@@ -201,6 +201,13 @@ class EventWriter:
         for reader, offsets in sent:
             reader.mark_committed(offsets)
 
+    def claim(self) -> None:
+        """An empty transaction, ridden through outages: it claims the transactional id (an
+        older producer with it is fenced) and proves this one still holds it (a newer one
+        took it over: ProducerFencedError)."""
+        self.begin()
+        self.commit()
+
     def abort(self) -> None:
         self._in_transaction = False
         self._offsets_sent = []

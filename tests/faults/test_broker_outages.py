@@ -56,7 +56,9 @@ def test_repeated_broker_outages(
     report = run.execute(timeout_s=1300)
     assert_clean(run, report)
     assert not run.skipped, "\n".join(fault_table(run, report))
-    fenced = [c.name for c in run.components.values() if "fenced:" in c.all_output()]
+    # a process ends on a fence with "rft <verb>: error: fenced: ..."; a fence the broker made
+    # on its own is logged as a warning and the member rejoins
+    fenced = [c.name for c in run.components.values() if "error: fenced" in c.all_output()]
     assert not fenced, f"a broker restart reported as a fence by {fenced}\n" + "\n".join(
         fault_table(run, report)
     )

@@ -104,3 +104,31 @@ def test_long_fault_run(private_stack: LocalStack, tmp_path: Path, unique: str) 
     report = run.execute(timeout_s=2200)
     assert_clean(run, report)
     assert not run.skipped, "\n".join(fault_table(run, report))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(5400)
+def test_ten_thousand_experience_fault_run(
+    private_stack: LocalStack, tmp_path: Path, unique: str
+) -> None:
+    """The long form at scale: two explorers, 160 steps of 16 tasks x 4 rollouts (10,240
+    experiences), every kind of the long form plus repeated broker outages longer than the
+    session timeout and, last, the fence (a second trainer takes the run over)."""
+    s = seed()
+    kinds = long_kinds(s) + ["kafka_outage"] * 3 + ["fence"]
+    run = LoopRun(
+        private_stack.stack_settings(),
+        tmp_path,
+        s,
+        kinds,
+        steps=160,
+        explorers=2,
+        local=private_stack,
+        name=unique,
+        session_timeout_ms=10_000,
+        batch_size=16,
+    )
+    report = run.execute(timeout_s=5000)
+    assert_clean(run, report)
+    assert report.facts["experiences trained"] >= 10_000
+    assert not run.skipped, "\n".join(fault_table(run, report))

@@ -15,8 +15,10 @@ import pytest
 import yaml
 
 from rft.config.connections import KafkaSettings, StackSettings
-from rft.errors import UnreachableAddressError
+from rft.errors import OutageError, UnreachableAddressError
 from rft.stack.first_contact import require_kafka, require_object_store
+from rft.stack.outage_window import forget_outages
+from rft.stack.reached_addresses import remember_reached
 from rft.storage import S3ObjectStore
 from tests.integration.test_rft_loop import run_config
 
@@ -92,3 +94,16 @@ def test_components_exit_at_once_on_an_address_nothing_answers(
     )
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"rft {verb}: error: {key}" in done.stderr and nowhere in done.stderr
+
+
+def test_an_address_reached_before_that_is_down_now_is_an_outage_ridden_out() -> None:
+    """A process started while a broker it reached before is down (a supervisor restarting a
+    trainer mid-outage) waits within stack.kafka.outage_timeout instead of failing at once, and
+    past that limit ends with the outage, naming the service, the address and the key."""
+    address = f"127.0.0.1:{closed_port()}"
+    remember_reached("kafka", address)
+    forget_outages()
+    with pytest.raises(OutageError) as caught:
+        require_kafka(KafkaSettings(bootstrap_servers=address, outage_timeout=3.0))
+    message = str(caught.value)
+    assert address in message and "stack.kafka.outage_timeout" in message

@@ -16,7 +16,7 @@ from rft.config.connections import KafkaSettings
 from rft.errors import DecodeError, FencedError, OutageError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Metric
-from rft.events.reader import Envelope, EventReader
+from rft.events.reader import Envelope, EventReader, Resume
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.transport import ProducerFencedError, TopicSpec, kafka_backend
 from rft.events.writer import EventWriter
@@ -542,3 +542,50 @@ def test_a_consumer_with_a_small_prefetch_still_reads_everything(
     with EventReader(consumer, EventCodec.default(), None) as reader:
         got = read(reader, 8)
     assert sorted(e.event.experience_id for e in got) == [f"e{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("resume", [Resume.COMMITTED, Resume.CONTINUE])
+def test_a_partition_handed_back_is_read_from_the_readers_resume_position(
+    kafka: KafkaSettings, unique: str, resume: Resume
+) -> None:
+    """After a member loses its partitions and gets them straight back (here: it rejoins the
+    group, as after a fence the broker made on its own), a COMMITTED reader reads each one again
+    from the group's committed offset (or its start), and a CONTINUE reader goes on after the
+    last record it handed out: nothing skipped, and for CONTINUE nothing handed out twice."""
+    topic = make_topic(kafka, f"t.{unique}.back", partitions=2)
+    sent = [metric(i) for i in range(40)]
+    with EventWriter.open(kafka) as writer:
+        for m in sent:
+            writer.send(topic, m, key=str(m.step))
+    with EventReader.open(kafka, f"g-{unique}", [topic], resume=resume) as reader:
+        before = read(reader, 20)
+        committed = reader.commit(before[:5])
+        held = set(reader.assignment())
+        reader.rejoin()
+        after = read(
+            reader,
+            0,
+            until=lambda got: (
+                {e.event.step for e in before + got} == set(range(40))
+                and set(reader.assignment()) == held
+            ),
+        )
+        after += read_nothing_more(reader, 2.0)
+        assert reader.take_revoked() == held
+    starts = {(c.topic, c.partition): c.offset for c in committed}
+    for tp in held:
+        again = [e.offset for e in after if (e.topic, e.partition) == tp]
+        handed = [e.offset for e in before if (e.topic, e.partition) == tp]
+        if resume is Resume.CONTINUE:
+            expected_start = max(handed) + 1 if handed else None
+        else:
+            expected_start = starts.get(tp, min(handed) if handed else None)
+        if again and expected_start is not None:
+            assert again[0] == expected_start, (tp, again[:3], expected_start)
+        assert again == sorted(set(again))  # in order, each once, within the re-read
+    steps = [e.event.step for e in after]
+    if resume is Resume.CONTINUE:
+        assert sorted(e.event.step for e in before + after) == list(range(40))
+    else:
+        assert {e.event.step for e in before} | set(steps) == set(range(40))
+        assert len(steps) == len(set(steps))
