@@ -34,6 +34,7 @@ from consumers.explorer_env import apply_env_vars
 from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.explorer_sync import ExplorerSync
 from consumers.run_plan import RunPlan
+from consumers.task_order import OrderedTasks, PartitionEnds
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
 from rft.config import RftConfig
@@ -130,6 +131,10 @@ class Explorer:
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
         self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
+        # the tasks of this member's partitions, handed out in the order they were published
+        self._order = OrderedTasks(
+            PartitionEnds(cfg.stack.kafka, self.plan.explorer_group, self.plan.tasks_start)
+        )
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -290,21 +295,24 @@ class Explorer:
         return self.summary
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
-        """Up to batch_size tasks; waits a little for a full batch, returns what it has.
+        """Up to batch_size tasks, in the order they were published over all of this member's
+        partitions (consumers.task_order); waits a little for a full batch, returns what it has.
 
-        A rebalance happens inside poll: tasks already taken from a partition this member has
-        just lost are dropped from the batch (its new owner reads them from the group's committed
+        A rebalance happens inside poll: tasks already taken or buffered from a partition this
+        member has just lost are dropped (its new owner reads them from the group's committed
         offset), so the step's transaction never commits offsets of a partition it does not
         hold. No transaction is open while this polls: each step's begins after its rollouts.
         """
         want = self.plan.batch_size
-        batch, self._carried = self._carried[:want], self._carried[want:]
+        self._order.merge.add(self._carried)
+        self._carried = []
+        batch: list[Envelope] = []
         deadline = time.monotonic() + 5.0
-        while len(batch) < want and not stop.is_set():
-            batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
-            batch = drop_revoked(batch, tasks.take_revoked())
-            if time.monotonic() > deadline:
+        while not stop.is_set():
+            batch += self._order.take(tasks, want - len(batch))
+            if len(batch) >= want or time.monotonic() > deadline:
                 break
+            batch = drop_revoked(batch, self._order.poll(tasks, timeout_s=1.0))
         return batch
 
     def _group_committed(self) -> list[TopicPartitionOffset]:
@@ -414,6 +422,7 @@ class Explorer:
                     log.warning("step %d: %s; aborted, committing again", step, exc)
                     self._carried += tasks.poll(self.plan.batch_size, timeout_s=1.0)
                     lost = tasks.take_revoked()
+                    self._order.drop(lost)
                     self._carried = drop_revoked(self._carried, lost)
                     batch = drop_revoked(batch, lost)
                     held = {e.event.task_id for e in batch if isinstance(e.event, Task)}
@@ -515,6 +524,7 @@ class Explorer:
         )
         tx.abort()
         tasks.rewind(batch)
+        self._order.drop({(e.topic, e.partition) for e in batch})  # read again from the rewind
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""
