@@ -45,7 +45,7 @@ def read_eval_tasks(
     quiet_s: float = 2.0,
     dead_letter_topic: str | None = None,
 ) -> dict[str, list[Task]]:
-    """Every Task on the eval topic, by taskset, read to its end once.
+    """Every Task on the eval topic, by taskset in published order, read to its end once.
 
     The topic is published before anyone evaluates, so its end is where it stays quiet for
     `quiet_s`. With `expect_tasks`, an empty topic is waited on until `timeout_s`. An
@@ -68,7 +68,8 @@ def read_eval_tasks(
                 quiet_since = quiet_since or time.monotonic()
                 if time.monotonic() - quiet_since > quiet_s:
                     break
-    return found
+    # read partition by partition; evaluated in the order they were published (file order)
+    return {name: sorted(tasks, key=lambda t: t.published_order) for name, tasks in found.items()}
 
 
 @dataclass(frozen=True)

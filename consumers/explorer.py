@@ -34,6 +34,7 @@ from consumers.explorer_env import apply_env_vars
 from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.explorer_sync import ExplorerSync
 from consumers.run_plan import RunPlan
+from consumers.task_order import OrderedTasks, PartitionEnds
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
 from rft.config import RftConfig
@@ -131,6 +132,10 @@ class Explorer:
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
         self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
+        # the tasks of this member's partitions, handed out in the order they were published
+        self._order = OrderedTasks(
+            PartitionEnds(cfg.stack.kafka, self.plan.explorer_group, self.plan.tasks_start)
+        )
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -291,26 +296,26 @@ class Explorer:
         return self.summary
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
-        """Up to batch_size tasks; waits a little for a full batch, returns what it has.
+        """Up to batch_size tasks, in the order they were published over all of this member's
+        partitions (consumers.task_order); waits a little for a full batch, returns what it has.
 
-        A rebalance happens inside poll: tasks already taken from a partition this member has
-        just lost are dropped (held in the batch or carried from an earlier step), and whoever
-        holds the partition next reads them again from the group's committed offset: another
-        member, or this one when the partition comes straight back (the reader seeks it there,
-        `Resume.COMMITTED`), so no task is ever skipped past the commit and the step's
-        transaction never commits offsets of a partition it does not hold. No transaction is
-        open while this polls: each step's begins after its rollouts.
+        A rebalance happens inside poll: tasks already taken or buffered from a partition this
+        member has just lost are dropped, and whoever holds the partition next reads them again
+        from the group's committed offset: another member, or this one when the partition comes
+        straight back (the reader seeks it there, `Resume.COMMITTED`), so no task is ever skipped
+        past the commit and the step's transaction never commits offsets of a partition it does
+        not hold. No transaction is open while this polls: each step's begins after its rollouts.
         """
         want = self.plan.batch_size
-        batch, self._carried = self._carried[:want], self._carried[want:]
+        self._order.merge.add(self._carried)
+        self._carried = []
+        batch: list[Envelope] = []
         deadline = time.monotonic() + 5.0
-        while len(batch) < want and not stop.is_set():
-            batch.extend(tasks.poll(want - len(batch), timeout_s=1.0))
-            lost = tasks.take_revoked()
-            batch = drop_revoked(batch, lost)
-            self._carried = drop_revoked(self._carried, lost)
-            if time.monotonic() > deadline:
+        while not stop.is_set():
+            batch += self._order.take(tasks, want - len(batch))
+            if len(batch) >= want or time.monotonic() > deadline:
                 break
+            batch = drop_revoked(batch, self._order.poll(tasks, timeout_s=1.0))
         return batch
 
     def _taken_over(self, tx: EventWriter) -> bool:
@@ -437,6 +442,7 @@ class Explorer:
                     log.warning("step %d: %s; aborted, committing again", step, exc)
                     self._carried += tasks.poll(self.plan.batch_size, timeout_s=1.0)
                     lost = tasks.take_revoked()
+                    self._order.drop(lost)
                     self._carried = drop_revoked(self._carried, lost)
                     batch = drop_revoked(batch, lost)
                     held = {e.event.task_id for e in batch if isinstance(e.event, Task)}
@@ -538,6 +544,7 @@ class Explorer:
         )
         tx.abort()
         tasks.rewind(batch)
+        self._order.drop({(e.topic, e.partition) for e in batch})  # read again from the rewind
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""

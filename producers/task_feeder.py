@@ -216,8 +216,9 @@ class TaskFeeder:
         rows = len(self.taskset.rows)
         tasks: list[Task] = []
         for position in positions:
-            epoch = (s.published + len(tasks)) // rows
-            task = publisher.make_task(self.taskset, epoch, position)
+            # the feeder's sequence runs on over its rounds, as a publish's runs over its epochs
+            sequence = s.published + len(tasks)
+            task = publisher.make_task(self.taskset, sequence // rows, position, position=sequence)
             index = self.taskset.rows[position].index
             tasks.append(
                 dataclasses.replace(

@@ -5,6 +5,9 @@ selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded rando
 offline easy-to-hard curriculum); eval tasksets once, in file order. A training taskset with an
 online selector (difficulty_based) is left to the task feeder (`producers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
 in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
+Keys spread a taskset over the topic's partitions, so each task also carries its `position` in
+the published sequence (0, 1, ... over all epochs): explorers merge their partitions by it
+(`consumers.task_order`) and explore in the selector's order.
 Each task is sent inside its own root `task.publish` span, so its trace starts here.
 """
 
@@ -126,12 +129,14 @@ class TaskPublisher:
         with tqdm(
             total=len(rows) * epochs, desc=f"publish {taskset.name}", disable=not self.progress
         ) as bar:
+            position = 0  # in the published sequence, over all epochs
             for epoch in range(epochs):
                 draws: dict[int, int] = {}
-                for position in epoch_order(taskset, seed, epoch):
+                for row in epoch_order(taskset, seed, epoch):
                     # a selector that draws with replacement repeats rows: ids stay unique
-                    draw = draws[position] = draws.get(position, -1) + 1
-                    task = self.make_task(taskset, epoch, position, draw)
+                    draw = draws[row] = draws.get(row, -1) + 1
+                    task = self.make_task(taskset, epoch, row, position=position, draw=draw)
+                    position += 1
                     with publish_span(task, topic):  # each task starts a trace of its own
                         self.sink.send(topic, task, key=task.task_id)
                     per_epoch[epoch] = per_epoch.get(epoch, 0) + 1
@@ -141,8 +146,11 @@ class TaskPublisher:
             del summary.bad_rows[taskset.name]
         return summary
 
-    def make_task(self, taskset: LoadedTaskset, epoch: int, position: int, draw: int = 0) -> Task:
-        row = taskset.rows[position]
+    def make_task(
+        self, taskset: LoadedTaskset, epoch: int, row_position: int, *, position: int, draw: int = 0
+    ) -> Task:
+        """The task of row `row_position` (in the loaded rows) at `position` in the sequence."""
+        row = taskset.rows[row_position]
         tid = task_id(taskset.name, epoch, row.index)
         return Task(
             task_id=tid if draw == 0 else f"{tid}.{draw}",
@@ -157,6 +165,7 @@ class TaskPublisher:
             repeat_times=taskset.repeat_times,
             is_eval=taskset.is_eval,
             created_at=self.clock(),
+            position=position,
         )
 
 

@@ -207,7 +207,11 @@ def _unpack_mask(raw: bytes) -> npt.NDArray[np.bool_]:
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """One unit of exploration: a raw taskset row plus how to roll it out and score it."""
+    """One unit of exploration: a raw taskset row plus how to roll it out and score it.
+
+    `position` is the task's place in the sequence its publisher wrote (from 0); None for
+    events written before schema v2, which `published_order` places by (epoch, index).
+    """
 
     SCHEMA: ClassVar[str] = "rft.events.Task"
 
@@ -223,6 +227,7 @@ class Task:
     repeat_times: int = 1
     is_eval: bool = False
     created_at: int = field(default_factory=now_ms)
+    position: int | None = None
 
     def __post_init__(self) -> None:
         e, put = "Task", object.__setattr__
@@ -242,6 +247,17 @@ class Task:
             raise _fail(e, "repeat_times", f"must be >= 1, got {self.repeat_times}")
         _check_bool(e, "is_eval", self.is_eval)
         put(self, "created_at", _check_int(e, "created_at", self.created_at))
+        if self.position is not None:
+            put(self, "position", _check_int(e, "position", self.position))
+            if self.position < 0:
+                raise _fail(e, "position", f"must be >= 0, got {self.position}")
+
+    @property
+    def published_order(self) -> tuple[int, int]:
+        """Where this task comes in its publisher's sequence, as a sort key: (epoch, position).
+        A task written before schema v2 has no position: (epoch, index), file order within its
+        epoch (the selector's order of such a publish is not recorded anywhere)."""
+        return (self.epoch, self.index if self.position is None else self.position)
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -249,6 +265,7 @@ class Task:
             "taskset": self.taskset,
             "epoch": self.epoch,
             "index": self.index,
+            "position": self.position,
             "payload": _json_text("Task", "payload", self.payload),
             "format": self.format,
             "workflow": self.workflow,
@@ -274,6 +291,7 @@ class Task:
             repeat_times=record["repeat_times"],
             is_eval=record["is_eval"],
             created_at=record["created_at"],
+            position=record.get("position"),
         )
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rft.config.connections import KafkaSettings
-from rft.events.models import Experience, Metric
+from rft.events.models import Experience, Metric, Task
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.writer import EventWriter
 
@@ -48,6 +48,7 @@ def test_tail_prints_one_line_per_event_with_its_place(stack, unique: str, clien
         writer.send(names.experiences, experience, key="t1")
         writer.send_raw(names.experiences, b"\x00junk", key=b"k")
         writer.send(names.experiences, Metric(component="c", run="r", step=7, values={"a": 1.0}))
+        writer.send(names.experiences, Task("s:0:3", "s", 0, 3, {"q": 1}, position=5), key="s:0:3")
     done = rft(
         "tail",
         "experiences",
@@ -57,7 +58,7 @@ def test_tail_prints_one_line_per_event_with_its_place(stack, unique: str, clien
         "tail",
         "--from-beginning",
         "--max",
-        "3",
+        "4",
         "--bootstrap",
         kafka.bootstrap_servers,
         "--client",
@@ -65,14 +66,18 @@ def test_tail_prints_one_line_per_event_with_its_place(stack, unique: str, clien
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert len(lines) == 3
-    first, second, third = lines
+    assert len(lines) == 4
+    first, second, third, fourth = lines
     assert first.startswith(f"{names.experiences}[0]@0 key=t1 Experience ")
     assert '"response_ids": "int32[1000] [0, 1, 2, 3, ...]"' in first
     assert len(first) < 1000  # arrays are summarised, not dumped
     assert second.startswith(f"{names.experiences}[0]@1 key=k UNDECODABLE CorruptEventError")
     assert re.match(rf"{re.escape(names.experiences)}\[0\]@2 key=- Metric .*\"step\": 7", third)
-    assert "3 event(s)" in done.stderr
+    # a task shows its place in the published sequence
+    assert re.match(
+        rf"{re.escape(names.experiences)}\[0\]@3 key=s:0:3 Task .*\"position\": 5", fourth
+    )
+    assert "4 event(s)" in done.stderr
 
 
 def test_tail_stops_after_timeout_without_new_events(stack, unique: str) -> None:

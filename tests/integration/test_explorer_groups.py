@@ -304,7 +304,10 @@ def test_a_new_group_starts_at_the_moment_tasks_from_names(
     publisher = TaskPublisher(writer)
 
     def publish_epoch(epoch: int) -> set[str]:
-        tasks = [publisher.make_task(taskset, epoch, i) for i in range(len(taskset.rows))]
+        rows = len(taskset.rows)
+        tasks = [
+            publisher.make_task(taskset, epoch, i, position=epoch * rows + i) for i in range(rows)
+        ]
         for task in tasks:
             writer.send(plan.topics.tasks, task, key=task.task_id)
         writer.flush()

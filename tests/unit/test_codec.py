@@ -192,6 +192,28 @@ def test_experience_v2_bytes_read_by_a_v1_reader(event: Experience) -> None:
     assert decoded.reward == event.reward
 
 
+OLD_TASK = EventCodec(
+    SchemaCatalog.default(), write_versions={"Task": 1}, read_versions={"Task": 1}
+)
+
+
+@FAST
+@given(st.integers(0, 2**31 - 1), st.integers(0, 2**40), st.integers(0, 2**62))
+def test_task_position_evolves_both_ways(epoch: int, index: int, position: int) -> None:
+    task = Task("t", "s", epoch, index, {"q": 1}, position=position)
+    assert CODEC.decode(CODEC.encode(task)) == task
+    old = CODEC.decode(OLD_TASK.encode(task))  # written before v2: no position
+    assert old.position is None and old.index == index
+    # ordered by (epoch, index) instead: file order within the epoch
+    assert old.published_order == (epoch, index) and task.published_order == (epoch, position)
+    assert OLD_TASK.decode(CODEC.encode(task)).position is None  # a v1 reader drops it
+
+
+def test_golden_task_v1_has_no_position_and_v2_keeps_it() -> None:
+    assert CODEC.decode(golden_path("rft.events.Task", 1).read_bytes()).position is None
+    assert CODEC.decode(golden_path("rft.events.Task", 2).read_bytes()).position == 3
+
+
 @FAST
 @given(metrics)
 def test_metric_evolves_both_ways(event: Metric) -> None:
@@ -379,6 +401,8 @@ def test_decode_rejects_non_bytes() -> None:
         (lambda: Task("t", "s", 0, True, {}), "index"),
         (lambda: Task("t", "s", 2**31, 0, {}), "epoch"),
         (lambda: Task("t", "s", 0, 0, {}, repeat_times=0), "repeat_times"),
+        (lambda: Task("t", "s", 0, 0, {}, position=-1), "position"),
+        (lambda: Task("t", "s", 0, 0, {}, position=1.5), "position"),  # type: ignore[arg-type]
         (lambda: Task("t", "s", 0, 0, {}, is_eval="yes"), "is_eval"),  # type: ignore[arg-type]
         (lambda: Experience("e", "t", "g", 1, "x", 0, [], [1, 2], [0.0]), "logprobs"),
         (lambda: Experience("e", "t", "g", 1, "x", 0, [], [1], [0.0], [1, 1]), "action_mask"),

@@ -71,6 +71,17 @@ def test_epochs_are_seeded_shuffles_with_stable_ids() -> None:
     assert [t for _, t, _ in again.sent] == tasks
 
 
+@pytest.mark.parametrize("selector", ["sequential", "shuffle", "random"])
+def test_each_task_carries_its_position_in_the_published_sequence(selector: str) -> None:
+    loaded = load_taskset(arithmetic(12, task_selector=TaskSelectorConfig(selector_type=selector)))
+    sink = RecordingSink()
+    TaskPublisher(sink).publish(loaded, "p.n.tasks", epochs=3, seed=5)
+    tasks = [task for _, task, _ in sink.sent]
+    # 0, 1, ... in sending order over every epoch: the selector's order is the order by position
+    assert [t.position for t in tasks] == list(range(len(tasks)))
+    assert sorted(tasks, key=lambda t: t.published_order) == tasks
+
+
 def test_sequential_selector_publishes_file_order_every_epoch() -> None:
     loaded = load_taskset(arithmetic())  # Trinity-RFT's default selector: sequential
     sink = RecordingSink()
@@ -102,8 +113,8 @@ def test_eval_taskset_one_epoch_in_file_order() -> None:
     sink = RecordingSink()
     topics = TopicNames.for_run("p", "n")
     summary = publish_tasksets(TaskPublisher(sink), [loaded], topics, epochs=4, seed=0)
-    assert [(topic, t.index, t.epoch, t.is_eval) for topic, t, _ in sink.sent] == [
-        ("p.n.eval-tasks", i, 0, True) for i in range(5)
+    assert [(topic, t.index, t.position, t.epoch, t.is_eval) for topic, t, _ in sink.sent] == [
+        ("p.n.eval-tasks", i, i, 0, True) for i in range(5)
     ]
     assert summary.counts == {"arith": {0: 5}}
 

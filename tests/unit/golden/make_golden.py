@@ -40,6 +40,7 @@ SAMPLES = {
         repeat_times=8,
         is_eval=False,
         created_at=CREATED_AT,
+        position=3,
     ),
     "rft.events.Experience": Experience(
         experience_id="arith-0-17/3",
