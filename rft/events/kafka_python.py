@@ -69,6 +69,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "linger.ms": 5,
     "batch.size": 1_000_000,
     "max.request.size": 16 * 1024 * 1024,
+    # a restarted broker is tried again within seconds, as the outage window's own retries are
+    # (kafka-python's backoff grows to 30 s by default: a producer took 113 s to reconnect)
+    "reconnect.backoff.max.ms": 5000,
 }
 
 CONSUMER_DEFAULTS: dict[str, Any] = {
@@ -76,6 +79,7 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "isolation.level": "read_committed",
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "reconnect.backoff.max.ms": 5000,
 }
 
 _KNOWN_KEYS = (
@@ -391,6 +395,12 @@ class KafkaPythonRecordProducer(RecordProducer):
         )
         if transactional_id is not None:
             self._config["transactional_id"] = transactional_id
+        elif "delivery.timeout.ms" not in (config or {}) and (
+            "delivery.timeout.ms" not in settings.extra
+        ):
+            # Queued records must outlive an outage the window rides out (kafka-python expires
+            # them after 120 s by default: a trainer lost a metric and exited in a 2-minute wait)
+            self._config["delivery_timeout_ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: KafkaProducer | None = None
         self._initialised = False
         self._failures: list[str] = []
