@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 
-from rft.errors import RftError
+from rft.errors import FENCED_EXIT_CODE, FencedError, RftError
 
 # verb module names under rft.cli; each defines register(subparsers)
 COMMANDS: tuple[str, ...] = (
@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_code(exc: RftError) -> int:
+    """A fenced process exits with its own status, which supervisors do not restart."""
+    return FENCED_EXIT_CODE if isinstance(exc, FencedError) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except RftError as exc:
         print(f"rft {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         print(f"rft {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from rft.supervisor.failure import Failure, last_lines
+from rft.supervisor.failure import Failure, exited, last_lines
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +152,12 @@ class ProcessGroup:
         return [
             Failure(
                 c.name,
-                f"exited with {c.returncode}",
+                exited(code),
                 str(c.log_path) if c.log_path else "(not captured)",
                 last_lines(c.log_path),
             )
-            for c in self.failed()
+            for c in self.children
+            if (code := c.returncode) not in (None, 0)
         ]
 
     def exit_codes(self) -> dict[str, int | None]:
