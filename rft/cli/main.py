@@ -8,8 +8,10 @@ dependency only breaks the verb that needs it.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 
 from rft.errors import FENCED_EXIT_CODE, FencedError, RftError
@@ -63,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # `kill -USR1 PID` prints every thread's stack to stderr (a component's log under `rft run`):
+    # a process that waits without saying on what tells where it is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
