@@ -24,6 +24,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -153,12 +154,19 @@ def main() -> None:
     rows: list[dict] = []
     for name in args.engines.split(","):
         cmd = [sys.executable, __file__, "--worker", name] + sys.argv[1:]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        got = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
-        rows += got
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.splitlines()[-15:])
-            print(f"\n{name}: exited {proc.returncode}\n{tail}", flush=True)
+        # each row is printed as the worker reports it: a run cut short still says what it had
+        with tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("ROW "):
+                    rows.append(json.loads(line[4:]))
+                    print(line.rstrip(), flush=True)
+            proc.wait()
+            if proc.returncode != 0:
+                err.seek(0)
+                tail = "\n".join(err.read().splitlines()[-15:])
+                print(f"\n{name}: exited {proc.returncode}\n{tail}", flush=True)
     report(rows, args)
 
 

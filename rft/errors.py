@@ -49,6 +49,12 @@ class FencedError(RftError):
     and exit."""
 
 
+# The exit status of an `rft` process that was fenced (rft/cli/main.py). A supervisor must not
+# restart it: the process that fenced it holds its role now, and a restart would fence that one
+# back, each taking the run from the other in turn.
+FENCED_EXIT_CODE = 4
+
+
 class RecordTooLargeError(RftError):
     """A record is over the producer's record size limit; it was refused before sending (not an
     outage: sending it again cannot succeed)."""

@@ -11,7 +11,8 @@ What goes in (everything else travels as the repository itself):
 It is one tar, split into parts of --part-mib (60 MiB: a part plus the repository stay under the
 64 MiB a call may carry), written to `.gpu/` (git-ignored) with `.gpu/bundle.sha256`.
 
-Run here: `python infra/gpu/bundle.py [--vllm] [--wheel-cache DIR]`; then see infra/gpu/README.md.
+Run here: `python infra/gpu/bundle.py [--vllm] [--wheel-cache DIR] [--out DIR]`; then see
+infra/gpu/README.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,77 @@
 #!/usr/bin/env bash
-# On the GPU machine, after install.sh: the measurements of bench/RESULTS.md, one stage per call
-# (each call has 10 minutes). Output goes to stdout and, when the device tool sets it, to $OUT.
+# On the GPU machine, after install.sh: the measurements of bench/RESULTS.md and the recipe's
+# checks, one stage per call (each call has 10 minutes). Every stage prints as it goes and keeps
+# its output in $OUT (set by the device tool; else $RFT_GPU_HOME/out). See infra/gpu/README.md.
 #   bash infra/gpu/measure.sh engines       # HF generate vs HF compiled (P5)
 #   bash infra/gpu/measure.sh vllm-engine   # vLLM (P5), same prompts
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
-#   bash infra/gpu/measure.sh loop ENGINE NAME [--override k=v ...]   # the arithmetic example
-#     on one GPU (explorer and trainer share it), or GPUS=2: the explorer on cuda:0, trainer cuda:1
+#   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
+#       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
+#       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
+#   bash infra/gpu/measure.sh shared-gpu ENGINE   # the check: the arithmetic loop on one shared
+#       GPU with ENGINE (hf or vllm), STEPS=15, must end with every step trained
 set -euo pipefail
 home=${RFT_GPU_HOME:-/tmp/rftgpu}
 source "$home/env.sh"
+export PYTHONPATH=$PWD:$PYTHONPATH  # the checkout this stage runs from wins over install time's
 out=${OUT:-$home/out}
 mkdir -p "$out"
+export RFT_CHECKPOINT_ROOT_DIR=$home/runs  # run logs and local state, outside the repository
 stage=$1; shift
 kafka_up() {
   python3 -m rft.cli.main stack up --only kafka --timeout 180 | tail -1
+}
+# A run that prints nothing for STALL_S seconds: every rft process prints its threads' stacks
+# into its log (SIGUSR1, rft/cli/main.py), and the last lines of the run's logs are shown.
+watch_stalls() {
+  local file=$1 name=$2 last=-1 quiet=0 size f
+  while sleep 15; do
+    size=$(stat -c %s "$file" 2>/dev/null || echo 0)
+    if [ "$size" != "$last" ]; then last=$size; quiet=0; continue; fi
+    quiet=$((quiet + 15))
+    if [ "$quiet" -ge "${STALL_S:-120}" ]; then
+      echo "=== no output for ${quiet}s: stacks of the rft processes, then their logs' last lines"
+      pkill -USR1 -f "rft.cli.main (explore|train|feed)" || true
+      sleep 2
+      for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
+        [ -f "$f" ] && { echo "--- $f"; tail -n 60 "$f"; }
+      done
+      quiet=$((-600))  # once more after ten more quiet minutes
+    fi
+  done
+}
+loop() {
+  local engine=$1 name=$2; shift 2
+  local config=examples/arithmetic/arithmetic.yaml
+  if [ "${1:-}" = --config ]; then config=$2; shift 2; fi
+  local extra=()
+  # explorer and trainer share the GPU: vLLM must leave the trainer its memory
+  if [ "$engine" = vllm ] && [ "${GPUS:-1}" = 1 ]; then
+    extra=(--override explorer.rollout_model.gpu_memory_utilization=0.3)
+  fi
+  kafka_up
+  rm -rf "${RFT_CHECKPOINT_ROOT_DIR:?}"/*/"$name" "$home/ckpt/$name"  # a fresh run each time
+  : > "$out/loop-$name.txt"
+  watch_stalls "$out/loop-$name.txt" "$name" &
+  local watcher=$!
+  # bf16 rollouts, autocast training on fp32 masters, 32 tasks x 8 rollouts per step,
+  # checkpoints on the local disk (no MinIO needed); later overrides win
+  local rc=0
+  /usr/bin/time -v python3 -m rft.cli.main run --config "$config" \
+    --override name="$name" --override cluster.gpu_per_node="${GPUS:-1}" --override model.dtype=auto \
+    --override stack.object_store.uri="file://$home/ckpt/$name" --override buffer.batch_size=32 \
+    --override explorer.runner_per_model=32 --override trainer.micro_batch_size=64 \
+    --override buffer.total_steps="${STEPS:-30}" --override explorer.rollout_model.engine_type="$engine" \
+    "${extra[@]}" "$@" 2>&1 | tee -a "$out/loop-$name.txt" | grep --line-buffered -v "^INFO" \
+    || rc=$?
+  kill "$watcher" 2>/dev/null || true
+  for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
+    [ -f "$f" ] || continue
+    cp "$f" "$out/$name-$(basename "$f")"
+    echo "--- warnings and errors of $(basename "$f"):"
+    grep -E " (WARNING|ERROR|CRITICAL) |Traceback|Error" "$f" | tail -n 15 || true
+  done
+  return $rc
 }
 case "$stage" in
   engines)
@@ -26,23 +84,23 @@ case "$stage" in
     kafka_up
     for engine in ${1:-hf vllm}; do
       python3 bench/weight_sync.py --engine "$engine" --store "file://$home/ws" --versions 5 \
-        2>&1 | grep -v "^INFO" | tee "$out/weight-sync-$engine.txt"
+        2>&1 | grep --line-buffered -v "^INFO" | tee "$out/weight-sync-$engine.txt"
     done ;;
   loop)
-    engine=$1; name=$2; shift 2
-    extra=()
-    # explorer and trainer share the GPU: vLLM must leave the trainer its memory
-    if [ "$engine" = vllm ] && [ "${GPUS:-1}" = 1 ]; then
-      extra=(--override explorer.rollout_model.gpu_memory_utilization=0.3)
-    fi
-    kafka_up
-    # the arithmetic example on the GPU: bf16 rollouts, autocast training on fp32 masters,
-    # 32 tasks x 8 rollouts per step, checkpoints on the local disk (no MinIO needed)
-    /usr/bin/time -v python3 -m rft.cli.main run --config examples/arithmetic/arithmetic.yaml \
-      --override name="$name" --override cluster.gpu_per_node="${GPUS:-1}" --override model.dtype=auto \
-      --override stack.object_store.uri="file://$home/ckpt" --override buffer.batch_size=32 \
-      --override explorer.runner_per_model=32 --override trainer.micro_batch_size=64 \
-      --override buffer.total_steps="${STEPS:-30}" --override explorer.rollout_model.engine_type="$engine" \
-      "${extra[@]}" "$@" 2>&1 | tee "$out/loop-$name.txt" | grep -v "^INFO" ;;
+    loop "$@" ;;
+  shared-gpu)
+    engine=$1; shift
+    steps=${STEPS:-15}
+    name=shared-$engine-$(date +%H%M%S)  # a run of its own each time (topics outlive a call)
+    rc=0
+    STEPS=$steps loop "$engine" "$name" "$@" || rc=$?
+    summary=$out/loop-$name.txt
+    trained=$(sed -n 's/.*trainer steps: \([0-9]*\).*/\1/p' "$summary" | tail -1)
+    if [ "$rc" = 0 ] && [ "${trained:-0}" = "$steps" ]; then
+      echo "CHECK shared-gpu $engine: passed, $trained of $steps steps trained"
+    else
+      echo "CHECK shared-gpu $engine: FAILED (exit $rc, ${trained:-no} trainer steps of $steps)"
+      exit 1
+    fi ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -8,11 +8,13 @@ dependency only breaks the verb that needs it.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 
-from rft.errors import RftError
+from rft.errors import FENCED_EXIT_CODE, FencedError, RftError
 
 # verb module names under rft.cli; each defines register(subparsers)
 COMMANDS: tuple[str, ...] = (
@@ -51,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def exit_code(exc: RftError) -> int:
+    """A fenced process exits with its own status, which supervisors do not restart."""
+    return FENCED_EXIT_CODE if isinstance(exc, FencedError) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -58,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # `kill -USR1 PID` prints every thread's stack to stderr (a component's log under `rft run`):
+    # a process that waits without saying on what tells where it is
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
@@ -65,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except RftError as exc:
         print(f"rft {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         print(f"rft {args.command}: interrupted", file=sys.stderr)
         return 130

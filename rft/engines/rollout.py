@@ -4,6 +4,7 @@
 factories `(RolloutEngineConfig) -> RolloutEngine`. "hf" runs transformers `generate` over the
 whole batch (prompts x n) in one call. Logprob convention: see `Rollout`. Chat prompts are
 rendered with the tokenizer's template, one set with `set_chat_template`, or a per-call one.
+An engine built by `create_rollout_engine` announces that it is up (`rft.engines.engine_ready`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rft.engines.engine_ready import announce_ready
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.weights import export_state_dict, load_weights_into
 from rft.errors import ConfigError, EngineError
@@ -174,8 +176,11 @@ ROLLOUT_ENGINES: Registry[RolloutEngineFactory] = Registry("explorer.rollout_mod
 
 
 def create_rollout_engine(engine_type: str, config: RolloutEngineConfig) -> RolloutEngine:
-    """Build the engine registered under `engine_type`."""
-    return ROLLOUT_ENGINES.get(engine_type)(config)
+    """Build the engine registered under `engine_type`, and announce that it is up."""
+    started = time.monotonic()
+    engine = ROLLOUT_ENGINES.get(engine_type)(config)
+    announce_ready(f"{engine_type} engine up in {time.monotonic() - started:.0f}s")
+    return engine
 
 
 class _SampledLogprobRecorder:

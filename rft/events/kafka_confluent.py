@@ -128,6 +128,30 @@ _UNAVAILABLE = frozenset(
     }
 )
 
+# librdkafka's own log lines, which it would otherwise print straight to stderr.
+LIBRDKAFKA_LOG = logging.getLogger(f"{__name__}.librdkafka")
+# Lines about a state librdkafka rides out by itself: at most INFO, whatever its syslog level.
+_TRANSIENT_LINES = ("retrying", "Coordinator load in progress")
+
+
+class LibrdkafkaLog:
+    """The `logger` of every confluent client: librdkafka's log lines into LIBRDKAFKA_LOG.
+
+    confluent-kafka calls `log(level, fmt, *args)` with the syslog level already mapped to
+    Python's (0-2 CRITICAL, 3 ERROR, 4 WARNING, 5-6 INFO, 7 DEBUG), from the client's poll or
+    flush. A line saying librdkafka retries (a coordinator that is still loading at a fresh
+    broker's first transaction, say) is transient, not a warning."""
+
+    def log(self, level: int, fmt: str, *args: Any) -> None:
+        message = fmt % args if args else fmt
+        level = min(level, logging.ERROR)
+        if level > logging.INFO and any(t in message for t in _TRANSIENT_LINES):
+            level = logging.INFO
+        LIBRDKAFKA_LOG.log(level, "%s", message)
+
+
+_LIBRDKAFKA_LOG = LibrdkafkaLog()
+
 _SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
 
 
@@ -154,7 +178,11 @@ def _unavailable(exc: KafkaException) -> bool:
 
 
 def _merged(settings: KafkaSettings, defaults: Mapping[str, Any], config: Mapping[str, Any] | None):
-    merged: dict[str, Any] = {"bootstrap.servers": settings.bootstrap_servers, **defaults}
+    merged: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap_servers,
+        "logger": _LIBRDKAFKA_LOG,
+        **defaults,
+    }
     merged.update(settings.extra)
     merged.update(config or {})
     return merged

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rft.errors import FENCED_EXIT_CODE
+
 TAIL_LINES = 20
 _TAIL_BYTES = 16_384  # enough for TAIL_LINES of ordinary log lines; a log can be gigabytes
 
@@ -24,6 +26,13 @@ class Failure:
         if not self.last_lines:
             return [head]
         return [f"{head}; its last lines:", *(f"  | {line}" for line in self.last_lines)]
+
+
+def exited(code: int) -> str:
+    """What a component's non-zero exit status says; a fenced one is not restarted by anyone."""
+    if code == FENCED_EXIT_CODE:
+        return f"exited with {code}: fenced (another process took over its role; not restarted)"
+    return f"exited with {code}"
 
 
 def last_lines(path: Path | None, n: int = TAIL_LINES) -> list[str]:

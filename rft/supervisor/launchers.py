@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from rft.config.binding import Issue, Notice
+from rft.config.derived import trainer_gpus
 from rft.config.schema import RftConfig
+from rft.engines.engine_ready import ENGINE_READY_FILE_ENV
 from rft.registry import Registry
 from rft.supervisor.failure import Failure
 from rft.supervisor.process_group import ProcessGroup
@@ -126,11 +129,54 @@ class LocalLauncher:
     def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup:
         group = ProcessGroup(log_dir=log_dir)
         print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
-        group.start("trainer", command.argv("train"))
-        if feeds_online(cfg):  # an online task selector publishes from the rewards it reads
-            group.start("feeder", command.argv("feed"))
-        group.start("explorer", command.argv("explore"))
+        try:
+            if shares_gpu(cfg):
+                # The rollout engine sizes itself from the GPU's free memory while it starts
+                # (vLLM's memory profiling fails outright when another process's usage changes
+                # meanwhile): the trainer, on the same GPU, starts once the engine is up.
+                ready = log_dir / "explorer.engine-ready"
+                ready.unlink(missing_ok=True)
+                group.start(
+                    "explorer", command.argv("explore"), {ENGINE_READY_FILE_ENV: str(ready)}
+                )
+                if not wait_for_engine(group, ready):
+                    return group  # the explorer failed to start: the supervisor reports it
+                group.start("trainer", command.argv("train"))
+            else:
+                group.start("trainer", command.argv("train"))
+                group.start("explorer", command.argv("explore"))
+            if feeds_online(cfg):  # an online task selector publishes from the rewards it reads
+                group.start("feeder", command.argv("feed"))
+        except BaseException:
+            group.stop()
+            raise
         return group
+
+
+def shares_gpu(cfg: RftConfig) -> bool:
+    """Whether the trainer computes on the explorer's GPU (one GPU for both, `cuda:0`)."""
+    return cfg.cluster.gpu_per_node > 0 and trainer_gpus(cfg) == 0
+
+
+def wait_for_engine(group: ProcessGroup, ready: Path, poll_s: float = 0.5) -> bool:
+    """Wait until the explorer writes `ready` (its rollout engine is up): True, or it exits
+    first: False."""
+    started = time.monotonic()
+    print(
+        "rft run: the trainer shares the explorer's GPU: it starts once the explorer's rollout "
+        "engine is up",
+        flush=True,
+    )
+    while not ready.exists():
+        if not group.alive():
+            return ready.exists()
+        time.sleep(poll_s)
+    print(
+        f"rft run: the explorer's rollout engine is up after {time.monotonic() - started:.0f}s; "
+        "starting the trainer",
+        flush=True,
+    )
+    return True
 
 
 @LAUNCHERS.register("ray")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from rft.supervisor.failure import Failure, last_lines
+from rft.supervisor.failure import Failure, exited, last_lines
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,15 @@ _DIE_WITH_PARENT = (
     "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
+
+
+def descendants(root: psutil.Process) -> list[psutil.Process]:
+    """`root` and its descendants; none when `root` is gone (it may exit and be reaped after it
+    was looked up: `children()` then raises NoSuchProcess)."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 @dataclass
@@ -105,26 +114,28 @@ class ProcessGroup:
         return child
 
     def tree_rss(self) -> int:
-        """Resident memory of this process and every child tree, now."""
-        total = 0
+        """Resident memory of this process and every child tree, now (children that exit while
+        it is measured count as nothing)."""
         procs = [psutil.Process()]
         for child in self.children:
             try:
-                p = psutil.Process(child.popen.pid)
-            except psutil.NoSuchProcess:
+                procs += descendants(psutil.Process(child.popen.pid))
+            except psutil.Error:
                 continue
-            procs.append(p)
-            procs.extend(p.children(recursive=True))
+        total = 0
         for p in procs:
             try:
                 total += p.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            except psutil.Error:
                 continue
         return total
 
     def _sample_memory(self) -> None:
         while not self._stop_sampling.wait(0.5):
-            self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss())
+            try:
+                self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss())
+            except psutil.Error as exc:  # one sample lost; the peak goes on being tracked
+                log.debug("memory sample skipped: %s", exc)
 
     def failed(self) -> list[Child]:
         return [c for c in self.children if c.returncode not in (None, 0)]
@@ -141,11 +152,12 @@ class ProcessGroup:
         return [
             Failure(
                 c.name,
-                f"exited with {c.returncode}",
+                exited(code),
                 str(c.log_path) if c.log_path else "(not captured)",
                 last_lines(c.log_path),
             )
-            for c in self.failed()
+            for c in self.children
+            if (code := c.returncode) not in (None, 0)
         ]
 
     def exit_codes(self) -> dict[str, int | None]:

@@ -22,7 +22,7 @@ import psutil
 from consumers.run_plan import PLACED_DEVICE_ENV
 from rft.config import RftConfig
 from rft.errors import LaunchError
-from rft.supervisor.failure import Failure, last_lines
+from rft.supervisor.failure import Failure, exited, last_lines
 from rft.supervisor.launchers import RunCommand
 from rft.supervisor.ray_cluster import RayCluster, first_line
 from rft.supervisor.ray_host import STOP_GRACE_S, ChildSpec, ComponentHost, HostStatus
@@ -208,7 +208,7 @@ class RayGroup:
             if m.died is not None:
                 what = f"lost its Ray actor on {m.where['node']}: {m.died}"
             elif m.returncode not in (None, 0):
-                what = f"exited with {m.returncode} (in its Ray actor on {m.where['node']})"
+                what = f"{exited(m.returncode)} (in its Ray actor on {m.where['node']})"
             else:
                 continue
             out.append(Failure(m.slot.name, what, m.log_path, self._last_lines(m)))

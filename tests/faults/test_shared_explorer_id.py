@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rft.config.connections import StackSettings
+from rft.errors import FENCED_EXIT_CODE
 from rft.events.models import Experience
 from rft.events.transport import kafka_backend
 from tests.integration.test_rft_loop import published_run, read_all
@@ -85,7 +86,7 @@ def test_second_explorer_with_one_id_fences_the_first(
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
     out_a, out_b = log_a.read_text(), log_b.read_text()
-    assert a_rc != 0 and FENCE_LINE in out_a, out_a[-3000:]
+    assert a_rc == FENCED_EXIT_CODE and FENCE_LINE in out_a, out_a[-3000:]
     assert b_rc == 0, out_b[-3000:]
     assert committed_step() == 2
     experiences = [

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from rft.config.connections import StackSettings
+from rft.errors import FENCED_EXIT_CODE
 from rft.events.models import WeightVersion
 from tests.integration.test_rft_loop import published_run, read_all
 
@@ -100,8 +101,8 @@ def test_newcomer_fences_the_first_trainer_which_publishes_nothing_after(
                 proc.wait()
     out_a, out_b = log_a.read_text(), log_b.read_text()
 
-    # the loser: A exits non-zero with the fence line
-    assert a_rc != 0, out_a[-3000:]
+    # the loser: A exits with the fenced status (no supervisor restarts it) and the fence line
+    assert a_rc == FENCED_EXIT_CODE, out_a[-3000:]
     assert FENCE_LINE in out_a, out_a[-3000:]
     # the winner: B, the newcomer, trains every remaining step and exits cleanly
     assert b_rc == 0, out_b[-3000:]

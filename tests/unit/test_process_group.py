@@ -1,11 +1,15 @@
-"""ProcessGroup: children are stopped together, a failing child stops the rest, memory is sampled."""
+"""ProcessGroup: children are stopped together, a failing child stops the rest, memory is sampled
+(also while children exit)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 
-from rft.supervisor.process_group import ProcessGroup
+import psutil
+
+from rft.supervisor.process_group import ProcessGroup, descendants
 
 SLEEPER = [sys.executable, "-c", "import time\nwhile True: time.sleep(0.1)"]
 
@@ -32,3 +36,28 @@ def test_a_failing_child_stops_the_others(tmp_path) -> None:
     assert codes["crasher"] == 3
     assert codes["sleeper"] is not None and codes["sleeper"] != 0  # stopped, not finished
     assert "boom" in (tmp_path / "crasher.log").read_text()
+
+
+def test_a_process_gone_since_it_was_looked_up_has_no_descendants() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # noqa: S603
+    looked_up = psutil.Process(child.pid)
+    child.wait()  # exited and reaped: its pid names nothing now
+    assert descendants(looked_up) == []
+    assert descendants(psutil.Process()) != []  # a live one is listed
+
+
+def test_memory_sampling_outlives_children_that_exit(tmp_path) -> None:
+    group = ProcessGroup(log_dir=tmp_path)
+    # a tree that keeps spawning short-lived grandchildren, and children that exit at once
+    churn = "import subprocess, sys\nfor _ in range(40): subprocess.run([sys.executable, '-c', ''])"
+    group.start("churn", [sys.executable, "-c", churn])
+    for i in range(5):
+        group.start(f"quick-{i}", [sys.executable, "-c", "pass"])
+    while group.running():
+        group.tree_rss()  # races the exits, as the sampler does
+    time.sleep(1.2)  # two more samples after every child is gone
+    assert group._sampler is not None and group._sampler.is_alive()
+    assert group.tree_rss() > 0
+    assert group.peak_rss_bytes > 0
+    group.stop()
+    assert {c.returncode for c in group.children} == {0}
