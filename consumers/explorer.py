@@ -53,6 +53,7 @@ from rft.errors import (
     TasksetError,
     TransportError,
 )
+from rft.events.claims import Claims
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import without_payload
 from rft.events.models import DeadLetter, Experience, Task
@@ -132,6 +133,7 @@ class Explorer:
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
         self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
+        self._claims: Claims  # this process's claim of its explorer id, made in run()
         # the tasks of this member's partitions, handed out in the order they were published
         self._order = OrderedTasks(
             PartitionEnds(cfg.stack.kafka, self.plan.explorer_group, self.plan.tasks_start)
@@ -233,7 +235,10 @@ class Explorer:
         ):
             # Claim the explorer id now, not at the first step's commit: an explorer process
             # already running with this id is fenced at once (its next transaction fails).
-            tx.claim()
+            self._claims = Claims(
+                kafka, topics.control, self.plan.explorer_transactional_id(self.explorer_id)
+            )
+            self._claims.claim(tx)
             tasks.check_fences_with(lambda: self._taken_over(tx))
             log.info(
                 "explorer %s holds transactional id %r: an earlier process with this id is fenced",
@@ -325,7 +330,7 @@ class Explorer:
         means the broker fenced the membership on its own (a static member after a coordinator
         restart). When the claim cannot be made for another reason, the fence stands."""
         try:
-            tx.claim()
+            self._hold_claim(tx)
         except FencedError:
             return True
         except TransportError as exc:
@@ -334,6 +339,16 @@ class Explorer:
             )
             return True
         return False
+
+    def _hold_claim(self, tx: EventWriter) -> None:
+        """Claim the explorer id again: a takeover raises FencedError; a fence the broker made on
+        its own (rft.events.claims) replaces the producer and goes on."""
+        try:
+            self._claims.claim(tx)
+        except FencedError:
+            if self._claims.taken_over():
+                raise
+            self._claims.reclaim(tx)
 
     def _group_committed(self) -> list[TopicPartitionOffset]:
         """The group's committed task offsets (with each step's metadata), read by the admin
@@ -428,8 +443,15 @@ class Explorer:
                         tx, tasks, step, batch, groups, given_up, by_id, spans, step_ids
                     )
                     break
-                except FencedError:
-                    raise  # another process took this explorer id over: it commits nothing more
+                except FencedError as exc:
+                    if self._claims.taken_over():
+                        raise  # another process took this explorer id over: it commits no more
+                    # the broker fenced the producer on its own: nothing of the step is visible
+                    log.warning("step %d: %s; its tasks are read again", step, exc)
+                    self._claims.reclaim(tx)
+                    tasks.rewind(batch)
+                    self._order.drop({(e.topic, e.partition) for e in batch})
+                    return False
                 except TransactionError as exc:
                     if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
                         self._redo(tx, tasks, step, batch, exc)

@@ -62,6 +62,7 @@ from rft.engines.trainer import (
     TrainerPlacement,
 )
 from rft.errors import ConfigError
+from rft.events.claims import Claims
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
 from rft.events.writer import EventWriter
@@ -167,8 +168,8 @@ class Trainer:
             )
             # Claim the run before reading its newest version: a trainer already running on it
             # is fenced from here on and can announce nothing more (its next transaction fails).
-            writer.begin()
-            writer.commit()
+            claims = Claims(kafka, topics.control, self.plan.trainer_transactional_id)
+            claims.claim(writer)
             log.info(
                 "trainer holds transactional id %r: any earlier trainer of this run is fenced",
                 self.plan.trainer_transactional_id,
@@ -253,6 +254,7 @@ class Trainer:
                 ),
                 stop=stop,
                 run_id=self.plan.run_id,
+                claims=claims,
                 **self._offline_loop_args(offline_reader),
             )
             loop.summary = self.summary

@@ -55,6 +55,7 @@ from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.errors import FencedError, TransportError
+from rft.events.claims import Claims
 from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import TopicPartitionOffset, TransactionError
@@ -131,6 +132,7 @@ class TrainerLoop:
         admit: Callable[[Experience], Experience | None] | None = None,
         input_ended: Callable[[], bool] | None = None,
         extra_state: Mapping[str, Any] | None = None,
+        claims: Claims | None = None,
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -145,6 +147,7 @@ class TrainerLoop:
         self.admit = admit  # None keeps every experience as read
         self.input_ended = input_ended  # None: the input never ends (an online topic)
         self.extra_state = dict(extra_state or {})  # saved with each version beside the sampler's
+        self.claims = claims  # the run's claim: tells a takeover from a fence the broker made
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
         self.step = 0
@@ -295,11 +298,34 @@ class TrainerLoop:
         if writer.in_transaction:
             return
         try:
-            writer.claim()
+            self.hold_claim()
         except FencedError:
             raise
         except TransportError as exc:
             log.warning("could not check the run's claim after a rebalance: %s", exc)
+
+    def hold_claim(self) -> None:
+        """Claim the run again: a takeover ends this trainer (FencedError); a fence the broker
+        made on its own replaces the producer and goes on."""
+        writer = self.clients.writer
+        if self.claims is None:
+            writer.claim()
+            return
+        try:
+            self.claims.claim(writer)
+        except FencedError:
+            if self.claims.taken_over():
+                raise
+            self.claims.reclaim(writer)
+
+    def recovered_from_fence(self, exc: FencedError) -> bool:
+        """After a fence in a publish: True when it was the broker's own (no other process
+        claimed the run since) and the producer was replaced; False for a takeover."""
+        if self.claims is None or self.claims.taken_over():
+            return False
+        log.warning("publish of v%d: %s", self.step, exc)
+        self.claims.reclaim(self.clients.writer)
+        return True
 
     def _consume_span(self, env: Envelope, exp: Experience) -> SpanContext:
         """A span, child of the experience's produce span, marking that the trainer read it;
@@ -382,8 +408,30 @@ class TrainerLoop:
             self.settled_since_publish.setdefault(item.tp, []).append(item.offset)
 
     def publish(self, *, final: bool) -> None:
-        """Checkpoint first (manifest last), then announce: readers trust only what is verified."""
+        """Checkpoint first (manifest last), then announce: readers trust only what is verified.
+
+        A fence the broker made on its own (rft.events.claims) is not the end: the producer is
+        replaced, and the version announced (its manifest was written) or written again."""
         started = time.monotonic()
+        try:
+            self.write_and_announce(final)
+        except FencedError as exc:
+            if not self.recovered_from_fence(exc):
+                raise
+            if self.checkpoints.store.has_manifest(self.step):
+                self.announce_written(self.step)
+            else:
+                self.write_and_announce(final)
+        step = self.step
+        if self.keep_checkpoints:
+            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
+        self.last_published, self.sync_requested = step, False
+        self.trained_since_publish, self.settled_since_publish = {}, {}
+        self.summary.published_versions.append(step)
+        log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
+
+    def write_and_announce(self, final: bool) -> None:
+        """The version's files and manifest, and its announcement, in one transaction."""
         step, parent_version = self.step, self.last_published
         steps, self.unpublished_steps = self.unpublished_steps, []
         # the version is part of the newest step's trace, and linked to every step it holds
@@ -446,12 +494,6 @@ class TrainerLoop:
                 self.abort_announcement(exc)
                 raise
             self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
-        if self.keep_checkpoints:
-            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
-        self.last_published, self.sync_requested = step, False
-        self.trained_since_publish, self.settled_since_publish = {}, {}
-        self.summary.published_versions.append(step)
-        log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
 
     def trained_log(self) -> dict[str, list[list[Any]]]:
         """What the steps since the last publish trained and settled, as JSON: `trained` holds
@@ -525,12 +567,16 @@ class TrainerLoop:
         and explorers that wait for it would wait forever."""
         if not self.step or self.step in announced:
             return
+        self.announce_written(self.step)
+        log.info("announced the resumed version %d, which its writer had not", self.step)
+
+    def announce_written(self, version: int) -> None:
+        """Announce `version`, whose manifest exists, in a transaction of its own."""
         writer = self.clients.writer
-        manifest = self.checkpoints.store.read_manifest(self.step)
+        manifest = self.checkpoints.store.read_manifest(version)
         writer.begin()
         writer.send(self.clients.weights_topic, self.weight_version(manifest), key=b"weights")
         writer.commit()
-        log.info("announced the resumed version %d, which its writer had not", self.step)
 
     def idle_too_long(self) -> bool:
         idle = time.monotonic() - self.idle_since

@@ -679,6 +679,14 @@ class ConfluentRecordProducer(RecordProducer):
         self._transactional("commit", lambda p: p.commit_transaction(timeout_s))
         self._in_transaction = False
 
+    def reclaim(self) -> None:
+        client, self._client = self._client, None
+        self._initialised, self._stuck, self._fatal = False, False, None
+        self._in_transaction, self._failures = False, []
+        if client is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                client.purge()  # a fenced client flushes nothing
+
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
         self._in_transaction = False

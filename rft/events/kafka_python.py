@@ -542,6 +542,15 @@ class KafkaPythonRecordProducer(RecordProducer):
     def commit_transaction(self, timeout_s: float = 30.0) -> None:
         self._transactional("commit", lambda p: p.commit_transaction())
 
+    def reclaim(self) -> None:
+        client, self._client = self._client, None
+        self._initialised, self._stuck, self._fenced, self._failures = False, False, None, []
+        if client is not None:
+            try:
+                client.close(timeout=0)  # a fenced client flushes nothing
+            except KafkaError as exc:
+                log.warning("closing the fenced producer %r: %r", self._transactional_id, exc)
+
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
         if not self._stuck:
@@ -566,7 +575,8 @@ class KafkaPythonRecordProducer(RecordProducer):
     def close(self) -> None:
         if self._client is not None:
             try:
-                self.flush()
+                if self._fenced is None and not self._stuck:  # an unusable client flushes nothing
+                    self.flush()
             finally:
                 client, self._client = self._client, None
                 client.close(timeout=5)

@@ -774,7 +774,47 @@ class SyncRequest:
         )
 
 
-Event = Task | Experience | WeightVersion | Metric | DeadLetter | SyncRequest
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A process claims a transactional id; the newest committed Claim of an id names its holder
+    (rft.events.claims)."""
+
+    SCHEMA: ClassVar[str] = "rft.events.Claim"
+
+    holder: str
+    token: str
+    host: str
+    pid: int
+    claimed_at: int = field(default_factory=now_ms)
+
+    def __post_init__(self) -> None:
+        e, put = "Claim", object.__setattr__
+        for name in ("holder", "token", "host"):
+            _check_str(e, name, getattr(self, name))
+        put(self, "pid", _check_int(e, "pid", self.pid))
+        put(self, "claimed_at", _check_int(e, "claimed_at", self.claimed_at))
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "holder": self.holder,
+            "token": self.token,
+            "host": self.host,
+            "pid": self.pid,
+            "claimed_at": self.claimed_at,
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Claim:
+        return cls(
+            holder=record["holder"],
+            token=record["token"],
+            host=record["host"],
+            pid=record["pid"],
+            claimed_at=record["claimed_at"],
+        )
+
+
+Event = Task | Experience | WeightVersion | Metric | DeadLetter | SyncRequest | Claim
 
 EVENT_TYPES: tuple[type[Any], ...] = (
     Task,
@@ -783,11 +823,13 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     Metric,
     DeadLetter,
     SyncRequest,
+    Claim,
 )
 """Every event type, each naming its Avro record in `SCHEMA`."""
 
 __all__ = [
     "EVENT_TYPES",
+    "Claim",
     "DeadLetter",
     "Event",
     "Experience",

@@ -339,6 +339,12 @@ class RecordProducer(_Closing):
     def commit_transaction(self, timeout_s: float = 30.0) -> None: ...
 
     @abstractmethod
+    def reclaim(self) -> None:
+        """Drop a client that was fenced although no other process claimed its transactional id
+        (the broker bumped its epoch: rft.events.claims): the next transactional call makes a
+        new client, whose initialisation fences the old epoch."""
+
+    @abstractmethod
     def abort_transaction(self, timeout_s: float = 30.0) -> None: ...
 
 

@@ -201,6 +201,13 @@ class EventWriter:
         for reader, offsets in sent:
             reader.mark_committed(offsets)
 
+    def reclaim(self) -> None:
+        """Replace a producer the broker fenced on its own (rft.events.claims decides that):
+        what the open transaction held is gone; the next transaction starts on a new producer."""
+        self._producer.reclaim()
+        self._in_transaction = False
+        self._offsets_sent = []
+
     def claim(self) -> None:
         """An empty transaction, ridden through outages: it claims the transactional id (an
         older producer with it is fenced) and proves this one still holds it (a newer one

@@ -272,6 +272,11 @@ class CheckpointStore:
         versions = self.list_versions()
         return versions[-1] if versions else BASE_VERSION
 
+    def has_manifest(self, version: int) -> bool:
+        """Whether `version` was committed (its manifest exists)."""
+        self._check_version(version)
+        return self.store.exists(self._manifest_key(version))
+
     def read_manifest(self, version: int) -> CheckpointManifest:
         """The version's manifest; CheckpointError if it is missing or malformed."""
         self._check_version(version)

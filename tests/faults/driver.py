@@ -35,6 +35,7 @@ from consumers.run_plan import RunPlan
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.config import load_config
 from rft.config.connections import StackSettings
+from rft.errors import FENCED_EXIT_CODE
 from rft.events.models import now_ms
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
@@ -79,6 +80,7 @@ class Component:
     starts: int = 0
     planned_stop: bool = False
     unplanned: list[str] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)  # exits on a fence (exit FENCED_EXIT_CODE)
 
     @property
     def log_path(self) -> Path:
@@ -331,6 +333,13 @@ class LoopRun:
             rc = c.proc.returncode
             if rc == 0:
                 continue
+            if rc == FENCED_EXIT_CODE:
+                # another process holds its role: restarting it would hand the role back
+                last = [line for line in c.output().splitlines() if line.strip()][-1:]
+                c.fenced.append(last[0][:300] if last else "")
+                c.planned_stop = True
+                self.say(f"{c.name} exited fenced; not restarted: {c.fenced[-1]}")
+                continue
             last = [line for line in c.output().splitlines() if line.strip()][-1:]
             c.unplanned.append(f"exit {rc}: {last[0] if last else ''}"[:300])
             self.say(f"{c.name} exited {rc} unplanned: {c.unplanned[-1]}; restarting")
@@ -560,6 +569,9 @@ def fault_table(run: LoopRun, report: RunCheck) -> list[str]:
     for c in run.components.values():
         out.append(f"  {c.name:<45} {len(c.unplanned)}")
         out += [f"    {u}" for u in c.unplanned]
+    out.append("exits on a fence (not restarted):")
+    for c in run.components.values():
+        out += [f"  {c.name:<45} {f}" for f in c.fenced]
     out.append("corrupt records written:")
     out += [f"  {t:<45} {n}" for t, n in sorted(run.corrupt_sent.items())]
     return out + report.table()

@@ -13,6 +13,7 @@ import numpy as np
 from rft.events.catalog import SchemaCatalog
 from rft.events.codec import EventCodec
 from rft.events.models import (
+    Claim,
     DeadLetter,
     Experience,
     ManifestEntry,
@@ -98,6 +99,13 @@ SAMPLES = {
     ),
     "rft.events.SyncRequest": SyncRequest(
         explorer_id="explorer-0", current_version=4, step=120, requested_at=CREATED_AT
+    ),
+    "rft.events.Claim": Claim(
+        holder="arith.explorer.main.explorer-0",
+        token="host-a:4242:1f2e3d",
+        host="host-a",
+        pid=4242,
+        claimed_at=CREATED_AT,
     ),
 }
 
