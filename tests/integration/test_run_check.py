@@ -145,9 +145,7 @@ def test_checker_counts_each_planted_anomaly(
         writer.send(plan.topics.weights, announce(4, entries), key=b"weights")  # no manifest
         writer.flush()
 
-    checker = RunChecker(
-        kafka, plan.topics, plan.experience_topic, plan.explorer_group, store, replay=False
-    )
+    checker = RunChecker(kafka, plan.topics, plan.experience_topic, plan.explorer_group, store)
     report = checker.check()
     print("\n".join(report.table()))
     # retrained_one sits in the first half of its partition (v1) and is trained again by v3
