@@ -11,11 +11,11 @@ experience offsets the steps after its parent trained, how many times, and the o
 settled (consumers.trainer_loop); the same log sits in the version's saved state
 (`trainer_state/sampler.json`, sha256-verified), read for a version announced without one.
 Retention (`trainer.max_checkpoints_to_keep`) deletes a version's files but never its
-announcement, so the chain goes on through pruned versions on the weights topic alone. A
-version's manifest may be missing only where retention could have removed it: with `keep` set,
-once `keep` newer versions exist; such a version counts as pruned (a fact). Steps a killed
-trainer lost are not in the chain; their redo is. A version that is not on the chain is a fork
-(two writers).
+announcement, so the chain goes on through a version whose manifest is gone on its announcement
+alone. A manifest may be missing only where retention could have removed it: with `keep` set,
+once `keep` newer versions exist; such a version counts as pruned (a fact), any other is an
+anomaly. Steps a killed trainer lost are not in the chain; their redo is. A version that is not
+on the chain is a fork (two writers).
 
 Facts (reported, not judged): tasks published, experiences committed, experiences trained,
 trained again by replay (within the replay policy's limits), dropped (settled without training:
@@ -152,8 +152,8 @@ class Chain:
     """The newest version and its ancestors, newest first, with each one's trained log.
 
     `manifests`: every version in the store; `announced`: each announced version's announcement
-    (one carrying a trained log when any does); `pruned`: versions announced or on the chain
-    whose manifest retention removed."""
+    (one carrying a trained log when any does); `pruned`: announced versions whose manifest
+    retention removed."""
 
     versions: list[int]
     manifests: dict[int, CheckpointManifest]
@@ -266,11 +266,10 @@ class RunChecker:
             if current >= versions[-1]:
                 report.notes.append(f"v{versions[-1]} names v{current} as its parent")
                 break
-            if current and current not in manifests and current not in pruned:
+            if current and current not in manifests and current not in announced:
                 report.notes.append(
-                    f"the chain stops at v{current}: its manifest is gone and retention "
-                    "did not remove it"
-                    + ("" if current in announced else ", and it was never announced")
+                    f"the chain stops at v{current}: its manifest is gone and it was never "
+                    "announced"
                 )
                 break
         on_chain = set(versions)

@@ -1,10 +1,13 @@
-"""The run checker against a log with planted anomalies, on the real Kafka and MinIO.
+"""The run checker on the real Kafka and MinIO: against a log with planted anomalies, and against
+a real run whose retention pruned most of its versions.
 
-The log is written by hand, as a faulty run would leave it: tasks published and committed by the
-explorer group, experiences for all but one task (and two rollout groups for another), a chain of
-two versions whose trained logs leave one experience out and train another twice, a fork, an
-announcement with no manifest behind it, a version on the chain never announced (v3), and experiences generated on a version never announced.
-Each planted anomaly must be counted once, and nothing else. (The clean counterpart is the fault
+The planted log is written by hand, as a faulty run would leave it: tasks published and
+committed by the explorer group, experiences for all but one task (and two rollout groups for
+another), a chain of two versions whose trained logs leave one experience out and train another
+twice, a fork, an announcement with no manifest behind it, a version on the chain never
+announced (v3), and experiences generated on a version never announced. Each planted anomaly
+must be counted once, and nothing else; with replay on, the experience trained twice is judged
+against the replay policy's use limit. (The clean counterpart is the fault
 run in tests/faults/test_fault_run.py, whose every count must be 0.)
 """
 
@@ -18,14 +21,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from consumers.run_check import RunChecker, read_topic
+from consumers.run_plan import RunPlan
+from rft.buffer.replay_buffer import ReplaySettings
+from rft.config import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, ManifestEntry, Task, TopicOffset, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.writer import EventWriter
 from rft.storage.checkpoint_store import CheckpointStore
-from tests.integration.test_rft_loop import published_run
+from tests.integration.test_rft_loop import published_run, run_config
 
 pytestmark = pytest.mark.integration
 
@@ -165,6 +172,23 @@ def test_checker_counts_each_planted_anomaly(
     assert report.facts["experiences trained"] == len(positions) - 1
     assert report.facts["versions on the chain"] == 2
 
+    # with replay on, twice is judged against the policy: a group may be used twice here...
+    def with_replay(limit: int) -> RunChecker:
+        args = {"use_count_limit": limit}
+        replay = ReplaySettings(100, 0.0, "linear_decay_use_count_control_randomization", args)
+        return RunChecker(
+            kafka, plan.topics, plan.experience_topic, plan.explorer_group, store, replay=replay
+        )
+
+    twice_ok = with_replay(2).check()
+    assert twice_ok.anomalies["experiences trained twice"] == 0
+    assert twice_ok.facts["experiences trained again by replay (within its limits)"] == 1
+    # ...but only once here
+    once = with_replay(1).check()
+    assert once.anomalies["experiences trained twice"] == 1
+    assert "more than the replay policy" in once.examples["experiences trained twice"][0]
+    assert once.facts["experiences trained again by replay (within its limits)"] == 0
+
     # the verb prints the same table and exits 4 on anomalies
     done = subprocess.run(
         [sys.executable, "-m", "rft.cli.main", "check", "--config", str(config_path)],
@@ -176,3 +200,74 @@ def test_checker_counts_each_planted_anomaly(
     assert done.returncode == 4, done.stderr[-2000:]
     assert re.search(r"experiences lost +1\n", done.stdout), done.stdout
     assert "result: ANOMALIES FOUND" in done.stdout
+
+
+def rft_check(config: Path) -> tuple[int, dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "rft.cli.main", "check", "--config", str(config), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode in (0, 4), done.stderr[-2000:]
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_a_run_that_retention_pruned_checks_clean(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """`rft run` with max_checkpoints_to_keep 2 over 6 versions: the store keeps only the newest,
+    the announcements prove the rest of the chain and every experience trained."""
+    raw = run_config(stack, unique, tmp_path)
+    steps, keep = 6, 2
+    raw["buffer"]["total_steps"] = steps
+    raw["trainer"]["max_checkpoints_to_keep"] = keep
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    done = subprocess.run(
+        [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    plan = RunPlan(load_config(config))
+    store = plan.checkpoint_store()
+    stored = store.list_versions()
+    # live explorers may hold a version back for a while, but the newest `keep` always stay
+    assert keep <= len(stored) < steps and stored[-1] == steps, stored
+
+    code, report = rft_check(config)
+    assert code == 0 and report["ok"], report
+    facts = report["facts"]
+    assert facts["versions announced"] == steps
+    assert facts["versions on the chain"] == steps
+    assert facts["versions in the store"] == len(stored)
+    assert facts["versions pruned by retention"] == steps - len(stored)
+    grouped = raw["buffer"]["batch_size"] * raw["algorithm"]["repeat_times"]
+    assert facts["experiences committed"] == steps * grouped
+    assert facts["experiences trained"] == facts["experiences committed"]
+    assert facts["experiences unprovable (their version's trained log is gone)"] == 0
+    assert facts["experiences not reached by the trainer"] == 0
+
+    # a manifest retention never removes (one of the newest `keep`) goes missing: that version
+    # is an anomaly (and so is every experience generated on it), while its announcement still
+    # proves what it trained
+    gone = stored[-2]
+    store.store.delete(store.version_prefix(gone) + "manifest.json")
+    written, _ = read_topic(plan.cfg.stack.kafka, plan.experience_topic)
+    on_gone = sum(1 for e in written if e.event.model_version == gone)
+    code, report = rft_check(config)
+    assert code == 4
+    assert {k: v for k, v in report["anomalies"].items() if v} == {
+        "versions announced without a verified manifest": 1,
+        **({"corrupt weights loaded": on_gone} if on_gone else {}),
+    }, report
+    assert (
+        f"v{gone}: no manifest"
+        in report["examples"]["versions announced without a verified manifest"][0]
+    )
+    assert report["facts"]["experiences trained"] == facts["experiences committed"]
+    assert report["facts"]["versions pruned by retention"] == steps - len(stored)
