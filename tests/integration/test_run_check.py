@@ -190,26 +190,19 @@ def test_checker_counts_each_planted_anomaly(
     assert once.facts["experiences trained again by replay (within its limits)"] == 0
 
     # the verb prints the same table and exits 4 on anomalies
-    done = subprocess.run(
-        [sys.executable, "-m", "rft.cli.main", "check", "--config", str(config_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = rft("check", config_path)
     assert done.returncode == 4, done.stderr[-2000:]
     assert re.search(r"experiences lost +1\n", done.stdout), done.stdout
     assert "result: ANOMALIES FOUND" in done.stdout
 
 
+def rft(verb: str, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config), *args]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=400)
+
+
 def rft_check(config: Path) -> tuple[int, dict]:
-    done = subprocess.run(
-        [sys.executable, "-m", "rft.cli.main", "check", "--config", str(config), "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = rft("check", config, "--json")
     assert done.returncode in (0, 4), done.stderr[-2000:]
     return done.returncode, json.loads(done.stdout)
 
@@ -225,13 +218,7 @@ def test_a_run_that_retention_pruned_checks_clean(
     raw["trainer"]["max_checkpoints_to_keep"] = keep
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(raw))
-    done = subprocess.run(
-        [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    done = rft("run", config)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     plan = RunPlan(load_config(config))
     store = plan.checkpoint_store()
