@@ -1,5 +1,6 @@
-"""The run checker on the real Kafka and MinIO: against a log with planted anomalies, and against
-a real run whose retention pruned most of its versions.
+"""The run checker on the real Kafka and MinIO: against a log with planted anomalies, against a
+real run whose retention pruned most of its versions, and against a version pruned before
+announcements carried its trained log.
 
 The planted log is written by hand, as a faulty run would leave it: tasks published and
 committed by the explorer group, experiences for all but one task (and two rollout groups for
@@ -28,8 +29,16 @@ from consumers.run_plan import RunPlan
 from rft.buffer.replay_buffer import ReplaySettings
 from rft.config import load_config
 from rft.config.connections import StackSettings
-from rft.events.models import Experience, ManifestEntry, Task, TopicOffset, WeightVersion
+from rft.events.models import (
+    Experience,
+    ManifestEntry,
+    Task,
+    TopicOffset,
+    TrainedLog,
+    WeightVersion,
+)
 from rft.events.reader import EventReader
+from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.storage.checkpoint_store import CheckpointStore
 from tests.integration.test_rft_loop import published_run, run_config
@@ -258,3 +267,88 @@ def test_a_run_that_retention_pruned_checks_clean(
     )
     assert report["facts"]["experiences trained"] == facts["experiences committed"]
     assert report["facts"]["versions pruned by retention"] == steps - len(stored)
+
+
+def test_versions_pruned_before_announcements_carried_a_log(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """v1 was announced without a trained log (schema v1) and pruned; v2 is stored and says what
+    it trained. With retention (keep 1) v1 is pruned and what it consumed is unprovable, not
+    lost; without retention its missing manifest is an anomaly."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(run_config(stack, unique, tmp_path)))
+    plan = RunPlan(load_config(config))
+    kafka = plan.cfg.stack.kafka
+    ensure_topics(kafka, plan.topics)
+    with EventWriter.open(kafka) as writer:
+        for half in range(2):
+            for g in range(2):
+                for i in range(2):
+                    task = Task(f"t{half}{g}", "ts", 0, 2 * half + g, {}, {}, "w", "r", {}, 2)
+                    exp = experience(task, f"g{half}{g}", i, 0, plan.explorer_group)
+                    writer.send(plan.experience_topic, exp, key=task.task_id)
+            writer.flush()
+    written, _ = read_topic(kafka, plan.experience_topic)
+    first = {(e.topic, e.partition, e.offset) for e in written if e.event.group_id[1] == "0"}
+    second = {(e.topic, e.partition, e.offset) for e in written} - first
+    ends: dict[tuple[str, int], int] = {}
+    for t, p, o in first:  # v1 consumed the first half: each partition's first offsets
+        ends[(t, p)] = max(ends.get((t, p), 0), o + 1)
+    v1_offsets = [TopicOffset(t, p, o) for (t, p), o in sorted(ends.items())]
+    for t, p, o in second:
+        ends[(t, p)] = max(ends.get((t, p), 0), o + 1)
+    by_tp: dict[tuple[str, int], list[int]] = {}
+    for t, p, o in second:
+        by_tp.setdefault((t, p), []).append(o)
+    v2_trained = [[t, p, ranges(offs)] for (t, p), offs in sorted(by_tp.items())]
+
+    store = plan.checkpoint_store()
+    store.store.ensure_bucket()
+    m2 = store.write(
+        2,
+        2,
+        version_dir(tmp_path, 2, v2_trained, [], v2_trained),
+        [(t, p, o) for (t, p), o in sorted(ends.items())],
+        parent_version=1,
+        extra={"sampler_state": "trainer_state/sampler.json"},
+    )
+    v2 = WeightVersion(
+        2,
+        2,
+        store.uri(2),
+        tuple(ManifestEntry(f.name, f.size, f.sha256) for f in m2.files),
+        tuple(TopicOffset(o.topic, o.partition, o.offset) for o in m2.consumed_offsets),
+        parent_version=1,
+        trained_log=TrainedLog.of_lists(trained=v2_trained, settled=v2_trained),
+    )
+    v1 = WeightVersion(1, 1, store.uri(1), (), tuple(v1_offsets), parent_version=0)
+    with EventWriter.open(kafka) as writer:
+        for event in (v1, v2):
+            writer.send(plan.topics.weights, event, key=b"weights")
+        writer.flush()
+
+    def check(keep: int | None):
+        return RunChecker(
+            kafka,
+            plan.topics,
+            plan.experience_topic,
+            plan.explorer_group,
+            store,
+            keep_checkpoints=keep,
+        ).check()
+
+    pruned = check(1)
+    assert pruned.ok, pruned.table()
+    assert pruned.facts["versions pruned by retention"] == 1
+    assert pruned.facts["versions on the chain"] == 2
+    assert pruned.facts["experiences trained"] == len(second)
+    assert pruned.facts["experiences unprovable (their version's trained log is gone)"] == len(
+        first
+    )
+    assert any("v1" in n and "without a trained log" in n for n in pruned.notes)
+
+    kept_all = check(None)
+    assert {k: v for k, v in kept_all.anomalies.items() if v} == {
+        "versions announced without a verified manifest": 1
+    }
+    assert kept_all.facts["versions pruned by retention"] == 0
