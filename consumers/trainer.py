@@ -46,7 +46,7 @@ from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.expert_source import ExpertContext, open_expert_sources
 from rft.buffer.group_sampler import SamplerSetup
-from rft.buffer.replay_buffer import ReplaySettings
+from rft.buffer.replay_buffer import replay_settings
 from rft.buffer.sample_strategy import build_sampler, sampler_choice
 from rft.buffer.sampler import Sampler
 from rft.buffer.staleness import StalenessPolicy
@@ -99,20 +99,6 @@ def trainer_engine_config(cfg: RftConfig, total_steps: int, use_ref: bool) -> To
         grad_clip=cfg.trainer.grad_clip,
         micro_batch_size=cfg.trainer.micro_batch_size,
         use_ref_model=use_ref,
-    )
-
-
-def replay_settings(cfg: RftConfig) -> ReplaySettings | None:
-    """The replay buffer's settings, or None when `replay_buffer.enable` is off."""
-    buf = cfg.buffer.trainer_input.experience_buffer
-    replay = buf.replay_buffer
-    if not replay.enable:
-        return None
-    return ReplaySettings(
-        capacity=buf.capacity,
-        reuse_cooldown_time=replay.reuse_cooldown_time,
-        priority_fn=replay.priority_fn,
-        priority_fn_args=dict(replay.priority_fn_args),
     )
 
 
@@ -325,7 +311,7 @@ class Trainer:
             stack.callback(source.close)
         setup = SamplerSetup(
             train_batch_size=self.plan.train_batch_size,
-            replay=replay_settings(self.cfg),
+            replay=replay_settings(self.cfg.buffer.trainer_input.experience_buffer),
             expert_sources=sources,
         )
         return build_sampler(self.sample_strategy, self.sample_strategy_args, setup)

@@ -29,9 +29,11 @@ bounded range: its `admit` rule filters what is read, its range is saved with ea
 (`extra_state`), and the run ends when the range is exhausted and no batch is ready.
 
 Each version's saved state also holds its `trained_log`: the experience offsets its own steps
-(those after its parent version) trained, with how many times, and the offsets they settled. A
-chain of versions from the newest back through its parents is then the durable record of what the
-run trained: steps lost with a killed trainer are not in it, and their redo is (the run checker,
+(those after its parent version) trained, with how many times, and the offsets they settled. Its
+WeightVersion carries the same log (with the offsets settled ahead), so the weights topic keeps
+it after retention (`trainer.max_checkpoints_to_keep`) prunes the version's files. A chain of
+versions from the newest back through its parents is then the durable record of what the run
+trained: steps lost with a killed trainer are not in it, and their redo is (the run checker,
 `consumers.run_check`, reads it).
 """
 
@@ -49,6 +51,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 
 from consumers.experience_mirror import ExperienceMirror
 from consumers.train_step import StepTrainer
+from consumers.trained_log import trained_log_of
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from producers.metric_emitter import MetricEmitter
 from rft.buffer.batch_metrics import batch_metrics
@@ -56,7 +59,14 @@ from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.errors import FencedError, TransportError
 from rft.events.claims import Claims
-from rft.events.models import Experience, ManifestEntry, SyncRequest, TopicOffset, WeightVersion
+from rft.events.models import (
+    Experience,
+    ManifestEntry,
+    SyncRequest,
+    TopicOffset,
+    TrainedLog,
+    WeightVersion,
+)
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import TopicPartitionOffset, TransactionError
 from rft.events.writer import EventWriter
@@ -163,6 +173,7 @@ class TrainerLoop:
         # since the last publish: (topic, partition) -> offset -> times trained; offsets settled
         self.trained_since_publish: dict[tuple[str, int], dict[int, int]] = {}
         self.settled_since_publish: dict[tuple[str, int], list[int]] = {}
+        self.resumed_log: TrainedLog | None = None  # of the version a restart resumed from
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -180,6 +191,7 @@ class TrainerLoop:
             self.clients.experiences.seek(tp[0], tp[1], offset)
             self.ledger.start(tp, offset, skip.get(tp, ()))
         self.sampler.restore((saved or {}).get("sampler", {}))
+        self.resumed_log = trained_log_of(saved or {})
         self.previous_counters = self.sampler.counters.copy()
 
     def tick(self) -> bool:
@@ -419,7 +431,9 @@ class TrainerLoop:
             if not self.recovered_from_fence(exc):
                 raise
             if self.checkpoints.store.has_manifest(self.step):
-                self.announce_written(self.step)
+                # the version's own steps, as its saved state holds them
+                saved = self.checkpoints.read_sampler_state(self.step)
+                self.announce_written(self.step, trained_log_of(saved or {}))
             else:
                 self.write_and_announce(final)
         step = self.step
@@ -453,6 +467,7 @@ class TrainerLoop:
                 "trained_log": self.trained_log(),
             }
             positions = [TopicPartitionOffset(t, p, o) for t, p, o in offsets]
+            trained = trained_log_of(state)
             publish_context = trace.set_span_in_context(span)
 
             def stage(manifest: CheckpointManifest) -> None:
@@ -467,7 +482,7 @@ class TrainerLoop:
                             "messaging.destination.name": self.clients.weights_topic,
                         }
                     )
-                    self.stage_announcement(manifest, positions)
+                    self.stage_announcement(manifest, positions, trained)
 
             try:
                 with tracer.start_as_current_span(UPLOAD) as upload:
@@ -510,8 +525,10 @@ class TrainerLoop:
         ]
         return {"trained": trained, "retrained": retrained, "settled": settled}
 
-    def weight_version(self, manifest: CheckpointManifest) -> WeightVersion:
-        """The announcement of a written version."""
+    def weight_version(
+        self, manifest: CheckpointManifest, trained: TrainedLog | None
+    ) -> WeightVersion:
+        """The announcement of a written version, with what its steps trained."""
         return WeightVersion(
             version=manifest.version,
             train_step=manifest.train_step,
@@ -521,15 +538,19 @@ class TrainerLoop:
                 TopicOffset(o.topic, o.partition, o.offset) for o in manifest.consumed_offsets
             ),
             parent_version=manifest.parent_version,
+            trained_log=trained,
         )
 
     def stage_announcement(
-        self, manifest: CheckpointManifest, positions: list[TopicPartitionOffset]
+        self,
+        manifest: CheckpointManifest,
+        positions: list[TopicPartitionOffset],
+        trained: TrainedLog | None,
     ) -> None:
         """Open the version's transaction: its WeightVersion and the group's offsets, flushed,
         so a fenced producer fails here, before the manifest exists."""
         writer = self.clients.writer
-        event = self.weight_version(manifest)
+        event = self.weight_version(manifest, trained)
         writer.begin()
         writer.send(self.clients.weights_topic, event, key=b"weights")
         if not isinstance(self.clients.experiences, EventReader):
@@ -567,15 +588,16 @@ class TrainerLoop:
         and explorers that wait for it would wait forever."""
         if not self.step or self.step in announced:
             return
-        self.announce_written(self.step)
+        self.announce_written(self.step, self.resumed_log)
         log.info("announced the resumed version %d, which its writer had not", self.step)
 
-    def announce_written(self, version: int) -> None:
+    def announce_written(self, version: int, trained: TrainedLog | None) -> None:
         """Announce `version`, whose manifest exists, in a transaction of its own."""
         writer = self.clients.writer
         manifest = self.checkpoints.store.read_manifest(version)
         writer.begin()
-        writer.send(self.clients.weights_topic, self.weight_version(manifest), key=b"weights")
+        event = self.weight_version(manifest, trained)
+        writer.send(self.clients.weights_topic, event, key=b"weights")
         writer.commit()
 
     def idle_too_long(self) -> bool:

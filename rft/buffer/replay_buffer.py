@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 
 from rft.buffer.group_pool import PooledGroup
-from rft.buffer.priority_fns import PRIORITY_FNS
+from rft.buffer.priority_fns import PRIORITY_FNS, PriorityFn
 from rft.buffer.sampler import Admitted, SamplerCounters
+from rft.config.schema import ExperienceBufferConfig
 from rft.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,43 @@ class ReplaySettings:
     reuse_cooldown_time: float | None = None
     priority_fn: str = "linear_decay"
     priority_fn_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def allows_uses(self, model_version: int, group_id: str, times: int) -> bool:
+        """Whether a buffer under these settings can train the group `group_id` (generated on
+        `model_version`, its oldest member's) `times` times: after each use it goes back for
+        reuse only with a cooldown and while the priority fn keeps it (`ReplayBuffer.used`)."""
+        if times <= 1:
+            return True
+        if self.reuse_cooldown_time is None:
+            return False
+        fn = PRIORITY_FNS.get(self.priority_fn)
+        return all(
+            group_priority(fn, self.priority_fn_args, group_id, model_version, use)[1]
+            for use in range(1, times)
+        )
+
+
+def replay_settings(buffer: ExperienceBufferConfig) -> ReplaySettings | None:
+    """The replay settings of `buffer.trainer_input.experience_buffer`, or None when
+    `replay_buffer.enable` is off."""
+    replay = buffer.replay_buffer
+    if not replay.enable:
+        return None
+    return ReplaySettings(
+        capacity=buffer.capacity,
+        reuse_cooldown_time=replay.reuse_cooldown_time,
+        priority_fn=replay.priority_fn,
+        priority_fn_args=dict(replay.priority_fn_args),
+    )
+
+
+def group_priority(
+    fn: PriorityFn, args: Mapping[str, Any], group_id: str, model_version: int, use_count: int
+) -> tuple[float, bool]:
+    """(priority, keep) of a group at a use count, with its seeded noise."""
+    noise = replay_noise(group_id, use_count)
+    priority, keep = fn(model_version, use_count, noise, **args)
+    return float(priority), bool(keep)
 
 
 def replay_noise(group_id: str, use_count: int) -> float:
@@ -87,9 +125,9 @@ class ReplayBuffer:
     # -- priorities -----------------------------------------------------------------------------
 
     def _priority(self, group: PooledGroup) -> tuple[float, bool]:
-        noise = replay_noise(group.group_id, group.use_count)
-        priority, keep = self._fn(group.model_version, group.use_count, noise, **self._args)
-        return float(priority), bool(keep)
+        return group_priority(
+            self._fn, self._args, group.group_id, group.model_version, group.use_count
+        )
 
     # -- GroupPool ------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """`rft check --config X.yaml`: read a run's whole log and checkpoint store, count anomalies.
 
 Prints the table of `consumers.run_check`: tasks published, experiences committed, trained,
-dropped (stale or filtered) and not reached, versions, dead letters; then each anomaly count
+dropped (stale or filtered) and not reached, versions (and those retention pruned: their
+announcements carry what they trained), dead letters; then each anomaly count
 (experiences lost, trained twice, tasks never explored or explored twice, versions announced
 without a verified manifest, versions off the chain, corrupt weights loaded) with examples.
 Exits 0 when every anomaly count is 0, else 4. `--json` prints one JSON object. Reads only.
@@ -36,19 +37,10 @@ def run(args: argparse.Namespace) -> int:
     from rft.config import load_config
 
     cfg = load_config(args.config, args.override)
-    plan = RunPlan(cfg)
     kafka = cfg.stack.kafka
     if args.bootstrap:
         kafka = dataclasses.replace(kafka, bootstrap_servers=args.bootstrap)
-    replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer.enable
-    checker = RunChecker(
-        kafka,
-        plan.topics,
-        plan.experience_topic,
-        plan.explorer_group,
-        plan.checkpoint_store(),
-        replay=replay,
-    )
+    checker = RunChecker.of_plan(RunPlan(cfg), kafka)
     report = checker.check()
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True))

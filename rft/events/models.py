@@ -12,7 +12,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -535,8 +535,130 @@ class TopicOffset:
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetRanges:
+    """Offsets of one partition as (first, last) runs of consecutive offsets, both included."""
+
+    topic: str
+    partition: int
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        e, put = "OffsetRanges", object.__setattr__
+        _check_str(e, "topic", self.topic)
+        put(self, "partition", _check_int(e, "partition", self.partition, _INT32))
+        runs = []
+        for i, run in enumerate(self.ranges):
+            first, last = (_check_int(e, f"ranges[{i}]", x) for x in run)
+            if not 0 <= first <= last:
+                raise _fail(e, f"ranges[{i}]", f"[{first}, {last}] is not a run of offsets")
+            runs.append((first, last))
+        put(self, "ranges", tuple(runs))
+
+    def offsets(self) -> Iterator[int]:
+        for first, last in self.ranges:
+            yield from range(first, last + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class RetrainedOffset:
+    """An experience offset trained `times` (> 1) times by one version's steps."""
+
+    topic: str
+    partition: int
+    offset: int
+    times: int
+
+    def __post_init__(self) -> None:
+        e, put = "RetrainedOffset", object.__setattr__
+        _check_str(e, "topic", self.topic)
+        put(self, "partition", _check_int(e, "partition", self.partition, _INT32))
+        put(self, "offset", _check_int(e, "offset", self.offset))
+        put(self, "times", _check_int(e, "times", self.times, _INT32))
+
+
+@dataclass(frozen=True, slots=True)
+class TrainedLog:
+    """What one version's steps (those after its parent) trained and settled: the trainer's
+    `trained_log` and `settled_ahead`, as saved in the version's sampler state."""
+
+    trained: tuple[OffsetRanges, ...] = ()
+    retrained: tuple[RetrainedOffset, ...] = ()
+    settled: tuple[OffsetRanges, ...] = ()
+    settled_ahead: tuple[OffsetRanges, ...] = ()
+
+    def __post_init__(self) -> None:
+        e, put = "TrainedLog", object.__setattr__
+        for name in ("trained", "settled", "settled_ahead"):
+            put(self, name, _tuple_of(e, name, getattr(self, name), OffsetRanges))
+        put(self, "retrained", _tuple_of(e, "retrained", self.retrained, RetrainedOffset))
+
+    @classmethod
+    def of_lists(
+        cls,
+        trained: Sequence[Sequence[Any]] = (),
+        retrained: Sequence[Sequence[Any]] = (),
+        settled: Sequence[Sequence[Any]] = (),
+        settled_ahead: Sequence[Sequence[Any]] = (),
+    ) -> TrainedLog:
+        """From the JSON lists of a sampler state: [topic, partition, [[first, last], ...]] per
+        partition, and [topic, partition, offset, times] per retrained offset."""
+
+        def runs(entries: Sequence[Sequence[Any]]) -> tuple[OffsetRanges, ...]:
+            return tuple(OffsetRanges(t, p, tuple(tuple(r) for r in rs)) for t, p, rs in entries)
+
+        return cls(
+            trained=runs(trained),
+            retrained=tuple(RetrainedOffset(t, p, o, n) for t, p, o, n in retrained),
+            settled=runs(settled),
+            settled_ahead=runs(settled_ahead),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        def runs(entries: tuple[OffsetRanges, ...]) -> list[dict[str, Any]]:
+            return [
+                {
+                    "topic": r.topic,
+                    "partition": r.partition,
+                    "ranges": [{"first": a, "last": b} for a, b in r.ranges],
+                }
+                for r in entries
+            ]
+
+        return {
+            "trained": runs(self.trained),
+            "retrained": [
+                {"topic": r.topic, "partition": r.partition, "offset": r.offset, "times": r.times}
+                for r in self.retrained
+            ],
+            "settled": runs(self.settled),
+            "settled_ahead": runs(self.settled_ahead),
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> TrainedLog:
+        def runs(entries: Sequence[Mapping[str, Any]]) -> tuple[OffsetRanges, ...]:
+            return tuple(
+                OffsetRanges(
+                    r["topic"], r["partition"], tuple((x["first"], x["last"]) for x in r["ranges"])
+                )
+                for r in entries
+            )
+
+        return cls(
+            trained=runs(record["trained"]),
+            retrained=tuple(RetrainedOffset(**r) for r in record["retrained"]),
+            settled=runs(record["settled"]),
+            settled_ahead=runs(record["settled_ahead"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WeightVersion:
-    """Announcement that a model version is complete and verified in the checkpoint store."""
+    """Announcement that a model version is complete and verified in the checkpoint store.
+
+    `trained_log` (schema v2) says what the version's own steps trained, so the log alone proves
+    a run's training after retention pruned the version's files; None in events before v2.
+    """
 
     SCHEMA: ClassVar[str] = "rft.events.WeightVersion"
 
@@ -547,6 +669,7 @@ class WeightVersion:
     consumed_offsets: tuple[TopicOffset, ...] = ()
     parent_version: int | None = None
     created_at: int = field(default_factory=now_ms)
+    trained_log: TrainedLog | None = None
 
     def __post_init__(self) -> None:
         e, put = "WeightVersion", object.__setattr__
@@ -562,6 +685,8 @@ class WeightVersion:
         if self.parent_version is not None:
             put(self, "parent_version", _check_int(e, "parent_version", self.parent_version))
         put(self, "created_at", _check_int(e, "created_at", self.created_at))
+        if self.trained_log is not None and not isinstance(self.trained_log, TrainedLog):
+            raise _fail(e, "trained_log", f"expected TrainedLog, got {type(self.trained_log)}")
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -577,10 +702,12 @@ class WeightVersion:
             ],
             "parent_version": self.parent_version,
             "created_at": self.created_at,
+            "trained_log": None if self.trained_log is None else self.trained_log.to_record(),
         }
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> WeightVersion:
+        log = record.get("trained_log")  # absent before v2
         return cls(
             version=record["version"],
             train_step=record["train_step"],
@@ -589,6 +716,7 @@ class WeightVersion:
             consumed_offsets=tuple(TopicOffset(**o) for o in record["consumed_offsets"]),
             parent_version=record.get("parent_version"),
             created_at=record["created_at"],
+            trained_log=None if log is None else TrainedLog.from_record(log),
         )
 
 
@@ -839,9 +967,12 @@ __all__ = [
     "MASK_DTYPE",
     "ManifestEntry",
     "Metric",
+    "OffsetRanges",
+    "RetrainedOffset",
     "SyncRequest",
     "Task",
     "TopicOffset",
+    "TrainedLog",
     "WeightVersion",
     "now_ms",
 ]

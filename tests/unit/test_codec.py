@@ -25,9 +25,12 @@ from rft.events.models import (
     InvalidEventError,
     ManifestEntry,
     Metric,
+    OffsetRanges,
+    RetrainedOffset,
     SyncRequest,
     Task,
     TopicOffset,
+    TrainedLog,
     WeightVersion,
 )
 from tests.unit.event_strategies import experiences, floats, i32, i64, text
@@ -63,6 +66,29 @@ tasks = st.builds(
     is_eval=st.booleans(),
     created_at=i64,
 )
+offset_ranges = st.lists(
+    st.builds(
+        OffsetRanges,
+        topic=text,
+        partition=i32,
+        ranges=st.lists(st.tuples(st.integers(0, 2**40), st.integers(0, 2**20)), max_size=4).map(
+            lambda runs: tuple((a, a + n) for a, n in runs)
+        ),
+    ),
+    max_size=3,
+).map(tuple)
+trained_logs = st.builds(
+    TrainedLog,
+    trained=offset_ranges,
+    retrained=st.lists(
+        st.builds(
+            RetrainedOffset, topic=text, partition=i32, offset=i64, times=st.integers(2, 2**31 - 1)
+        ),
+        max_size=3,
+    ).map(tuple),
+    settled=offset_ranges,
+    settled_ahead=offset_ranges,
+)
 weight_versions = st.builds(
     WeightVersion,
     version=i64,
@@ -77,6 +103,7 @@ weight_versions = st.builds(
     ).map(tuple),
     parent_version=st.none() | i64,
     created_at=i64,
+    trained_log=st.none() | trained_logs,
 )
 metrics = st.builds(
     Metric,
@@ -141,6 +168,21 @@ V2_EXPERIENCE = EventCodec(
 OLD_METRIC = EventCodec(
     SchemaCatalog.default(), write_versions={"Metric": 1}, read_versions={"Metric": 1}
 )
+OLD_WEIGHTS = EventCodec(
+    SchemaCatalog.default(),
+    write_versions={"WeightVersion": 1},
+    read_versions={"WeightVersion": 1},
+)
+
+
+@FAST
+@given(weight_versions)
+def test_weight_version_evolves_both_ways(event: WeightVersion) -> None:
+    # v1 events carry no trained log and read as None; a v1 reader of a v2 event sees the rest
+    old = CODEC.decode(OLD_WEIGHTS.encode(event))
+    assert old.trained_log is None and old.consumed_offsets == event.consumed_offsets
+    old_view = OLD_WEIGHTS.decode(CODEC.encode(event))
+    assert old_view.trained_log is None and old_view.manifest == event.manifest
 
 
 @FAST
@@ -261,6 +303,22 @@ def test_golden_experience_fields() -> None:
     # events written before v3 were trained at temperature 1.0, so that is what they read as
     for old in (v1, decoded):
         assert old.logprob_temperature == 1.0 and old.explorer_group == ""
+
+
+def test_golden_weight_version_trained_log() -> None:
+    v1 = CODEC.decode(golden_path("rft.events.WeightVersion", 1).read_bytes())
+    assert v1.trained_log is None and v1.parent_version == 4
+    v2 = CODEC.decode(golden_path("rft.events.WeightVersion", 2).read_bytes())
+    log = v2.trained_log
+    assert log is not None
+    assert [list(r.offsets()) for r in log.trained] == [[*range(1100, 1164), *range(1180, 1200)]]
+    assert log.retrained == (RetrainedOffset("demo.run1.experiences", 0, 1101, 2),)
+    assert log.settled_ahead[0].ranges == ((1210, 1211),)
+
+
+def test_trained_log_refuses_a_backward_run() -> None:
+    with pytest.raises(InvalidEventError, match=r"OffsetRanges.ranges\[0\]"):
+        OffsetRanges("t", 0, ((5, 4),))
 
 
 # --- bad bytes ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from rft.events.models import (
     SyncRequest,
     Task,
     TopicOffset,
+    TrainedLog,
     WeightVersion,
 )
 
@@ -76,6 +77,12 @@ SAMPLES = {
         consumed_offsets=(TopicOffset("demo.run1.experiences", 0, 1200),),
         parent_version=4,
         created_at=CREATED_AT,
+        trained_log=TrainedLog.of_lists(
+            trained=[["demo.run1.experiences", 0, [[1100, 1163], [1180, 1199]]]],
+            retrained=[["demo.run1.experiences", 0, 1101, 2]],
+            settled=[["demo.run1.experiences", 0, [[1100, 1199]]]],
+            settled_ahead=[["demo.run1.experiences", 0, [[1210, 1211]]]],
+        ),
     ),
     "rft.events.Metric": Metric(
         component="trainer",
