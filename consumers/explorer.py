@@ -449,8 +449,7 @@ class Explorer:
                     # the broker fenced the producer on its own: nothing of the step is visible
                     log.warning("step %d: %s; its tasks are read again", step, exc)
                     self._claims.reclaim(tx)
-                    tasks.rewind(batch)
-                    self._order.drop({(e.topic, e.partition) for e in batch})
+                    self._read_again(tasks, batch)
                     return False
                 except TransactionError as exc:
                     if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
@@ -466,10 +465,21 @@ class Explorer:
                     lost = tasks.take_revoked()
                     self._order.drop(lost)
                     self._carried = drop_revoked(self._carried, lost)
-                    batch = drop_revoked(batch, lost)
-                    held = {e.event.task_id for e in batch if isinstance(e.event, Task)}
-                    groups = [(r, exps) for r, exps in groups if r.task.task_id in held]
-                    given_up = {k: v for k, v in given_up.items() if k in held}
+                    if any((e.topic, e.partition) in lost for e in batch):
+                        # Some of the step's tasks went with a partition (to another member, or
+                        # back to this one at the committed offset): the step is done again
+                        # whole, never committed short. A short step would leave the trainer a
+                        # batch short under a fixed schedule, and this explorer would wait for
+                        # a version that needs the missing experiences.
+                        kept = drop_revoked(batch, lost)
+                        log.warning(
+                            "step %d: %d of its %d tasks went with revoked partitions; done again",
+                            step,
+                            len(batch) - len(kept),
+                            len(batch),
+                        )
+                        self._read_again(tasks, kept)
+                        return False
                 except TransportError as exc:
                     self._redo(tx, tasks, step, batch, exc)
                     return False
@@ -565,8 +575,15 @@ class Explorer:
             len(batch),
         )
         tx.abort()
+        self._read_again(tasks, batch)
+
+    def _read_again(self, tasks: EventReader, batch: list[Envelope]) -> None:
+        """Put the partitions of `batch` back to its first tasks; whatever this explorer had
+        buffered or carried of them is dropped (it is read again from there)."""
         tasks.rewind(batch)
-        self._order.drop({(e.topic, e.partition) for e in batch})  # read again from the rewind
+        rewound = {(e.topic, e.partition) for e in batch}
+        self._order.drop(rewound)
+        self._carried = [e for e in self._carried if (e.topic, e.partition) not in rewound]
 
     def _dead_letter(self, tx: EventWriter, env: Envelope, error: RftError) -> None:
         """Park a task that gets no experiences, inside the step's transaction."""
