@@ -330,7 +330,7 @@ class Explorer:
         means the broker fenced the membership on its own (a static member after a coordinator
         restart). When the claim cannot be made for another reason, the fence stands."""
         try:
-            self._hold_claim(tx)
+            self._claims.hold(tx)
         except FencedError:
             return True
         except TransportError as exc:
@@ -339,16 +339,6 @@ class Explorer:
             )
             return True
         return False
-
-    def _hold_claim(self, tx: EventWriter) -> None:
-        """Claim the explorer id again: a takeover raises FencedError; a fence the broker made on
-        its own (rft.events.claims) replaces the producer and goes on."""
-        try:
-            self._claims.claim(tx)
-        except FencedError:
-            if self._claims.taken_over():
-                raise
-            self._claims.reclaim(tx)
 
     def _group_committed(self) -> list[TopicPartitionOffset]:
         """The group's committed task offsets (with each step's metadata), read by the admin

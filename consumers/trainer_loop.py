@@ -319,16 +319,10 @@ class TrainerLoop:
     def hold_claim(self) -> None:
         """Claim the run again: a takeover ends this trainer (FencedError); a fence the broker
         made on its own replaces the producer and goes on."""
-        writer = self.clients.writer
         if self.claims is None:
-            writer.claim()
-            return
-        try:
-            self.claims.claim(writer)
-        except FencedError:
-            if self.claims.taken_over():
-                raise
-            self.claims.reclaim(writer)
+            self.clients.writer.claim()
+        else:
+            self.claims.hold(self.clients.writer)
 
     def recovered_from_fence(self, exc: FencedError) -> bool:
         """After a fence in a publish: True when it was the broker's own (no other process

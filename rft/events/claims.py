@@ -21,6 +21,7 @@ import time
 import uuid
 
 from rft.config.connections import KafkaSettings
+from rft.errors import FencedError
 from rft.events.models import Claim
 from rft.events.reader import EventReader
 from rft.events.transport import kafka_backend
@@ -65,6 +66,16 @@ class Claims:
             "process's own): the producer is replaced and the id claimed again",
             self.holder,
         )
+
+    def hold(self, writer: EventWriter) -> None:
+        """Claim the id again: a takeover raises FencedError; a fence the broker made on its own
+        replaces the producer and goes on."""
+        try:
+            self.claim(writer)
+        except FencedError:
+            if self.taken_over():
+                raise
+            self.reclaim(writer)
 
     def taken_over(self, grace_s: float = CLAIM_GRACE_S) -> bool:
         """Whether another process claimed the id after this one (True also when the claims

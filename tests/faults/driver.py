@@ -438,20 +438,32 @@ def explorer_kill_one_of_two(run: LoopRun, rng: random.Random) -> str:
     return "kill -9 of explorer-b (explorer-a shares its group), not restarted"
 
 
-@FAULTS.register("kafka_restart")
-def kafka_restart(run: LoopRun, rng: random.Random) -> str:
+def _broker_down(run: LoopRun, rng: random.Random, kind: str, max_wait: int) -> int:
+    """Wait for a seeded version, then kill -9 the private stack's broker; the version waited
+    for."""
     local = run.local
     if local is None:
-        raise DriverError("kafka_restart needs a private stack")
-    target = run.published_versions() + rng.randint(1, 2)
+        raise DriverError(f"{kind} needs a private stack")
+    target = run.published_versions() + rng.randint(1, max_wait)
     run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
     time.sleep(rng.uniform(0, 3))
     pid = local.status().service("kafka").pid
     assert pid
     os.kill(pid, signal.SIGKILL)
+    return target
+
+
+def _broker_up(run: LoopRun) -> None:
+    assert run.local is not None
+    run.local.up(timeout_s=180, services=["kafka"])
+
+
+@FAULTS.register("kafka_restart")
+def kafka_restart(run: LoopRun, rng: random.Random) -> str:
+    target = _broker_down(run, rng, "kafka_restart", 2)
     down_s = rng.uniform(3, 10)
     time.sleep(down_s)
-    local.up(timeout_s=180, services=["kafka"])
+    _broker_up(run)
     return f"kill -9 of the broker after v{target}, down {down_s:.1f}s, restarted"
 
 
@@ -460,19 +472,11 @@ def kafka_outage(run: LoopRun, rng: random.Random) -> str:
     """A broker `kill -9` and an outage longer than the consumers' session timeout: every group
     member's session expires while the broker is away, so each group rebalances when it is back
     (the members' partitions are revoked, or lost, and assigned again)."""
-    local = run.local
-    if local is None:
-        raise DriverError("kafka_outage needs a private stack")
-    target = run.published_versions() + rng.randint(1, 3)
-    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
-    time.sleep(rng.uniform(0, 3))
-    pid = local.status().service("kafka").pid
-    assert pid
-    os.kill(pid, signal.SIGKILL)
+    target = _broker_down(run, rng, "kafka_outage", 3)
     session_s = (run.session_timeout_ms or 45_000) / 1000
     down_s = session_s + rng.uniform(2, 8)
     time.sleep(down_s)
-    local.up(timeout_s=180, services=["kafka"])
+    _broker_up(run)
     return f"kill -9 of the broker after v{target}, down {down_s:.1f}s (session {session_s:g}s)"
 
 
