@@ -106,12 +106,18 @@ def run(args: argparse.Namespace) -> int:
                 "left_untrained": summary.left_incomplete + summary.left_untrained,
                 "input_ended": summary.input_ended,
                 "stop_reason": summary.stop_reason,
+                "short": summary.short,
                 "median_step_s": statistics.median(summary.step_seconds)
                 if summary.step_seconds
                 else None,
             }
         )
     )
+    if summary.short:
+        from consumers.trainer_loop import SHORT_EXIT_CODE
+
+        print(f"rft train: {summary.stop_reason}", file=sys.stderr, flush=True)
+        return SHORT_EXIT_CODE
     return 0
 
 

@@ -21,6 +21,7 @@ from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue
 from rft.config.derived import check_consistency, fill_derived, value_notices
 from rft.config.key_locator import KeyLocator
 from rft.config.parts import check_parts, import_plugins
+from rft.config.run_length import check_run_length
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
@@ -158,7 +159,10 @@ def _build(
     issues += check_parts(cfg)
     if issues:
         raise ConfigValidationError(source.place(issues))
-    for notice in value_notices(cfg):
+    issues, length_notices = check_run_length(cfg)
+    if issues:
+        raise ConfigValidationError(source.place(issues))
+    for notice in value_notices(cfg) + length_notices:
         warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
     return cfg
 
