@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from consumers.trainer import Trainer
     from rft.config import load_config
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(
+        args.config, args.override, trains_offline=bool(getattr(args, "from_topic", None))
+    )
     offline = offline_source(args, cfg)
     start_tracing("trainer", cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

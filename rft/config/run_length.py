@@ -9,6 +9,9 @@ bound that drops the batches the steps need.
   is taken where it is known at load: file tasksets and generators (their rows are read or
   generated). A taskset that cannot be read at load is reported when it is published, not here;
   an online selector's feeder publishes total_steps × batch_size tasks itself, so no count applies.
+  Nor does it to an explorer group that does not feed the trainer (`explorer.experiences_to` a
+  topic of its own: its total_steps only caps it) or that starts later in the tasks topic
+  (`explorer.tasks_from` other than earliest: it reads an unknown part of it).
 - Staleness: an explorer samples a batch with weights at most `bound` versions older than the ones
   the trainer holds when it trains that batch (the sync style's bound: η =
   `synchronizer.max_head_offpolicyness`, and for `fixed` sync_offset + sync_interval - 1). The
@@ -25,6 +28,7 @@ bound that drops the batches the steps need.
 from __future__ import annotations
 
 from rft.config.binding import Issue, Notice
+from rft.config.derived import TRAINER_EXPERIENCES
 from rft.config.schema import RftConfig
 
 STEPS_KEY = "buffer.total_steps"
@@ -40,6 +44,15 @@ def configured_steps(cfg: RftConfig) -> tuple[str, int] | None:
     if cfg.buffer.total_steps is not None:
         return STEPS_KEY, cfg.buffer.total_steps
     return None
+
+
+def counts_tasks(cfg: RftConfig) -> bool:
+    """Whether the task rule applies: the explorers feed the trainer from the whole taskset."""
+    target = cfg.explorer.experiences_to
+    trainer_topic = (
+        cfg.buffer.trainer_input.experience_buffer.topic or f"{cfg.project}.{cfg.name}.experiences"
+    )
+    return target in (TRAINER_EXPERIENCES, trainer_topic) and cfg.explorer.tasks_from == "earliest"
 
 
 def task_supply(cfg: RftConfig, rows: int) -> tuple[list[Issue], list[Notice]]:
@@ -149,7 +162,11 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
     issues: list[Issue] = []
     notices: list[Notice] = []
     taskset = cfg.buffer.explorer_input.taskset
-    if taskset is not None and not is_online(taskset.task_selector.selector_type):
+    if (
+        taskset is not None
+        and counts_tasks(cfg)
+        and not is_online(taskset.task_selector.selector_type)
+    ):
         rows = count_tasks(taskset)
         if rows is not None:
             found, said = task_supply(cfg, rows)

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from consumers.run_plan import RunPlan
-from consumers.run_status import newest_statuses
+from consumers.run_status import format_status, newest_statuses, read_run_status
 from consumers.trainer_loop import SHORT_EXIT_CODE
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.config import load_config
@@ -102,6 +102,11 @@ def test_trainer_stops_at_once_when_the_explorers_used_up_the_tasks(
         "short",
         summary["stop_reason"],
     )
+    shown = format_status(read_run_status(stack.kafka, plan.topics))
+    assert any(
+        line.startswith("  trainer trainer: finished (short)") and summary["stop_reason"] in line
+        for line in shown
+    ), shown
 
 
 def test_rft_run_exits_short_with_the_reason(

@@ -136,3 +136,24 @@ def test_no_bound_with_max_staleness_warns(tmp_path: Path):
     text = MINIMAL + "synchronizer: {sync_style: fully_async, sync_interval: 1}\n"
     with pytest.warns(ConfigWarning, match="nothing bounds how many versions"):
         config(tmp_path, text, "buffer.trainer_input.max_staleness=1")
+
+
+def test_a_group_that_does_not_feed_the_trainer_is_not_counted(tmp_path: Path):
+    text = MINIMAL + "      generator_args: {num_tasks: 6}\n"
+    shadow = config(tmp_path, text, "buffer.total_steps=50", "explorer.experiences_to=own")
+    assert shadow.buffer.total_steps == 50
+
+
+def test_a_group_that_starts_later_in_the_tasks_is_not_counted(tmp_path: Path):
+    text = MINIMAL + "      generator_args: {num_tasks: 6}\n"
+    late = config(tmp_path, text, "buffer.total_steps=50", "explorer.tasks_from=latest")
+    assert late.buffer.total_steps == 50
+
+
+def test_an_offline_trainer_is_not_checked(tmp_path: Path):
+    path = tmp_path / "run.yaml"
+    path.write_text(MINIMAL + "      generator_args: {num_tasks: 6}\n" + ASYNC)
+    overrides = ["buffer.total_steps=50", "buffer.trainer_input.max_staleness=1"]
+    with pytest.raises(ConfigValidationError):
+        load_config(path, overrides)
+    assert load_config(path, overrides, trains_offline=True).buffer.total_steps == 50
