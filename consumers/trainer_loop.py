@@ -248,7 +248,7 @@ class TrainerLoop:
         if ended is not None:
             self.stop_short(f"{ended}, and nothing more is committed on the experience topic")
             return False
-        self.waits.still(self.waiting_for(), self.step)
+        self.waits.still(self.waiting_for, self.step)  # asked only when a line is due
         if self.idle_too_long():
             self.stop_short(
                 f"no experiences and no batch for {self.idle_timeout_s:.0f}s "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rft.errors import TransportError
@@ -91,18 +92,19 @@ class WaitNotice:
     said_at: float | None = None
     said: str = ""
 
-    def still(self, what: str, step: int | None = None) -> bool:
-        """Log and announce `what` if due; True when it did."""
+    def still(self, what: str | Callable[[], str], step: int | None = None) -> bool:
+        """Log and announce `what` if due (a callable is asked only then); True when it did."""
         now = time.monotonic()
         waited = now - self.started
         if waited < FIRST_WAIT_LINE_S:
             return False
         if self.said_at is not None and now - self.said_at < WAIT_LINE_EVERY_S:
             return False
-        self.said_at, self.said = now, what
+        text = what() if callable(what) else what
+        self.said_at, self.said = now, text
         if step is not None:
             self.step = step
-        line = f"waiting {waited:.0f}s for {what}"
+        line = f"waiting {waited:.0f}s for {text}"
         log.info("%s", line)
         if self.announcer is not None:
             self.announcer.announce("waiting", step=self.step, detail=line)

@@ -40,3 +40,17 @@ def test_over_starts_the_next_wait_afresh() -> None:
     assert notice.still("tasks")
     notice.over()
     assert not notice.still("tasks")
+
+
+def test_what_it_waits_on_is_worked_out_only_when_a_line_is_due() -> None:
+    asked: list[int] = []
+
+    def what() -> str:
+        asked.append(1)
+        return "a full batch"
+
+    notice = WaitNotice(None)
+    assert not notice.still(what)
+    notice.started -= FIRST_WAIT_LINE_S + 1
+    assert notice.still(what) and not notice.still(what)
+    assert len(asked) == 1 and notice.said == "a full batch"
