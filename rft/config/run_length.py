@@ -11,7 +11,9 @@ bound that drops the batches the steps need.
   an online selector's feeder publishes total_steps × batch_size tasks itself, so no count applies.
   Nor does it to an explorer group that does not feed the trainer (`explorer.experiences_to` a
   topic of its own: its total_steps only caps it) or that starts later in the tasks topic
-  (`explorer.tasks_from` other than earliest: it reads an unknown part of it).
+  (`explorer.tasks_from` other than earliest: it reads an unknown part of it), nor when the
+  replay buffer trains groups again (`replay_buffer.enable` with a `reuse_cooldown_time`): its
+  steps need not all come from new tasks.
 - Staleness: an explorer samples a batch with weights at most `bound` versions older than the ones
   the trainer holds when it trains that batch (the sync style's bound: η =
   `synchronizer.max_head_offpolicyness`, and for `fixed` sync_offset + sync_interval - 1). The
@@ -47,7 +49,11 @@ def configured_steps(cfg: RftConfig) -> tuple[str, int] | None:
 
 
 def counts_tasks(cfg: RftConfig) -> bool:
-    """Whether the task rule applies: the explorers feed the trainer from the whole taskset."""
+    """Whether the task rule applies: the explorers feed the trainer from the whole taskset, and
+    every train step needs new experiences."""
+    replay = cfg.buffer.trainer_input.experience_buffer.replay_buffer
+    if replay.enable and replay.reuse_cooldown_time is not None:
+        return False
     target = cfg.explorer.experiences_to
     trainer_topic = (
         cfg.buffer.trainer_input.experience_buffer.topic or f"{cfg.project}.{cfg.name}.experiences"

@@ -157,3 +157,18 @@ def test_an_offline_trainer_is_not_checked(tmp_path: Path):
     with pytest.raises(ConfigValidationError):
         load_config(path, overrides)
     assert load_config(path, overrides, trains_offline=True).buffer.total_steps == 50
+
+
+def test_a_replay_that_trains_groups_again_is_not_counted(tmp_path: Path):
+    text = MINIMAL + "      generator_args: {num_tasks: 6}\n"
+    key = "buffer.trainer_input.experience_buffer.replay_buffer"
+    with pytest.raises(ConfigValidationError):
+        config(tmp_path, text, "buffer.total_steps=50", f"{key}.enable=true")
+    replayed = config(
+        tmp_path,
+        text,
+        "buffer.total_steps=50",
+        f"{key}.enable=true",
+        f"{key}.reuse_cooldown_time=0",
+    )
+    assert replayed.buffer.total_steps == 50
