@@ -291,9 +291,20 @@ class Explorer:
             if self.cfg.explorer.eval_on_startup:
                 self._evaluate(engine, metrics, step=step)
             idle_since = time.monotonic()
-            exhausted = False
+            exhausted = ran_dry = False
             waits = status.waits(step)
             while step < total_steps and not stop.is_set():
+                # after a batch the tasks could not fill, the next step's weights may need a
+                # batch that cannot come: see first whether any task is left
+                if ran_dry and self._group_took_all():
+                    log.info(
+                        "no tasks left after a short batch: explorer group %s has committed "
+                        "every task of %s",
+                        self.plan.explorer_group,
+                        topics.tasks,
+                    )
+                    exhausted = True
+                    break
                 sync.before_step(step + 1, engine, plain)
                 batch = self._poll_batch(tasks, stop)
                 if not batch:
@@ -320,6 +331,7 @@ class Explorer:
                     continue
                 waits.over()
                 idle_since = time.monotonic()
+                ran_dry = len(batch) < self.plan.batch_size
                 if not self._explore_step(step + 1, batch, engine, tasks, tx, metrics, sync):
                     continue  # not committed: its tasks are read again
                 step += 1

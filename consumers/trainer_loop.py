@@ -24,6 +24,13 @@ each version is a `trainer.publish` span (under its last step, linked to all its
 `trainer.checkpoint_upload` and `trainer.announce`, whose context the WeightVersion's headers
 carry.
 
+An online run ends short, at once, when the explorers can send nothing more (`InputEnd`: their
+statuses on the control topic, read into consumers.explorer_roster, and the experience topic read
+to its end) and no batch can form: the summary's `stop_reason` names why, with the step, the
+experiences left against the batch and those dropped, and `rft train` exits SHORT_EXIT_CODE. The
+idle timeout (`max_read_timeout`) remains for explorers that never say (crashed, or of another
+run). While it waits for a batch it says on what, at most every 30 s (log and control topic).
+
 An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
 bounded range: its `admit` rule filters what is read, its range is saved with each version
 (`extra_state`), and the run ends when the range is exhausted and no batch is ready.

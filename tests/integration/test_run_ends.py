@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 STEPS = 5
 BATCH = 2
-PUBLISHED = 6  # tasks that reach the topic: 3 steps of BATCH
+PUBLISHED = 7  # tasks that reach the topic: 3 steps of BATCH and one short batch
 HANG_GUARD_S = 300  # the processes would otherwise wait an hour (--idle-timeout 3600)
 
 
@@ -84,7 +84,13 @@ def test_trainer_stops_at_once_when_the_explorers_used_up_the_tasks(
     assert summary["steps"] == full and summary["short"] is True
     assert summary["stop_reason"].startswith(f"stopped at step {full} of {STEPS}: ")
     assert f"explorer group {plan.explorer_group} used up its tasks" in summary["stop_reason"]
-    assert f"0 of the {BATCH * 2} experiences needed for step {full + 1}" in summary["stop_reason"]
+    # the short batch's experiences make no train batch; under `fixed` sync the explorer would
+    # otherwise wait for the version that batch cannot make
+    left = (PUBLISHED % BATCH) * 2
+    assert (
+        f"{left} of the {BATCH * 2} experiences needed for step {full + 1}"
+        in (summary["stop_reason"])
+    )
     assert f"rft train: {summary['stop_reason']}" in trainer_out
     statuses = {
         (s.component, s.instance): s for s in newest_statuses(stack.kafka, plan.topics.control)
@@ -93,7 +99,7 @@ def test_trainer_stops_at_once_when_the_explorers_used_up_the_tasks(
     assert (ended.state, ended.reason, ended.step, ended.tasks_left) == (
         "finished",
         "tasks_exhausted",
-        full,
+        full + 1,
         0,
     )
     trained = statuses[("trainer", "trainer")]
