@@ -13,6 +13,12 @@ it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to 
 task's rollout and reward spans continue the task's own trace (rft.workflows.rollout_spans), and
 its experiences are written inside an `explorer.produce` span under them, whose context their
 headers carry.
+
+The explorer says what it does on the control topic (producers.status_announcer): `running` when
+it starts, a wait line while it waits long for tasks or weights, and `finished` when its loop
+ends, with why: it ran its `total_steps`, its tasks ran out (`tasks_exhausted`, with the tasks its
+group left uncommitted), or it was stopped. The trainer reads these to know when no more
+experiences can come (consumers.explorer_roster).
 """
 
 from __future__ import annotations
@@ -35,8 +41,11 @@ from consumers.explorer_progress import progress_metadata, resumed_step
 from consumers.explorer_sync import ExplorerSync
 from consumers.run_plan import RunPlan
 from consumers.task_order import OrderedTasks, PartitionEnds
+from consumers.tasks_left import tasks_left
 from consumers.weight_follower import WeightFollower
 from producers.metric_emitter import MetricEmitter
+from producers.status_announcer import StatusAnnouncer
+from producers.task_selectors import is_online
 from rft.config import RftConfig
 from rft.engines.chat_template import check_chat_template, configured_chat_template
 from rft.engines.prompt_limits import PromptLimits
@@ -252,6 +261,16 @@ class Explorer:
                 self.plan.run_id,
                 tags={"explorer_id": self.explorer_id, "explorer_group": self.plan.explorer_group},
             )
+            status = StatusAnnouncer(
+                plain,
+                topics.control,
+                "explorer",
+                self.explorer_id,
+                self.plan.explorer_group,
+                total_steps,
+                experience_topic=self.plan.explorer_experience_topic,
+                group_size=self.plan.explorer_count,
+            )
             sync = ExplorerSync(
                 self.cfg.synchronizer,
                 self.style,
@@ -259,6 +278,7 @@ class Explorer:
                 explorer_id=self.explorer_id,
                 control_topic=topics.control,
                 weights_topic=topics.weights,
+                status=status,
             )
             follower.poll(timeout_s=1.0)
             if self.cfg.continue_from_checkpoint:
@@ -277,10 +297,25 @@ class Explorer:
                     total_steps,
                 )
             self.summary.resumed_from = step
+            # a restart replaces this explorer's earlier `finished` before it does anything
+            status.announce("running", step=step)
             if self.cfg.explorer.eval_on_startup:
                 self._evaluate(engine, metrics, step=step)
             idle_since = time.monotonic()
+            exhausted = ran_dry = False
+            waits = status.waits(step)
             while step < total_steps and not stop.is_set():
+                # after a batch the tasks could not fill, the next step's weights may need a
+                # batch that cannot come: see first whether any task is left
+                if ran_dry and self._group_took_all():
+                    log.info(
+                        "no tasks left after a short batch: explorer group %s has committed "
+                        "every task of %s",
+                        self.plan.explorer_group,
+                        topics.tasks,
+                    )
+                    exhausted = True
+                    break
                 sync.before_step(step + 1, engine, plain)
                 batch = self._poll_batch(tasks, stop)
                 if not batch:
@@ -288,17 +323,72 @@ class Explorer:
                         log.info(
                             "no tasks for %.0fs: the taskset is exhausted", self.idle_timeout_s
                         )
+                        exhausted = True
                         break
+                    if self._group_took_all():
+                        log.info(
+                            "no tasks left: explorer group %s has committed every task of %s",
+                            self.plan.explorer_group,
+                            topics.tasks,
+                        )
+                        exhausted = True
+                        break
+                    waits.still(
+                        f"tasks on {topics.tasks} for step {step + 1} of {total_steps} (explorer "
+                        f"group {self.plan.explorer_group}; it stops after "
+                        f"{self.idle_timeout_s:.0f}s without)",
+                        step,
+                    )
                     continue
+                waits.over()
                 idle_since = time.monotonic()
+                ran_dry = len(batch) < self.plan.batch_size
                 if not self._explore_step(step + 1, batch, engine, tasks, tx, metrics, sync):
                     continue  # not committed: its tasks are read again
                 step += 1
                 if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
                     self._evaluate(engine, metrics, step)
             self.summary.steps = step
+            self._announce_end(status, step, total_steps, exhausted=exhausted)
             plain.flush()
         return self.summary
+
+    def _group_took_all(self) -> bool:
+        """Whether the group has committed every task of a published taskset: then no task can
+        come (a feeder's online tasks can: not for those). An empty topic is not published yet."""
+        taskset = self.cfg.buffer.explorer_input.taskset
+        if taskset is None or is_online(taskset.task_selector.selector_type):
+            return False
+        kafka, tasks_topic = self.cfg.stack.kafka, self.plan.topics.tasks
+        with kafka_backend(kafka).admin() as admin:
+            bounds = admin.partition_bounds([tasks_topic], committed=True)
+        if all(b.high == b.low for b in bounds):
+            return False
+        # a long uncommitted stretch surely holds tasks: not read every few seconds
+        left = tasks_left(kafka, tasks_topic, self.plan.explorer_group, read_at_most=1000)
+        return left == 0
+
+    def _announce_end(
+        self, status: StatusAnnouncer, step: int, total_steps: int, *, exhausted: bool
+    ) -> None:
+        """Say on the control topic (and in the log) why this explorer's loop ended."""
+        group = self.plan.explorer_group
+        if step >= total_steps:
+            reason, left = "total_steps", -1
+            detail = f"explorer {self.explorer_id} ran its {total_steps} steps"
+        elif exhausted:
+            reason = "tasks_exhausted"
+            left = tasks_left(self.cfg.stack.kafka, self.plan.topics.tasks, group) or 0
+            detail = (
+                f"explorer {self.explorer_id} found no more tasks at step {step} of "
+                f"{total_steps}; explorer group {group} has {left} task(s) of "
+                f"{self.plan.topics.tasks} left uncommitted"
+            )
+        else:
+            reason, left = "stopped", -1
+            detail = f"explorer {self.explorer_id} stopped at step {step} of {total_steps}"
+        log.info("finished: %s (announced on %s)", detail, self.plan.topics.control)
+        status.announce("finished", step=step, reason=reason, detail=detail, tasks_left=left)
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         """Up to batch_size tasks, in the order they were published over all of this member's

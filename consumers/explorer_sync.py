@@ -12,6 +12,10 @@ A SyncRequest (`dynamic_by_explorer`) is a wish: the trainer may have nothing ne
 unanswered request is counted (`sync_request_timeouts_total`) and the step goes on. Under the η
 bound a request style also asks whenever it needs a version it lacks, or it would wait forever.
 
+A wait that lasts says what it waits on (the version, the weights topic, what the explorer holds)
+in the log and as a `waiting` status on the control topic, at most every 30 s
+(producers.status_announcer).
+
 `fully_async` also loads a newly announced version between the rollout chunks of a step
 (`between_rollouts`); each chunk's tasks record the version they were sampled with.
 """
@@ -23,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from consumers.weight_follower import WeightFollower
+from producers.status_announcer import FIRST_WAIT_LINE_S, StatusAnnouncer, WaitNotice
 from rft.config.schema import SynchronizerConfig
 from rft.engines.rollout import RolloutEngine
 from rft.errors import RftError
@@ -82,6 +87,7 @@ class ExplorerSync:
         explorer_id: str,
         control_topic: str,
         weights_topic: str,
+        status: StatusAnnouncer | None = None,
     ) -> None:
         self.settings = settings
         self.style = style
@@ -89,6 +95,7 @@ class ExplorerSync:
         self.explorer_id = explorer_id
         self.control_topic = control_topic
         self.weights_topic = weights_topic
+        self.status = status  # where wait lines are announced, beside the log
         self.counters = SyncCounters()
         self.current: StepSync | None = None
 
@@ -143,16 +150,24 @@ class ExplorerSync:
         """Wait until `engine` holds a version >= `need`; per sync_timeout, count and warn or
         stop."""
         timeout = self.settings.sync_timeout
+        notice = WaitNotice(self.status, step)
+        deadline = time.monotonic() + timeout
         while True:
             # a refused version never satisfies the requirement: wait for one after it
             refused = [v for v in self.follower.refused if v >= need]
             target = max([need, *(v + 1 for v in refused)])
-            latest = self.follower.wait_for(target, timeout)
+            # in slices, so a long wait says what it waits on
+            slice_s = max(0.0, min(deadline - time.monotonic(), FIRST_WAIT_LINE_S))
+            latest = self.follower.wait_for(target, slice_s)
             if latest is not None and latest.version >= target:
                 self._load_newest(engine)
                 if engine.model_version >= need:
                     return
                 continue
+            notice.still(self._version_wait(step, target, engine))
+            if time.monotonic() < deadline:
+                continue
+            deadline = time.monotonic() + timeout
             self.counters.timeouts += 1
             waited = time.monotonic() - started
             where = (
@@ -173,9 +188,28 @@ class ExplorerSync:
                 self.counters.timeouts,
             )
 
+    def _version_wait(self, step: int, version: int, engine: RolloutEngine) -> str:
+        """What a held explorer waits on, for its wait line."""
+        return (
+            f"weight version {version} on {self.weights_topic} (written by the trainer) before "
+            f"explorer {self.explorer_id} step {step}; the newest announced is "
+            f"{self.newest_announced()} and it holds {engine.model_version}"
+        )
+
     def _wait_for_answer(self, step: int, engine: RolloutEngine) -> None:
         timeout = self.settings.sync_timeout
-        latest = self.follower.wait_for(engine.model_version + 1, timeout)
+        notice = WaitNotice(self.status, step)
+        deadline = time.monotonic() + timeout
+        while True:
+            slice_s = max(0.0, min(deadline - time.monotonic(), FIRST_WAIT_LINE_S))
+            latest = self.follower.wait_for(engine.model_version + 1, slice_s)
+            answered = latest is not None and latest.version > engine.model_version
+            if answered or time.monotonic() >= deadline:
+                break
+            notice.still(
+                "an answer to its sync request: "
+                + self._version_wait(step, engine.model_version + 1, engine)
+            )
         if latest is None or latest.version <= engine.model_version:
             self.counters.request_timeouts += 1
             log.info(

@@ -7,7 +7,6 @@ separate machines) agree on them without talking to each other.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -156,7 +155,8 @@ class RunPlan:
 
     @cached_property
     def total_steps(self) -> int:
-        """Explorer steps = trainer steps: buffer.total_steps, else the epochs of the taskset."""
+        """Explorer steps = trainer steps: buffer.total_steps, else the full batches in the
+        taskset's epochs."""
         if self.cfg.trainer.total_steps is not None:
             return self.cfg.trainer.total_steps
         if self.cfg.buffer.total_steps is not None:
@@ -165,7 +165,9 @@ class RunPlan:
         if taskset is None:
             raise ValueError("buffer.total_steps or buffer.explorer_input.taskset is required")
         rows = len(load_taskset(taskset, on_bad_rows="skip-and-report").rows)
-        return math.ceil(rows * self.cfg.buffer.total_epochs / self.batch_size)
+        # whole batches only: a last, partial one could never fill a train batch (the config's
+        # load says how many tasks that leaves out: rft.config.run_length)
+        return rows * self.cfg.buffer.total_epochs // self.batch_size
 
     @property
     def on_gpus(self) -> bool:

@@ -13,6 +13,9 @@
   experience in the last `tail` offsets of each experience partition (the trainer's topic and
   any `<run>.experiences.*`), and the step its group last committed for it; and the run's newest
   explorer step metric;
+- processes: the newest ComponentStatus of each process on the control topic (in the last
+  `tail` offsets of each partition): running, what it waits on (its latest wait line), or how
+  it finished;
 - dead letters: how many, by error class.
 """
 
@@ -30,7 +33,7 @@ from typing import Any
 from consumers.topic_range import RangeReader
 from rft.config.connections import KafkaSettings
 from rft.errors import RftError
-from rft.events.models import DeadLetter, Experience, Metric, WeightVersion
+from rft.events.models import ComponentStatus, DeadLetter, Experience, Metric, WeightVersion
 from rft.events.topics import TopicNames
 from rft.events.transport import GroupDescription, PartitionBounds, kafka_backend
 
@@ -102,12 +105,40 @@ class RunStatus:
     explorer_metric: dict[str, float] = field(default_factory=dict)  # step, model_version, ...
     dead_letters: int = 0
     dead_letters_by_error: dict[str, int] = field(default_factory=dict)
+    processes: list[ComponentStatus] = field(default_factory=list)  # newest status of each
 
     def to_json(self) -> str:
         data = dataclasses.asdict(self)
         for group, status in zip(data["groups"], self.groups, strict=True):
             group["lag"] = status.lag
         return json.dumps(data, indent=2, sort_keys=False)
+
+
+class NewestStatuses:
+    """Folds ComponentStatus events into the newest one of each (component, process)."""
+
+    def __init__(self) -> None:
+        self.newest: dict[tuple[str, str], ComponentStatus] = {}
+
+    def add(self, status: ComponentStatus) -> None:
+        key = (status.component, status.instance)
+        seen = self.newest.get(key)
+        if seen is None or status.created_at >= seen.created_at:
+            self.newest[key] = status
+
+    def statuses(self) -> list[ComponentStatus]:
+        return [self.newest[k] for k in sorted(self.newest)]
+
+
+def newest_statuses(kafka: KafkaSettings, control_topic: str) -> list[ComponentStatus]:
+    """The newest status of each process on `control_topic`, now."""
+    fold = NewestStatuses()
+    with RangeReader.open(kafka, [control_topic]) as reader:
+        for batch in reader.batches():
+            for env in batch:
+                if isinstance(env.event, ComponentStatus):
+                    fold.add(env.event)
+    return fold.statuses()
 
 
 def group_role(run_id: str, group_id: str) -> str:
@@ -206,7 +237,11 @@ def read_run_status(
     by_topic = {t: [b for b in bounds if b.topic == t] for t in present}
     exp_topics = [exp_topic] + [t for t in present if t.startswith(f"{topics.experiences}.")]
     spans = _tail_spans(
-        [b for t in (*exp_topics, topics.metrics, topics.weights) for b in by_topic.get(t, [])],
+        [
+            b
+            for t in (*exp_topics, topics.metrics, topics.weights, topics.control)
+            for b in by_topic.get(t, [])
+        ],
         tail,
     )
     dead = by_topic.get(topics.dead_letter, [])
@@ -218,6 +253,7 @@ def read_run_status(
     explorer_metric: Metric | None = None
     trainer_metric: Metric | None = None
     errors: Counter[str] = Counter()
+    processes = NewestStatuses()
     if any(end > start for start, end in spans.values()):
         with RangeReader.for_spans(kafka, spans) as reader:
             for batch in reader.batches():
@@ -228,6 +264,8 @@ def read_run_status(
                         if seen is None or ev.created_at >= seen.created_at:
                             newest[ev.explorer_id] = ev
                             newest_topic[ev.explorer_id] = env.topic
+                    elif isinstance(ev, ComponentStatus):
+                        processes.add(ev)
                     elif isinstance(ev, WeightVersion):
                         status.trainer_version = max(status.trainer_version or 0, ev.version)
                     elif isinstance(ev, DeadLetter):
@@ -256,6 +294,7 @@ def read_run_status(
                     ):
                         trainer_metric = ev
     status.dead_letters_by_error = dict(errors.most_common())
+    status.processes = processes.statuses()
     if explorer_metric is not None:
         status.explorer_metric = {
             "step": float(explorer_metric.step),
@@ -338,6 +377,15 @@ def format_status(status: RunStatus, *, all_explorers: bool = False) -> list[str
         out.append(
             f"  newest explorer step metric: step {m['step']:.0f}, model_version "
             f"{m['model_version']:.0f} ({_ago(now, m['timestamp_ms'])})"
+        )
+    if status.processes:
+        out.append("processes (newest status on the control topic):")
+    for proc in status.processes:
+        said = proc.detail or proc.state
+        out.append(
+            f"  {proc.component} {proc.instance}: {proc.state}"
+            + (f" ({proc.reason})" if proc.reason else "")
+            + f", step {proc.step} of {proc.total_steps} ({_ago(now, proc.created_at)}): {said}"
         )
     errors = ", ".join(f"{k}: {v}" for k, v in status.dead_letters_by_error.items())
     out.append(f"dead letters: {status.dead_letters}" + (f" ({errors})" if errors else ""))

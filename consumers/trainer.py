@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from consumers.experience_mirror import experience_mirror
+from consumers.explorer_roster import ExplorerRoster
 from consumers.offline_input import (
     STATE_KEY,
     OfflineExperiences,
@@ -36,12 +37,15 @@ from consumers.offline_input import (
     without_staleness,
 )
 from consumers.run_plan import RunPlan
+from consumers.tasks_left import tasks_left
 from consumers.topic_range import RangeReader
 from consumers.train_step import StepTrainer, set_advantages
 from consumers.trainer_checkpoint import TrainerCheckpointer
-from consumers.trainer_loop import LoopClients, TrainerLoop, TrainerSummary
+from consumers.trainer_loop import InputEnd, LoopClients, TrainerLoop, TrainerSummary
 from consumers.versions_in_use import versions_in_use
 from producers.metric_emitter import MetricEmitter
+from producers.status_announcer import StatusAnnouncer
+from producers.task_selectors import is_online
 from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.expert_source import ExpertContext, open_expert_sources
@@ -65,6 +69,7 @@ from rft.errors import ConfigError
 from rft.events.claims import Claims
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
+from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
@@ -218,6 +223,18 @@ class Trainer:
             )
             mirror = stack.enter_context(experience_mirror(self.cfg, tokenizer.decode))
             sampler = self._sampler(tokenizer, stack)
+            status = StatusAnnouncer(
+                writer,
+                topics.control,
+                "trainer",
+                self.cfg.trainer.name,
+                self.plan.trainer_group,
+                total_steps,
+                experience_topic=self.offline.topic
+                if self.offline is not None
+                else self.plan.experience_topic,
+                transactional=True,
+            )
             clients = LoopClients(
                 experiences=reader,
                 control=control,
@@ -225,6 +242,7 @@ class Trainer:
                 metrics=MetricEmitter(writer, topics.metrics, "trainer", self.plan.run_id),
                 weights_topic=topics.weights,
                 mirror=mirror,
+                status=status,
             )
             loop = TrainerLoop(
                 clients,
@@ -241,6 +259,10 @@ class Trainer:
                 stop=stop,
                 run_id=self.plan.run_id,
                 claims=claims,
+                batch_size=self.plan.train_batch_size,
+                input_end=self._input_end(reader, total_steps)
+                if isinstance(reader, EventReader)
+                else None,
                 **self._offline_loop_args(offline_reader),
             )
             loop.summary = self.summary
@@ -252,9 +274,17 @@ class Trainer:
                 reader.seek_to_beginning()
             loop.resume(step, resume_offsets, saved)
             loop.announce_resumed(announced_versions(kafka, topics.weights))
+            status.announce("running", step=step)
             while loop.tick():
                 pass
-            return loop.finish()
+            summary = loop.finish()
+            status.announce(
+                "finished",
+                step=summary.steps,
+                reason=finish_reason(summary),
+                detail=summary.stop_reason,
+            )
+            return summary
 
     # -- parts ------------------------------------------------------------------------------------
 
@@ -262,6 +292,46 @@ class Trainer:
         if self.cfg.trainer.total_steps is not None:
             return self.cfg.trainer.total_steps
         return self.cfg.buffer.total_steps
+
+    def _input_end(self, reader: EventReader, total_steps: int) -> InputEnd | None:
+        """How an online trainer learns that the explorers can send nothing more. Not with a
+        replay cooldown: replayed groups make batches again later without new experiences."""
+        replay = replay_settings(self.cfg.buffer.trainer_input.experience_buffer)
+        if replay is not None and replay.reuse_cooldown_time is not None:
+            return None
+        kafka, plan = self.cfg.stack.kafka, self.plan
+        taskset = self.cfg.buffer.explorer_input.taskset
+        roster = ExplorerRoster(
+            experience_topic=plan.experience_topic,
+            total_steps=total_steps,
+            own_group=plan.explorer_group if plan.feeds_trainer else None,
+            own_size=plan.explorer_count,
+            online_tasks=taskset is not None and is_online(taskset.task_selector.selector_type),
+            tasks_left=functools.partial(tasks_left, kafka, plan.topics.tasks),
+        )
+
+        def unread() -> dict[tuple[str, int], tuple[int, int]]:
+            """(position, last stable offset) of each partition not read to its end."""
+            with kafka_backend(kafka).admin() as admin:
+                bounds = admin.partition_bounds([plan.experience_topic], committed=True)
+            positions = reader.positions()
+            out = {}
+            for b in bounds:
+                at = positions.get((b.topic, b.partition), b.low if b.low == b.high else -1)
+                if at < b.high:
+                    out[(b.topic, b.partition)] = (at, b.high)
+            return out
+
+        def position() -> str:
+            left = unread()
+            if not left:
+                return f"{plan.experience_topic}: at its end"
+            return ", ".join(
+                f"{t}[{p}] at {'?' if at < 0 else at} of {end}"
+                for (t, p), (at, end) in sorted(left.items())
+            )
+
+        return InputEnd(roster, caught_up=lambda: not unread(), position=position)
 
     def _offline_loop_args(self, reader: OfflineExperiences | None) -> dict[str, Any]:
         """The loop's offline rules: the admit filter, the end of the range, the saved range."""
@@ -332,6 +402,17 @@ class Trainer:
             engine,
             max_response_length=self.cfg.model.max_response_tokens,
         )
+
+
+def finish_reason(summary: TrainerSummary) -> str:
+    """The ComponentStatus reason of a trainer that ended as `summary` says."""
+    if summary.short:
+        return "short"
+    if summary.stop_reason == "stop signal":
+        return "stopped"
+    if summary.input_ended:
+        return "input_ended"
+    return "total_steps"
 
 
 def announced_versions(kafka: KafkaSettings, weights_topic: str) -> set[int]:

@@ -24,6 +24,13 @@ each version is a `trainer.publish` span (under its last step, linked to all its
 `trainer.checkpoint_upload` and `trainer.announce`, whose context the WeightVersion's headers
 carry.
 
+An online run ends short, at once, when the explorers can send nothing more (`InputEnd`: their
+statuses on the control topic, read into consumers.explorer_roster, and the experience topic read
+to its end) and no batch can form: the summary's `stop_reason` names why, with the step, the
+experiences left against the batch and those dropped, and `rft train` exits SHORT_EXIT_CODE. The
+idle timeout (`max_read_timeout`) remains for explorers that never say (crashed, or of another
+run). While it waits for a batch it says on what, at most every 30 s (log and control topic).
+
 An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
 bounded range: its `admit` rule filters what is read, its range is saved with each version
 (`extra_state`), and the run ends when the range is exhausted and no batch is ready.
@@ -50,16 +57,19 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 
 from consumers.experience_mirror import ExperienceMirror
+from consumers.explorer_roster import ExplorerRoster
 from consumers.train_step import StepTrainer
 from consumers.trained_log import trained_log_of
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from producers.metric_emitter import MetricEmitter
+from producers.status_announcer import StatusAnnouncer, WaitNotice
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.errors import FencedError, TransportError
 from rft.events.claims import Claims
 from rft.events.models import (
+    ComponentStatus,
     Experience,
     ManifestEntry,
     SyncRequest,
@@ -85,6 +95,13 @@ from rft.tracing.spans import (
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.trainer")
 
+# `rft train`'s exit code when the run stopped before total_steps for want of experiences
+SHORT_EXIT_CODE = 3
+
+# Seconds between checks of whether the explorers can still send experiences (each may read the
+# tasks topic and the experience topic's offsets)
+END_CHECK_EVERY_S = 2.0
+
 
 @dataclass
 class TrainerSummary:
@@ -98,7 +115,8 @@ class TrainerSummary:
     left_incomplete: int = 0  # at the end: experiences of incomplete groups, not trained
     left_untrained: int = 0  # at the end: experiences of complete groups, not trained
     input_ended: bool = False  # a bounded input (an offline range) was read to its end
-    stop_reason: str = ""  # total_steps, stop signal, input end, idle
+    stop_reason: str = ""  # total_steps, stop signal, input end, or why it stopped short
+    short: bool = False  # it stopped before total_steps for want of experiences
 
 
 class ExperienceSource(Protocol):
@@ -113,8 +131,19 @@ class ExperienceSource(Protocol):
 
 
 @dataclass
+class InputEnd:
+    """How the loop learns that no more experiences can come online: `roster` (the explorers'
+    statuses) says why, `caught_up` whether everything committed on the topic is read, and
+    `position` says where the reading stands, for wait lines."""
+
+    roster: ExplorerRoster
+    caught_up: Callable[[], bool]
+    position: Callable[[], str]
+
+
+@dataclass
 class LoopClients:
-    """The loop's connections: experiences in, sync requests in, events out."""
+    """The loop's connections: experiences in, sync requests and statuses in, events out."""
 
     experiences: ExperienceSource
     control: EventReader
@@ -122,6 +151,7 @@ class LoopClients:
     metrics: MetricEmitter
     weights_topic: str
     mirror: ExperienceMirror | None = None
+    status: StatusAnnouncer | None = None  # this trainer's statuses on the control topic
 
 
 class TrainerLoop:
@@ -143,6 +173,8 @@ class TrainerLoop:
         input_ended: Callable[[], bool] | None = None,
         extra_state: Mapping[str, Any] | None = None,
         claims: Claims | None = None,
+        input_end: InputEnd | None = None,
+        batch_size: int = 0,
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -158,6 +190,10 @@ class TrainerLoop:
         self.input_ended = input_ended  # None: the input never ends (an online topic)
         self.extra_state = dict(extra_state or {})  # saved with each version beside the sampler's
         self.claims = claims  # the run's claim: tells a takeover from a fence the broker made
+        self.input_end = input_end  # None: wait for experiences until idle_timeout_s
+        self.batch_size = batch_size  # experiences a step trains (train_batch_size), for lines
+        self.end_checked = 0.0
+        self.waits = WaitNotice(clients.status)
         self.ledger = OffsetLedger()
         self.summary = TrainerSummary()
         self.step = 0
@@ -204,7 +240,7 @@ class TrainerLoop:
                 else "stop signal"
             )
             return False
-        self.answer_sync_requests()
+        self.read_control()
         # right after a step another batch may be ready (replay, a backlog): do not wait on Kafka
         read = self.ingest(wait_s=0.0 if self.trained_last_tick else 1.0)
         batch = self.sampler.take_batch(self.step)
@@ -221,10 +257,68 @@ class TrainerLoop:
             self.summary.stop_reason = "input end"
             log.info("the input is read to its end and no batch is ready: stopping")
             return False
+        if batch is not None:
+            self.waits.over()
+            return True
+        ended = self.explorers_ended()
+        if ended is not None:
+            self.stop_short(f"{ended}, and nothing more is committed on the experience topic")
+            return False
+        self.waits.still(self.waiting_for, self.step)  # asked only when a line is due
         if self.idle_too_long():
-            self.summary.stop_reason = "idle timeout"
+            self.stop_short(
+                f"no experiences and no batch for {self.idle_timeout_s:.0f}s "
+                "(buffer.trainer_input.experience_buffer.max_read_timeout or --idle-timeout)"
+            )
             return False
         return True
+
+    def stop_short(self, why: str) -> None:
+        """End the run before total_steps, saying why and what was left, with the numbers."""
+        incomplete, untrained = self.sampler.waiting()
+        need = self.batch_size
+        counters = self.sampler.counters
+        dropped = []
+        if counters.dropped_stale:
+            dropped.append(f"{counters.dropped_stale} dropped as too stale")
+        if counters.filtered_experiences:
+            dropped.append(f"{counters.filtered_experiences} filtered out (equal-reward groups)")
+        self.summary.short = True
+        self.summary.stop_reason = (
+            f"stopped at step {self.step} of {self.total_steps}: {why}; "
+            f"{untrained} of the {need} experiences needed for step {self.step + 1} remain"
+            + (f" ({incomplete} more in incomplete groups)" if incomplete else "")
+            + (f" ({', '.join(dropped)})" if dropped else "")
+        )
+        log.warning("%s", self.summary.stop_reason)
+
+    def explorers_ended(self) -> str | None:
+        """Why no more experiences can come (the explorers finished and everything they
+        committed is read), or None while some may; checked every END_CHECK_EVERY_S."""
+        if self.input_end is None:
+            return None
+        now = time.monotonic()
+        if now - self.end_checked < END_CHECK_EVERY_S:
+            return None
+        self.end_checked = now
+        why = self.input_end.roster.ended()
+        if why is None or not self.input_end.caught_up():
+            return None
+        return why
+
+    def waiting_for(self) -> str:
+        """What a trainer without a batch waits for, with the numbers."""
+        incomplete, untrained = self.sampler.waiting()
+        text = (
+            f"a full batch for step {self.step + 1} of {self.total_steps}: {untrained} of "
+            f"{self.batch_size} experiences ready"
+            + (f", {incomplete} in incomplete groups" if incomplete else "")
+        )
+        if self.input_end is not None:
+            text += (
+                f"; reading {self.input_end.position()}; {self.input_end.roster.still_running()}"
+            )
+        return text
 
     def finish(self) -> TrainerSummary:
         """Publish what is unpublished (its version carries the training state) and report."""
@@ -250,12 +344,17 @@ class TrainerLoop:
 
     # -- the steps of a tick --------------------------------------------------------------------
 
-    def answer_sync_requests(self) -> None:
-        """Explorers that sync on request (dynamic_by_explorer) get the newest step published."""
-        if not self.style.publishes_on_request:
-            return
+    def read_control(self) -> None:
+        """Explorers' statuses go to the roster; explorers that sync on request
+        (dynamic_by_explorer) get the newest step published."""
         for env in self.clients.control.poll(100, timeout_s=0.0):
             req = env.event
+            if isinstance(req, ComponentStatus):
+                if self.input_end is not None:
+                    self.input_end.roster.saw_status(req)
+                continue
+            if not self.style.publishes_on_request:
+                continue
             # older requests find their answer on the weights topic already
             if isinstance(req, SyncRequest) and req.current_version >= self.last_published:
                 log.info(

@@ -128,6 +128,16 @@ class BadTasksetError(TasksetError):
         )
 
 
+def count_tasks(taskset: TasksetConfig) -> int | None:
+    """The rows `taskset` gives per epoch (read or generated now; bad rows left out, which the
+    publisher refuses anyway), or None when it cannot be read here: that is reported when the
+    taskset is published."""
+    try:
+        return len(load_taskset(taskset, on_bad_rows="skip-and-report").rows)
+    except (TasksetError, ConfigError, OSError):
+        return None
+
+
 def load_taskset(
     taskset: TasksetConfig, *, is_eval: bool = False, on_bad_rows: str = "fail"
 ) -> LoadedTaskset:

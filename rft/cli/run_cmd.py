@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     print("\n== run summary")
     for line in summary.lines():
         print(line)
-    return 1 if summary.failed else 0
+    return summary.exit_code
 
 
 def run_side(cfg: Any, args: argparse.Namespace) -> int:

@@ -64,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     from consumers.trainer import Trainer
     from rft.config import load_config
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(
+        args.config, args.override, trains_offline=bool(getattr(args, "from_topic", None))
+    )
     offline = offline_source(args, cfg)
     start_tracing("trainer", cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -106,12 +108,18 @@ def run(args: argparse.Namespace) -> int:
                 "left_untrained": summary.left_incomplete + summary.left_untrained,
                 "input_ended": summary.input_ended,
                 "stop_reason": summary.stop_reason,
+                "short": summary.short,
                 "median_step_s": statistics.median(summary.step_seconds)
                 if summary.step_seconds
                 else None,
             }
         )
     )
+    if summary.short:
+        from consumers.trainer_loop import SHORT_EXIT_CODE
+
+        print(f"rft train: {summary.stop_reason}", file=sys.stderr, flush=True)
+        return SHORT_EXIT_CODE
     return 0
 
 

@@ -368,17 +368,7 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "the run's Kafka topic; storage_type sql would also mirror them into that database",
             )
         )
-    eta = cfg.synchronizer.max_head_offpolicyness
-    max_staleness = cfg.buffer.trainer_input.max_staleness
-    if eta is not None and max_staleness is not None and eta > max_staleness:
-        notices.append(
-            Notice(
-                "synchronizer.max_head_offpolicyness",
-                f"{eta} exceeds buffer.trainer_input.max_staleness ({max_staleness}): explorers "
-                "may produce experiences up to that many versions stale, which the trainer then "
-                "drops",
-            )
-        )
+    # η against max_staleness: rft.config.run_length (it refuses what would drop batches)
     target = cfg.explorer.experiences_to
     trainer_topic = buf.topic or f"{cfg.project}.{cfg.name}.experiences"
     if cfg.mode == "both" and target not in (TRAINER_EXPERIENCES, trainer_topic):

@@ -21,6 +21,7 @@ from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue
 from rft.config.derived import check_consistency, fill_derived, value_notices
 from rft.config.key_locator import KeyLocator
 from rft.config.parts import check_parts, import_plugins
+from rft.config.run_length import check_run_length
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
@@ -82,12 +83,15 @@ def load_config(
     overrides: Sequence[str] = (),
     *,
     before_parts: Callable[[RftConfig], None] | None = None,
+    trains_offline: bool = False,
 ) -> RftConfig:
     """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
 
     `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
     `before_parts` sees the bound config before plugins and the registries' modules are imported
     (they import torch): the place to act on settings read when a library starts (env_vars).
+    `trains_offline` (`rft train --from-topic`) leaves out the run-length rules: an offline
+    trainer reads an existing topic, so neither the taskset nor the staleness bound applies.
     """
     file = Path(path)
     try:
@@ -105,7 +109,14 @@ def load_config(
     if not isinstance(base, DictConfig):
         raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
     source = _Source(str(file), text, overrides)
-    return _build(base, source, overrides, base_dir=file.parent, before_parts=before_parts)
+    return _build(
+        base,
+        source,
+        overrides,
+        base_dir=file.parent,
+        before_parts=before_parts,
+        trains_offline=trains_offline,
+    )
 
 
 def config_from_dict(
@@ -125,6 +136,7 @@ def _build(
     overrides: Sequence[str],
     base_dir: Path | None = None,
     before_parts: Callable[[RftConfig], None] | None = None,
+    trains_offline: bool = False,
 ) -> RftConfig:
     merged = _apply_overrides(base, overrides)
     try:
@@ -158,7 +170,10 @@ def _build(
     issues += check_parts(cfg)
     if issues:
         raise ConfigValidationError(source.place(issues))
-    for notice in value_notices(cfg):
+    issues, length_notices = ([], []) if trains_offline else check_run_length(cfg)
+    if issues:
+        raise ConfigValidationError(source.place(issues))
+    for notice in value_notices(cfg) + length_notices:
         warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
     return cfg
 

@@ -942,7 +942,77 @@ class Claim:
         )
 
 
-Event = Task | Experience | WeightVersion | Metric | DeadLetter | SyncRequest | Claim
+# The states and finishing reasons a ComponentStatus may carry (its schema's doc lists them too)
+COMPONENT_STATES = ("running", "waiting", "finished")
+FINISH_REASONS = ("", "total_steps", "tasks_exhausted", "stopped", "input_ended", "short")
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentStatus:
+    """What one process of a run is doing: running, waiting (and on what), finished (and why).
+
+    Sent on the control topic keyed by the process; the newest one of a process is its state.
+    `tasks_left`: tasks its explorer group had not committed when it finished (-1 unknown).
+    """
+
+    SCHEMA: ClassVar[str] = "rft.events.ComponentStatus"
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "component",
+        "instance",
+        "group",
+        "state",
+        "reason",
+        "detail",
+        "step",
+        "total_steps",
+        "experience_topic",
+        "group_size",
+        "tasks_left",
+        "created_at",
+    )
+
+    component: str
+    instance: str
+    group: str
+    state: str
+    reason: str = ""
+    detail: str = ""
+    step: int = 0
+    total_steps: int = 0
+    experience_topic: str = ""
+    group_size: int = 0
+    tasks_left: int = -1
+    created_at: int = field(default_factory=now_ms)
+
+    def __post_init__(self) -> None:
+        e, put = "ComponentStatus", object.__setattr__
+        for name in ("component", "instance", "group", "detail", "experience_topic"):
+            _check_str(e, name, getattr(self, name))
+        if self.state not in COMPONENT_STATES:
+            raise _fail(e, "state", f"{self.state!r} is not one of {COMPONENT_STATES}")
+        if self.reason not in FINISH_REASONS:
+            raise _fail(e, "reason", f"{self.reason!r} is not one of {FINISH_REASONS}")
+        put(self, "step", _check_int(e, "step", self.step))
+        put(self, "total_steps", _check_int(e, "total_steps", self.total_steps))
+        put(self, "group_size", _check_int(e, "group_size", self.group_size, _INT32))
+        put(self, "tasks_left", _check_int(e, "tasks_left", self.tasks_left))
+        put(self, "created_at", _check_int(e, "created_at", self.created_at))
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "finished"
+
+    def to_record(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.FIELDS}
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> ComponentStatus:
+        return cls(**{name: record[name] for name in ComponentStatus.FIELDS})
+
+
+Event = (
+    Task | Experience | WeightVersion | Metric | DeadLetter | SyncRequest | ComponentStatus | Claim
+)
 
 EVENT_TYPES: tuple[type[Any], ...] = (
     Task,
@@ -952,12 +1022,16 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     DeadLetter,
     SyncRequest,
     Claim,
+    ComponentStatus,
 )
 """Every event type, each naming its Avro record in `SCHEMA`."""
 
 __all__ = [
+    "COMPONENT_STATES",
     "EVENT_TYPES",
     "Claim",
+    "FINISH_REASONS",
+    "ComponentStatus",
     "DeadLetter",
     "Event",
     "Experience",

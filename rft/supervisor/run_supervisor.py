@@ -4,7 +4,10 @@ The supervisor owns no training state: it brings the local stack up when the con
 publishes the tasksets once, has the launcher of `cluster.launcher` start the explorer and the
 trainer as separate processes (here, or as Ray actors), and follows the run through the `metrics`
 topic, feeding the configured sinks (`monitor.monitor_type`) and its own summary. Ctrl-C stops the
-components in order; one that fails ends the run, named with the last lines of its log.
+components in order; one that fails ends the run, named with the last lines of its log. At the end
+the summary says how each component finished, from its newest status on the control topic: a
+trainer that stopped short of total_steps (exit code SHORT_EXIT_CODE) says why, and `rft run`
+exits with that code.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from pathlib import Path
 
 from consumers.metric_sinks import MetricFanout, check_sinks
 from consumers.run_plan import RunPlan
+from consumers.run_status import newest_statuses
+from consumers.trainer_loop import SHORT_EXIT_CODE
 from rft.config import RftConfig
+from rft.errors import RftError
 from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
 from rft.supervisor.launchers import RunCommand, feeds_online, launcher_for
@@ -38,6 +44,16 @@ class RunSummary:
     peak_rss_bytes: int = 0
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # components that ended the run badly
+    endings: list[str] = field(default_factory=list)  # how each component finished, as it said
+
+    @property
+    def exit_code(self) -> int:
+        """0; SHORT_EXIT_CODE when only the trainer failed, by stopping short; else 1."""
+        if not self.failed:
+            return 0
+        if self.failed == ["trainer"] and self.exit_codes.get("trainer") == SHORT_EXIT_CODE:
+            return SHORT_EXIT_CODE
+        return 1
 
     def lines(self) -> list[str]:
         out = [f"wall time: {self.wall_s / 60:.1f} min"]
@@ -56,6 +72,7 @@ class RunSummary:
         if self.train_step_s:
             out.append(f"trainer step time: median {statistics.median(self.train_step_s):.1f} s")
         out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB")
+        out.extend(self.endings)
         out.append(f"exit codes: {self.exit_codes}")
         return out
 
@@ -216,4 +233,17 @@ class RunSupervisor:
                 {f.name for f in failures}
                 | {name for name, code in summary.exit_codes.items() if code not in (0, None)}
             )
+        summary.endings = self.endings(started_ms)
         return summary
+
+    def endings(self, since_ms: int) -> list[str]:
+        """How each component of this run finished, from its newest status since `since_ms`."""
+        try:
+            statuses = newest_statuses(self.cfg.stack.kafka, self.plan.topics.control)
+        except RftError as exc:
+            return [f"(the components' statuses could not be read: {exc})"]
+        return [
+            f"{s.component}: {s.detail or s.reason}"
+            for s in statuses
+            if s.finished and s.created_at >= since_ms
+        ]

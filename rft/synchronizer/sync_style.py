@@ -63,6 +63,13 @@ class SyncStyle:
         """The style's own requirement, before the η bound."""
         return 0
 
+    @property
+    def staleness_bound(self) -> int | None:
+        """The most versions a batch's sampling weights can lag the weights it is trained at
+        (train step s holds version s - 1), when an explorer runs as far ahead as it may: η, or
+        the style's own lead where it is smaller; None when nothing bounds it."""
+        return self.max_head_offpolicyness
+
     def should_request(self, step: int) -> bool:
         """Whether the explorer sends a SyncRequest on the control topic before step `step`."""
         return False
@@ -100,6 +107,12 @@ class FixedSync(SyncStyle):
         if ahead <= 0:
             return 0
         return (ahead // self.interval) * self.interval
+
+    @property
+    def staleness_bound(self) -> int | None:
+        own = self.offset + self.interval - 1
+        eta = self.max_head_offpolicyness
+        return own if eta is None else min(own, eta)
 
 
 @SYNC_STYLES.register("dynamic_by_explorer")

@@ -107,7 +107,9 @@ def test_cooperative_static_members_move_only_what_must_move(
 def group_config(stack: StackSettings, name: str, tmp: Path) -> dict:
     cfg = run_config(stack, name, tmp, "trainer_driven", 1)
     cfg["algorithm"]["repeat_times"] = 2
-    cfg["buffer"]["total_steps"] = 100  # more than the tasks: explorers stop when idle
+    # all the tasks' steps (more is refused at load): members share the tasks, so each runs out
+    # before its own total_steps and stops when they are used up
+    cfg["buffer"]["total_steps"] = TASKS // cfg["buffer"]["batch_size"]
     cfg["buffer"]["explorer_input"]["taskset"]["generator_args"]["num_tasks"] = TASKS
     cfg["explorer"]["max_explorers"] = 2
     # a SIGKILLed member's partitions move after the session timeout, and its open transaction

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from consumers.trainer_loop import SHORT_EXIT_CODE
 from rft.config.connections import StackSettings
 from rft.events.reader import EventReader
 from tests.integration.test_rft_loop import STEPS, published_run
@@ -18,13 +19,14 @@ from tests.integration.test_rft_loop import STEPS, published_run
 pytestmark = pytest.mark.integration
 
 
-def run_verb(verb: str, config: Path, *overrides: str) -> tuple[str, str]:
-    """(stdout, stderr) of an `rft` verb that must succeed; stdout ends with its JSON summary."""
+def run_verb(verb: str, config: Path, *overrides: str, code: int = 0) -> tuple[str, str]:
+    """(stdout, stderr) of an `rft` verb that must exit with `code`; stdout ends with its JSON
+    summary."""
     argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config)]
     for item in overrides:
         argv += ["--override", item]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout, done.stderr
 
 
@@ -72,13 +74,16 @@ def test_trainer_resumes_from_manifest_offsets(stack: StackSettings, unique: str
     assert full.parent_version is not None and full.parent_version >= STEPS // 2
 
     # continue_from_checkpoint: false starts from step 0 and ignores the checkpoints: it reads from
-    # its group's committed offsets (at the end), finds nothing, and stops after the read timeout
+    # its group's committed offsets (at the end), finds nothing, and stops short: the explorer
+    # announced that it ran its steps, so nothing more can come
     fresh_out, fresh_err = run_verb(
         "train",
         config_path,
         "continue_from_checkpoint=false",
-        "buffer.trainer_input.experience_buffer.max_read_timeout=3",
+        "buffer.trainer_input.experience_buffer.max_read_timeout=600",
+        code=SHORT_EXIT_CODE,
     )
     fresh = json.loads(fresh_out.strip().splitlines()[-1])
-    assert fresh["steps"] == 0 and fresh["experiences"] == 0
+    assert fresh["steps"] == 0 and fresh["experiences"] == 0 and fresh["short"]
+    assert f"ran their {STEPS} steps" in fresh["stop_reason"]
     assert "resumed from checkpoint" not in fresh_err

@@ -20,6 +20,9 @@ from rft.errors import (
 from rft.events.catalog import SchemaCatalog
 from rft.events.codec import MAGIC, EventCodec
 from rft.events.models import (
+    COMPONENT_STATES,
+    FINISH_REASONS,
+    ComponentStatus,
     DeadLetter,
     Experience,
     InvalidEventError,
@@ -130,7 +133,30 @@ dead_letters = st.builds(
 sync_requests = st.builds(
     SyncRequest, explorer_id=text, current_version=i64, step=i64, requested_at=i64
 )
-any_event = experiences() | tasks | weight_versions | metrics | dead_letters | sync_requests
+component_statuses = st.builds(
+    ComponentStatus,
+    component=text,
+    instance=text,
+    group=text,
+    state=st.sampled_from(COMPONENT_STATES),
+    reason=st.sampled_from(FINISH_REASONS),
+    detail=text,
+    step=i64,
+    total_steps=i64,
+    experience_topic=text,
+    group_size=i32,
+    tasks_left=i64,
+    created_at=i64,
+)
+any_event = (
+    experiences()
+    | tasks
+    | weight_versions
+    | metrics
+    | dead_letters
+    | sync_requests
+    | component_statuses
+)
 
 
 @FAST

@@ -41,8 +41,10 @@ def base(**algorithm: object) -> dict[str, object]:
 @SETTINGS
 @given(batch=st.integers(1, 10_000), repeat=st.integers(2, 64))
 def test_train_batch_size_defaults_to_batch_times_repeat(batch: int, repeat: int) -> None:
+    # epochs enough for one batch of the generator's 100 tasks (fewer is refused at load)
+    epochs = f"buffer.total_epochs={-(-batch // 100)}"
     cfg = config_from_dict(
-        base(), [f"buffer.batch_size={batch}", f"algorithm.repeat_times={repeat}"]
+        base(), [f"buffer.batch_size={batch}", f"algorithm.repeat_times={repeat}", epochs]
     )
     assert cfg.buffer.train_batch_size == batch * repeat
     assert cfg.buffer.explorer_input.taskset is not None

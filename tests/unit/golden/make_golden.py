@@ -14,6 +14,7 @@ from rft.events.catalog import SchemaCatalog
 from rft.events.codec import EventCodec
 from rft.events.models import (
     Claim,
+    ComponentStatus,
     DeadLetter,
     Experience,
     ManifestEntry,
@@ -113,6 +114,20 @@ SAMPLES = {
         host="host-a",
         pid=4242,
         claimed_at=CREATED_AT,
+    ),
+    "rft.events.ComponentStatus": ComponentStatus(
+        component="explorer",
+        instance="explorer-0",
+        group="demo.run.explorer.explorer",
+        state="finished",
+        reason="tasks_exhausted",
+        detail="explorer explorer-0 found no more tasks at step 12 of 25",
+        step=12,
+        total_steps=25,
+        experience_topic="demo.run.experiences",
+        group_size=1,
+        tasks_left=0,
+        created_at=CREATED_AT,
     ),
 }
 
