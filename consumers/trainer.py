@@ -76,6 +76,21 @@ from rft.synchronizer import build_sync_style
 
 __all__ = ["Trainer", "TrainerSummary", "master_dtype", "trainer_engine_config"]
 
+# The broker's default limit on transaction.timeout.ms (transaction.max.timeout.ms).
+BROKER_MAX_TRANSACTION_S = 900.0
+
+
+def trainer_transaction_config(kafka: KafkaSettings) -> dict[str, int]:
+    """The trainer's transactions outlive an outage the window rides out: a broker aborts a
+    transaction older than transaction.timeout.ms by fencing its producer (60 s by default, and
+    an announcement staged when the broker went down was fenced so). Safe for the trainer: a
+    restarted trainer claims the same id, which aborts what a dead one left open at once."""
+    if "transaction.timeout.ms" in kafka.extra:
+        return {}
+    limit_s = min(kafka.outage_timeout + 60.0, BROKER_MAX_TRANSACTION_S)
+    return {"transaction.timeout.ms": int(limit_s * 1000)}
+
+
 log = logging.getLogger(__name__)
 
 
@@ -155,7 +170,11 @@ class Trainer:
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:
             writer = stack.enter_context(
-                EventWriter.open(kafka, transactional_id=self.plan.trainer_transactional_id)
+                EventWriter.open(
+                    kafka,
+                    transactional_id=self.plan.trainer_transactional_id,
+                    config=trainer_transaction_config(kafka),
+                )
             )
             # Claim the run before reading its newest version: a trainer already running on it
             # is fenced from here on and can announce nothing more (its next transaction fails).

@@ -515,20 +515,34 @@ class TrainerLoop:
     def publish(self, *, final: bool) -> None:
         """Checkpoint first (manifest last), then announce: readers trust only what is verified.
 
-        A fence the broker made on its own (rft.events.claims) is not the end: the producer is
-        replaced, and the version announced (its manifest was written) or written again."""
+        A fence the broker made on its own (rft.events.claims) is not the end, nor is Kafka
+        failing the announcement in an outage (a record expired, a transaction the broker
+        aborted): the producer is replaced or the transaction aborted, and the version announced
+        (its manifest was written) or written again, for as long as the outage window allows."""
         started = time.monotonic()
-        try:
-            self.write_and_announce(final)
-        except FencedError as exc:
-            if not self.recovered_from_fence(exc):
-                raise
-            if self.checkpoints.store.has_manifest(self.step):
-                # the version's own steps, as its saved state holds them
-                saved = self.checkpoints.read_sampler_state(self.step)
-                self.announce_written(self.step, trained_log_of(saved or {}))
-            else:
-                self.write_and_announce(final)
+        again = False
+        while True:
+            try:
+                if again and self.checkpoints.store.has_manifest(self.step):
+                    # written before a failed announcement: the version's own steps, as its
+                    # saved state holds them
+                    saved = self.checkpoints.read_sampler_state(self.step)
+                    self.announce_written(self.step, trained_log_of(saved or {}))
+                else:
+                    self.write_and_announce(final)
+                break
+            except FencedError as exc:
+                if not self.recovered_from_fence(exc):
+                    raise
+                again = True
+            except TransportError as exc:
+                again = True
+                self.abort_announcement(exc)
+                window = self.clients.writer.window
+                if window is None:
+                    raise
+                window.failed(f"announcing v{self.step}: {exc}")  # OutageError past the window
+                log.warning("announcing v%d failed (%s): done again", self.step, exc)
         step = self.step
         if self.keep_checkpoints:
             self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)

@@ -395,11 +395,10 @@ class KafkaPythonRecordProducer(RecordProducer):
         )
         if transactional_id is not None:
             self._config["transactional_id"] = transactional_id
-        elif "delivery.timeout.ms" not in (config or {}) and (
-            "delivery.timeout.ms" not in settings.extra
-        ):
+        if "delivery.timeout.ms" not in {**settings.extra, **(config or {})}:
             # Queued records must outlive an outage the window rides out (kafka-python expires
-            # them after 120 s by default: a trainer lost a metric and exited in a 2-minute wait)
+            # them after 120 s by default: a trainer lost a metric, and another its announcement,
+            # and exited, after a 12 s outage it took kafka-python two minutes to recover from)
             self._config["delivery_timeout_ms"] = int((settings.outage_timeout + 60) * 1000)
         self._client: KafkaProducer | None = None
         self._initialised = False

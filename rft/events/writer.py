@@ -156,6 +156,11 @@ class EventWriter:
         self._durably("flush", lambda: self._producer.flush(attempt_s))
 
     @property
+    def window(self) -> OutageWindow | None:
+        """The outage window this writer's calls ride out (None: a failure raises at once)."""
+        return self._window
+
+    @property
     def in_transaction(self) -> bool:
         return self._in_transaction
 
