@@ -289,23 +289,32 @@ class EventReader:
         moved: set[_Partition] = set()
         for tp in sorted(back):
             target = targets.get(tp)
-            if target is not None:
-                self._consumer.seek(tp[0], tp[1], target)
+            if target is None and not self._from_beginning:
+                continue  # a group that starts at the end: where the client put it is right
+            moved.add(tp)  # its records of this poll are read again from the new position
+            try:
+                if target is None:
+                    # nothing committed and nothing read yet: the group's first read of it
+                    self._consumer.seek_to_beginning([tp])
+                else:
+                    self._consumer.seek(tp[0], tp[1], target)
+            except TransportError as exc:
+                # just assigned and not fetching yet (librdkafka: "Erroneous state"): its
+                # records are dropped until the seek of a later poll succeeds
+                log.info("%s[%d]: seek deferred to the next poll (%s)", tp[0], tp[1], exc)
+                self._to_reposition.add(tp)
+                continue
+            if target is None:
+                self._next.pop(tp, None)
+                why = "its start: nothing committed"
+            else:
                 self._next[tp] = target
                 why = (
                     "the group's committed offset"
                     if self._resume is Resume.COMMITTED
                     else "after the last record read"
                 )
-            elif self._from_beginning:
-                # nothing committed and nothing read yet: the group's first read of it
-                self._consumer.seek_to_beginning([tp])
-                self._next.pop(tp, None)
-                target, why = 0, "its start: nothing committed"
-            else:
-                continue  # a group that starts at the end: where the client put it is right
-            moved.add(tp)
-            log.info("%s[%d] assigned again: read from %d (%s)", tp[0], tp[1], target, why)
+            log.info("%s[%d] assigned again: read from %s (%s)", tp[0], tp[1], target or 0, why)
         return [r for r in records if (r.topic, r.partition) not in moved]
 
     def _resume_positions(self, partitions: set[_Partition]) -> dict[_Partition, int]:

@@ -111,7 +111,7 @@ def test_long_fault_run(private_stack: LocalStack, tmp_path: Path, unique: str) 
 def test_ten_thousand_experience_fault_run(
     private_stack: LocalStack, tmp_path: Path, unique: str
 ) -> None:
-    """The long form at scale: two explorers, 160 steps of 16 tasks x 4 rollouts (10,240
+    """The long form at scale: two explorers, 80 steps of 32 tasks x 4 rollouts (10,240
     experiences), every kind of the long form plus repeated broker outages longer than the
     session timeout and, last, the fence (a second trainer takes the run over)."""
     s = seed()
@@ -121,12 +121,12 @@ def test_ten_thousand_experience_fault_run(
         tmp_path,
         s,
         kinds,
-        steps=160,
+        steps=80,
         explorers=2,
         local=private_stack,
         name=unique,
         session_timeout_ms=10_000,
-        batch_size=16,
+        batch_size=32,
     )
     report = run.execute(timeout_s=5000)
     assert_clean(run, report)
