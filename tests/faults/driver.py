@@ -348,8 +348,12 @@ class LoopRun:
             c.start(self.pause_for(c.name))
 
     def trainer_done(self) -> bool:
-        trainer = self.components["trainer"]
-        return trainer.proc is not None and trainer.proc.poll() == 0
+        """A trainer of the run finished: the first one, or the one that took the run over from
+        it (the fence kind; the fenced one exits with FENCED_EXIT_CODE and is not restarted)."""
+        return any(
+            name.startswith("trainer") and c.proc is not None and c.proc.poll() == 0
+            for name, c in self.components.items()
+        )
 
     def wait_until(self, ready: Callable[[], bool], what: str, at_end: bool = False) -> None:
         while not ready():
