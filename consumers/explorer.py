@@ -360,12 +360,17 @@ class Explorer:
         if taskset is None or is_online(taskset.task_selector.selector_type):
             return False
         kafka, tasks_topic = self.cfg.stack.kafka, self.plan.topics.tasks
-        with kafka_backend(kafka).admin() as admin:
-            bounds = admin.partition_bounds([tasks_topic], committed=True)
-        if all(b.high == b.low for b in bounds):
+        try:
+            with kafka_backend(kafka).admin() as admin:
+                bounds = admin.partition_bounds([tasks_topic], committed=True)
+            if all(b.high == b.low for b in bounds):
+                return False
+            # a long uncommitted stretch surely holds tasks: not read every few seconds
+            left = tasks_left(kafka, tasks_topic, self.plan.explorer_group, read_at_most=1000)
+        except TransportError as exc:
+            # Kafka is away (an outage the clients ride out): not known now, asked again later
+            log.info("cannot tell yet whether tasks are left: %s", exc)
             return False
-        # a long uncommitted stretch surely holds tasks: not read every few seconds
-        left = tasks_left(kafka, tasks_topic, self.plan.explorer_group, read_at_most=1000)
         return left == 0
 
     def _announce_end(

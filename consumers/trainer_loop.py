@@ -301,8 +301,13 @@ class TrainerLoop:
         if now - self.end_checked < END_CHECK_EVERY_S:
             return None
         self.end_checked = now
-        why = self.input_end.roster.ended()
-        if why is None or not self.input_end.caught_up():
+        try:
+            why = self.input_end.roster.ended()
+            if why is None or not self.input_end.caught_up():
+                return None
+        except TransportError as exc:
+            # Kafka is away (an outage the clients ride out): unknown now, asked again later
+            log.info("cannot tell yet whether the explorers ended: %s", exc)
             return None
         return why
 
@@ -315,9 +320,13 @@ class TrainerLoop:
             + (f", {incomplete} in incomplete groups" if incomplete else "")
         )
         if self.input_end is not None:
-            text += (
-                f"; reading {self.input_end.position()}; {self.input_end.roster.still_running()}"
-            )
+            try:
+                text += (
+                    f"; reading {self.input_end.position()}; "
+                    f"{self.input_end.roster.still_running()}"
+                )
+            except TransportError as exc:
+                text += f"; where the explorers stand is unknown now ({exc})"
         return text
 
     def finish(self) -> TrainerSummary:
