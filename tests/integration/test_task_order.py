@@ -59,7 +59,8 @@ def curriculum_run(stack: StackSettings, unique: str, tmp_path: Path, batch_size
         "model": {"model_path": "tiny", "max_prompt_tokens": 64, "max_response_tokens": 4},
         "buffer": {
             "batch_size": batch_size,
-            "total_steps": 100,  # more than the tasks: explorers stop when idle
+            # exactly the tasks' steps (the load refuses more): a group of two stops when idle
+            "total_steps": ROWS // batch_size,
             "explorer_input": {
                 "default_workflow_type": "math_workflow",
                 "default_reward_fn_type": "math_reward",
