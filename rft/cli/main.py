@@ -8,8 +8,10 @@ dependency only breaks the verb that needs it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import importlib
+import io
 import logging
 import signal
 import sys
@@ -67,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     # `kill -USR1 PID` prints every thread's stack to stderr (a component's log under `rft run`):
     # a process that waits without saying on what tells where it is
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with contextlib.suppress(io.UnsupportedOperation, AttributeError, ValueError):
+        # (not where stderr is no real file: a test's captured output, an embedding program)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -376,7 +376,7 @@ KEY_FATES: dict[str, Fate] = {
     ),
     "ReplayBufferConfig.enable": Fate(
         "complete groups wait in the priority replay buffer instead of the FIFO pool",
-        "consumers/trainer.py",
+        _REPLAY,
         "tests/integration/test_trainer_replay.py",
     ),
     "ReplayBufferConfig.reuse_cooldown_time": Fate(
