@@ -10,11 +10,10 @@ explorer kills, a MinIO restart while the trainer uploads, the corrupt records a
 the table.
 
 `RFT_FAULTS_SEED=N` reruns a seed; `RFT_FAULTS_KINDS=a,b` replaces the long form's kinds and
-`RFT_FAULTS_KINDS=+fence,kafka_restart` adds to them. Two kinds main does not survive yet are
-left out of the default list: `fence` (SIGSTOP the trainer, start a second one, SIGCONT: trainers
-are not fenced) and `kafka_restart` (a broker `kill -9` and restart: an explorer caught in
-`send_offsets_to_transaction` while the broker was down waits in librdkafka forever, holding its
-task partitions; outage handling is not built yet).
+`RFT_FAULTS_KINDS=+fence,kafka_outage` adds to them. The 10,000-experience run
+(`test_ten_thousand_experience_fault_run`, `slow`) adds three broker outages longer than the
+session timeout and, last, the fence (a second trainer takes the run over; the first exits
+fenced and is not restarted) to the long form's kinds.
 """
 
 from __future__ import annotations
