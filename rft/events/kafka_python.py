@@ -8,6 +8,7 @@ interfaces. Config keys arrive Java-style (`linger.ms`) and are mapped to kafka-
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -58,6 +59,10 @@ from rft.events.transport import (
 )
 
 log = logging.getLogger(__name__)
+
+# Seconds a transactional producer may go on failing to deliver before it is given up and replaced
+# (its transaction aborted; the caller redoes its step on a new producer).
+TRANSACTIONAL_STALL_S = 60.0
 
 # kafka-python logs every connection step at INFO; keep it to warnings unless the user set a level.
 if logging.getLogger("kafka").level == logging.NOTSET:
@@ -405,6 +410,7 @@ class KafkaPythonRecordProducer(RecordProducer):
         self._failures: list[str] = []
         self._fenced: str | None = None  # a delivery refused because a newer producer took over
         self._stuck = False  # a call blocked past its bound: the client is replaced at abort
+        self._undelivered_since: float | None = None  # first of consecutive timed-out flushes
 
     @property
     def _producer(self) -> KafkaProducer:
@@ -475,12 +481,27 @@ class KafkaPythonRecordProducer(RecordProducer):
         try:
             self._client.flush(timeout=timeout_s)
         except KafkaError as exc:
+            timed_out = isinstance(exc, KafkaTimeoutError)
+            now = time.monotonic()
+            if timed_out and self._transactional_id is not None:
+                self._undelivered_since = self._undelivered_since or now
+                if now - self._undelivered_since > TRANSACTIONAL_STALL_S:
+                    # After a broker restart kafka-python's transactional sender can go on
+                    # failing to find its coordinator long after the broker is back (seen for
+                    # 300 s after a 12 s outage): the producer is given up, its transaction
+                    # aborted, and the caller's step done again on a new one.
+                    self._undelivered_since, self._stuck = None, True
+                    raise StuckCallError(
+                        f"transactional producer {self._transactional_id!r} delivered nothing "
+                        f"to {self._settings.bootstrap_servers} for {TRANSACTIONAL_STALL_S:g}s"
+                    ) from exc
             # a flush that timed out leaves the records queued: the call may be repeated
-            error = BrokerUnavailableError if isinstance(exc, KafkaTimeoutError) else TransportError
+            error = BrokerUnavailableError if timed_out else TransportError
             raise error(
                 f"records not acknowledged by {self._settings.bootstrap_servers} within "
                 f"{timeout_s:g}s: {exc!r}"
             ) from exc
+        self._undelivered_since = None
         self._raise_failures()
 
     def _transactional(self, step: str, action: Callable[[KafkaProducer], None]) -> None:
