@@ -1,9 +1,11 @@
-"""`rft config keys | reference | check`: what every config key does, and a config checked as `rft run` would.
+"""`rft config keys | reference | check`: what every config key does; a config checked as `rft run`
+would check it.
 
 `keys` prints one row per key: where it is acted on and the test that shows it
 (`rft.config.key_fates`), or, for Trinity-RFT keys rft accepts without acting on, what happens
-instead. `reference` prints the same as the Markdown page docs/configuration.md. `check --config X.yaml` loads a config (registry names, plugins, cross-key rules) and
-prints every warning, exiting 1 on an error.
+instead. `reference` prints the configuration reference page (docs/configuration.md) as Markdown.
+`check --config X.yaml` loads a config (registry names, plugins, cross-key rules) and prints every
+warning, exiting 1 on an error.
 """
 
 from __future__ import annotations
