@@ -13,7 +13,7 @@ echo "== ruff"
 echo "== mypy"
 "$BIN/mypy" rft producers consumers
 echo "== docs"
-NO_MKDOCS_2_WARNING=1 "$BIN/mkdocs" build --strict --quiet --site-dir site
+NO_MKDOCS_2_WARNING=1 "$BIN/mkdocs" build --strict --site-dir site
 echo "== pytest"
 set +e
 "$BIN/pytest" -q tests "$@"
