@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, after install.sh: the measurements of bench/RESULTS.md and the recipe's
+# On the GPU machine, after install.sh: the measurements of docs/benchmarks.md and the recipe's
 # checks, one stage per call (each call has 10 minutes). Every stage prints as it goes and keeps
 # its output in $OUT (set by the device tool; else $RFT_GPU_HOME/out). See infra/gpu/README.md.
 #   bash infra/gpu/measure.sh engines       # HF generate vs HF compiled (P5)

@@ -1,9 +1,11 @@
-"""`rft config keys | check`: what every config key does, and a config checked as `rft run` would.
+"""`rft config keys | reference | check`: what every config key does; a config checked as `rft run`
+would check it.
 
 `keys` prints one row per key: where it is acted on and the test that shows it
 (`rft.config.key_fates`), or, for Trinity-RFT keys rft accepts without acting on, what happens
-instead. `check --config X.yaml` loads a config (registry names, plugins, cross-key rules) and
-prints every warning, exiting 1 on an error.
+instead. `reference` prints the configuration reference page (docs/configuration.md) as Markdown.
+`check --config X.yaml` loads a config (registry names, plugins, cross-key rules) and prints every
+warning, exiting 1 on an error.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ def register(subparsers: Any) -> None:
     verbs = parser.add_subparsers(dest="config_verb", metavar="VERB", required=True)
     keys = verbs.add_parser("keys", help="every config key: the code acting on it, or why ignored")
     keys.set_defaults(func=keys_table)
+    reference = verbs.add_parser(
+        "reference", help="the configuration reference page (docs/configuration.md) as Markdown"
+    )
+    reference.set_defaults(func=reference_page)
     check = verbs.add_parser("check", help="load a config and print its warnings")
     add_config_arguments(check)
     check.set_defaults(func=check_config)
@@ -35,6 +41,12 @@ def keys_table(args: argparse.Namespace) -> int:
     for key, reason in ignored_keys():
         print(f"| `{key}` | ignored, with a warning: {reason} | | |")
     return 0
+
+
+def reference_page(args: argparse.Namespace) -> int:
+    from rft.config.reference import main
+
+    return main()
 
 
 def check_config(args: argparse.Namespace) -> int:

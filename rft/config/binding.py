@@ -115,15 +115,15 @@ def _describe_value(value: Any) -> str:
     return f"{shown} ({type(value).__name__})"
 
 
-def _type_name(hint: Any) -> str:
+def type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is Literal:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(hint))
     if origin in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+        return " or ".join(type_name(a) for a in typing.get_args(hint))
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
-        return f"a list of {_type_name(item)}"
+        return f"a list of {type_name(item)}"
     if origin is dict:
         return "a mapping"
     if hint is type(None):
@@ -189,7 +189,7 @@ class ConfigBinder:
                         value = self.bind(hints[name], {}, key_path)
                     else:
                         self.issues.append(
-                            Issue(key_path, f"is required ({_type_name(hints[name])})")
+                            Issue(key_path, f"is required ({type_name(hints[name])})")
                         )
                         value = MISSING_VALUE
                     if value is MISSING_VALUE:
@@ -259,7 +259,7 @@ class ConfigBinder:
             self.issues.append(
                 Issue(
                     path,
-                    f"expected {_type_name(hint)}, got {_describe_value(raw)}{hint_text}",
+                    f"expected {type_name(hint)}, got {_describe_value(raw)}{hint_text}",
                 )
             )
             return MISSING_VALUE
@@ -349,5 +349,5 @@ class ConfigBinder:
         return self._fail(path, hint, raw)
 
     def _fail(self, path: str, hint: Any, raw: Any) -> Any:
-        self.issues.append(Issue(path, f"expected {_type_name(hint)}, got {_describe_value(raw)}"))
+        self.issues.append(Issue(path, f"expected {type_name(hint)}, got {_describe_value(raw)}"))
         return MISSING_VALUE

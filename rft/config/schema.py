@@ -4,7 +4,8 @@ Values are checked once by the loader (types, bounds, allowed values, and every 
 registered part against its registry: `rft.config.parts`) and derived defaults are filled there; the
 rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are listed in each
 section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key saying what happens
-instead. `rft.config.key_fates` names, for every field, the code that acts on it.
+instead. Each field declares its fate with `key(...)` (`rft.config.key_fates`): what it does, the code that
+acts on it and the test that shows it; the reference page docs/configuration.md is generated from it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import yaml
 
 from rft.config.binding import Alias, bounded
 from rft.config.connections import StackSettings
+from rft.config.key_fates import fate, key
 
 Mode = Literal["both", "explore", "train", "bench"]
 DType = Literal["float32", "bfloat16", "float16", "auto"]
@@ -37,6 +39,20 @@ _RAY = (
     "coordination runs over Kafka"
 )
 _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
+# where keys are acted on (each field's `key(acts_in=...)`)
+_PLAN = "consumers/run_plan.py"
+_DERIVED = "rft/config/derived.py"
+_PARTS = "rft/config/parts.py"
+_EXPLORER = "consumers/explorer.py"
+_EXPLORER_SYNC = "consumers/explorer_sync.py"
+_TRAINER = "consumers/trainer.py"
+_PRESETS = "rft/algorithms/presets.py"
+_SINKS = "consumers/metric_sinks.py"
+_WORKFLOW = "rft/workflows/workflow.py"
+_READER = "producers/taskset_reader.py"
+_STRATEGY = "rft/buffer/sample_strategy.py"
+_REPLAY = "rft/buffer/replay_buffer.py"
+_EXPERT = "rft/buffer/expert_source.py"
 
 
 @dataclass
@@ -47,26 +63,102 @@ class AlgorithmConfig:
     (rft.algorithms.presets.resolve_algorithm), which also checks names and repeat_times.
     """
 
-    algorithm_type: str = "grpo"
-    repeat_times: int = bounded(1, ge=1)
-    advantage_fn: str | None = None
-    advantage_fn_args: dict[str, Any] = field(default_factory=dict)
-    policy_loss_fn: str | None = None
-    policy_loss_fn_args: dict[str, Any] = field(default_factory=dict)
-    kl_penalty_fn: str | None = None
-    kl_penalty_fn_args: dict[str, Any] = field(default_factory=dict)
-    kl_loss_fn: str | None = None
-    kl_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. kl_coef
-    entropy_loss_fn: str | None = None
-    entropy_loss_fn_args: dict[str, Any] = field(default_factory=dict)  # e.g. entropy_coef
-    loss_agg_mode: str = "token-mean"  # a name in rft.algorithms.aggregation.LOSS_AGG_MODES
-    # a name in rft.buffer.sample_strategy.SAMPLE_STRATEGIES (default, staleness_control, mix)
-    sample_strategy: str | None = None
-    # its args: max_staleness, expert_data_ratio, sft_dataset_name, filter_groups
-    sample_strategy_args: dict[str, Any] = field(default_factory=dict)
-    # rft: whose functions compute the advantages and policy loss: rft's, or verl's core_algos
-    # (the `verl/<name>` parts, same args; needs verl installed)
-    implementation: Implementation = "rft"
+    algorithm_type: str = key(
+        "grpo",
+        does="the preset of parts (ALGORITHM_TYPES)",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    repeat_times: int = key(
+        bounded(1, ge=1),
+        does="rollouts per task (the group size)",
+        acts_in=_READER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    advantage_fn: str | None = key(
+        None,
+        does="ADVANTAGE_FN part",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_registry.py",
+    )
+    advantage_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="keyword args of the advantage fn, checked against its signature",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_registry.py",
+    )
+    policy_loss_fn: str | None = key(
+        None,
+        does="POLICY_LOSS_FN part",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_registry.py",
+    )
+    policy_loss_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="keyword args of the policy loss (clip ranges, loss_agg_mode)",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_losses.py",
+    )
+    kl_penalty_fn: str | None = key(
+        None,
+        does="KL estimator folded into rewards before advantages",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_trainer_kl_penalty.py",
+    )
+    kl_penalty_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="kl_coef of the reward penalty",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_trainer_kl_penalty.py",
+    )
+    kl_loss_fn: str | None = key(
+        None,
+        does="KL_FN loss term against the base model",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_trainer_kl_penalty.py",
+    )
+    kl_loss_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="args of the KL loss, e.g. kl_coef",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_losses.py",
+    )
+    entropy_loss_fn: str | None = key(
+        None,
+        does="ENTROPY_LOSS_FN term",
+        acts_in=_PRESETS,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    entropy_loss_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="args of the entropy term, e.g. entropy_coef",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_losses.py",
+    )
+    loss_agg_mode: str = key(
+        "token-mean",
+        does="a name in LOSS_AGG_MODES (rft.algorithms.aggregation): how token losses become the batch loss",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_losses.py",
+    )
+    sample_strategy: str | None = key(
+        None,
+        does="a name in SAMPLE_STRATEGIES (rft.buffer.sample_strategy: default, staleness_control, mix): how the trainer forms batches",
+        acts_in=_STRATEGY,
+        shown_by="tests/unit/test_samplers.py",
+    )
+    sample_strategy_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="the strategy's args (max_staleness, expert_data_ratio, sft_dataset_name, filter_groups), checked at load",
+        acts_in=_STRATEGY,
+        shown_by="tests/unit/test_samplers.py",
+    )
+    implementation: Implementation = key(
+        "rft",
+        does="whose functions compute the advantages and policy loss: rft's, or (verl) verl's core_algos, the `verl/<name>` parts with the same args; needs verl installed",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_verl_differential.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "use_critic": "rft has no critic model",
@@ -78,16 +170,67 @@ class AlgorithmConfig:
 class ModelConfig:
     """`model`: the policy model and its token limits."""
 
-    model_path: str  # "smollm2" (bundled GGUF), "tiny" (random init) or a local model directory
-    max_prompt_tokens: int = bounded(1024, ge=1)
-    max_response_tokens: int = bounded(1024, ge=1)
-    max_model_len: int | None = bounded(None, ge=2)  # default: max_prompt + max_response tokens
-    min_response_tokens: int = bounded(1, ge=0)
-    enable_prompt_truncation: bool = True
-    repetition_penalty: float = bounded(1.0, gt=0)
-    custom_chat_template: str | None = None
-    chat_template_path: str | None = None
-    dtype: DType = "float32"  # rft: dtype of the trained weights (float32 on CPU)
+    model_path: str = field(
+        metadata=fate(
+            "smollm2 (bundled GGUF), tiny, or a local HF directory",
+            "rft/engines/models.py",
+            "tests/integration/test_rft_loop.py",
+        )
+    )
+    max_prompt_tokens: int = key(
+        bounded(1024, ge=1),
+        does="longer prompts are truncated (last tokens kept) or refused",
+        acts_in="rft/engines/prompt_limits.py",
+        shown_by="tests/unit/test_prompt_limits.py",
+    )
+    max_response_tokens: int = key(
+        bounded(1024, ge=1),
+        does="default and bound of rollout max_tokens",
+        acts_in=_EXPLORER,
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    max_model_len: int | None = key(
+        bounded(None, ge=2),
+        does="prompt + response tokens are clamped to it (default: max_prompt_tokens + max_response_tokens)",
+        acts_in="rft/engines/prompt_limits.py",
+        shown_by="tests/unit/test_prompt_limits.py",
+    )
+    min_response_tokens: int = key(
+        bounded(1, ge=0),
+        does="no eos before this many tokens",
+        acts_in=_EXPLORER,
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    enable_prompt_truncation: bool = key(
+        True,
+        does="truncate (true) or refuse (false) over-long prompts",
+        acts_in="rft/engines/prompt_limits.py",
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    repetition_penalty: float = key(
+        bounded(1.0, gt=0),
+        does="applied to sampling; logprobs stay those of the raw distribution",
+        acts_in="rft/engines/rollout.py",
+        shown_by="tests/unit/test_engines_rollout.py",
+    )
+    custom_chat_template: str | None = key(
+        None,
+        does="Jinja template replacing the tokenizer's",
+        acts_in="rft/engines/chat_template.py",
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    chat_template_path: str | None = key(
+        None,
+        does="file holding that template",
+        acts_in="rft/engines/chat_template.py",
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    dtype: DType = key(
+        "float32",
+        does="the trained weights' dtype; auto = bf16 on a GPU (fp32 master weights), fp32 on the CPU",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "critic_model_path": "rft has no critic model",
@@ -108,24 +251,84 @@ class ClusterConfig:
     computes on the CPU whatever gpu_per_node says: the GPUs are then only declared to Ray.
     """
 
-    node_num: int = bounded(1, ge=1)
-    gpu_per_node: int = bounded(0, ge=0)
-    launcher: str = "local"
-    device: ClusterDevice = "auto"  # auto: GPUs when gpu_per_node > 0, else the CPU
+    node_num: int = key(
+        bounded(1, ge=1),
+        does="launcher ray: node_num × gpu_per_node GPUs size the placement group; launcher local: more than 1 warns that it starts processes on this machine only",
+        acts_in="rft/supervisor/ray_placement.py",
+        shown_by="tests/unit/test_ray_placement.py",
+    )
+    gpu_per_node: int = key(
+        bounded(0, ge=0),
+        does="GPU placement: rollout on the first GPUs, trainer on the next",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
+    launcher: str = key(
+        "local",
+        does="LAUNCHERS part that starts the processes of `rft run`: local processes or Ray actors",
+        acts_in="rft/supervisor/launchers.py",
+        shown_by="tests/integration/test_ray_launcher.py",
+    )
+    device: ClusterDevice = key(
+        "auto",
+        does="auto: GPUs when gpu_per_node > 0, else the CPU; cpu: every process computes on the CPU, the GPUs only declared (to Ray's placement)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
 
 
 @dataclass
 class FormatConfig:
     """`format` of a taskset: which raw-row fields hold the prompt, answer, system prompt..."""
 
-    prompt_type: PromptType = "plaintext"
-    prompt_key: str = "prompt"
-    response_key: str = "response"
-    system_prompt: str | None = None
-    system_prompt_key: str | None = None
-    messages_key: str = "message"
-    reply_prefix: str | None = None
-    chat_template: str | None = None
+    prompt_type: PromptType = key(
+        "plaintext",
+        does="plaintext or messages rows",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    prompt_key: str = key(
+        "prompt",
+        does="row field of the prompt",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    response_key: str = key(
+        "response",
+        does="row field of the answer the reward reads",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    system_prompt: str | None = key(
+        None,
+        does="system message",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    system_prompt_key: str | None = key(
+        None,
+        does="row field of the system message",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    messages_key: str = key(
+        "message",
+        does="row field of a chat (prompt_type messages)",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    reply_prefix: str | None = key(
+        None,
+        does="text the reply is forced to start with",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    chat_template: str | None = key(
+        None,
+        does="this taskset's chat template",
+        acts_in="rft/workflows/runner.py",
+        shown_by="tests/unit/test_step_runner.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "tools_key": "no rft workflow offers tools yet; tool definitions in rows are not read",
@@ -143,11 +346,36 @@ class FormatConfig:
 class RolloutArgs:
     """`rollout_args` of a taskset: sampling settings for its tasks."""
 
-    temperature: float = bounded(1.0, ge=0)
-    top_p: float = bounded(1.0, gt=0, le=1)
-    top_k: int = bounded(-1, ge=-1)  # -1: no top-k filtering
-    max_tokens: int | None = bounded(None, ge=1)  # default: model.max_response_tokens
-    logprobs: int = bounded(0, ge=0)
+    temperature: float = key(
+        bounded(1.0, ge=0),
+        does="sampling temperature; the trainer recomputes logprobs at it",
+        acts_in="rft/engines/rollout.py",
+        shown_by="tests/unit/test_trainer_temperature.py",
+    )
+    top_p: float = key(
+        bounded(1.0, gt=0, le=1),
+        does="nucleus sampling",
+        acts_in="rft/engines/rollout.py",
+        shown_by="tests/unit/test_engines_rollout.py",
+    )
+    top_k: int = key(
+        bounded(-1, ge=-1),
+        does="top-k sampling (-1: no top-k filtering)",
+        acts_in="rft/workflows/runner.py",
+        shown_by="tests/unit/test_workflows.py",
+    )
+    max_tokens: int | None = key(
+        bounded(None, ge=1),
+        does="response length limit (default: model.max_response_tokens)",
+        acts_in="rft/engines/prompt_limits.py",
+        shown_by="tests/unit/test_prompt_limits.py",
+    )
+    logprobs: int = key(
+        bounded(0, ge=0),
+        does="accepted for Trinity; the engine always reports sampled-token logprobs",
+        acts_in="rft/workflows/runner.py",
+        shown_by="tests/unit/test_workflows.py",
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,28 +392,100 @@ class TaskSelectorConfig:
     them; difficulty_based takes the first as a prior pass rate); `kwargs` are its arguments.
     """
 
-    selector_type: str = "sequential"
-    feature_keys: list[str] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    selector_type: str = key(
+        "sequential",
+        does="TASK_SELECTORS: order of tasks per epoch",
+        acts_in=_READER,
+        shown_by="tests/unit/test_taskset_publisher.py",
+    )
+    feature_keys: list[str] = key(
+        field(default_factory=list),
+        does="numeric row columns a selector reads (offline_easy2hard's order, difficulty_based's prior)",
+        acts_in=_READER,
+        shown_by="tests/unit/test_task_selectors.py",
+    )
+    kwargs: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="keyword args of the selector, checked at load",
+        acts_in=_READER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
 
 
 @dataclass
 class TasksetConfig:
     """One taskset (`buffer.explorer_input.taskset` or an entry of `eval_tasksets`)."""
 
-    name: str
-    path: str  # a file/directory for storage_type file; the generator name for generator
-    storage_type: TasksetStorage = "file"
-    split: str = "train"
-    subset_name: str | None = None
+    name: str = field(
+        metadata=fate(
+            "taskset name in task ids and eval metrics",
+            _READER,
+            "tests/unit/test_taskset_publisher.py",
+        )
+    )
+    path: str = field(
+        metadata=fate(
+            "storage_type file: a file or dataset folder; generator: the generator's name",
+            _READER,
+            "tests/unit/test_taskset_readers.py",
+        )
+    )
+    storage_type: TasksetStorage = key(
+        "file",
+        does="file or generator (TASKSET_SOURCES)",
+        acts_in=_READER,
+        shown_by="tests/unit/test_taskset_readers.py",
+    )
+    split: str = key(
+        "train",
+        does="split read from a dataset folder",
+        acts_in="producers/hf_dataset_reader.py",
+        shown_by="tests/unit/test_taskset_readers.py",
+    )
+    subset_name: str | None = key(
+        None,
+        does="subset folder of a dataset repo",
+        acts_in="producers/hf_dataset_reader.py",
+        shown_by="tests/unit/test_taskset_readers.py",
+    )
     format: FormatConfig = field(default_factory=FormatConfig)
     rollout_args: RolloutArgs = field(default_factory=RolloutArgs)
-    repeat_times: int | None = bounded(None, ge=1)  # default: algorithm.repeat_times, 1 for eval
-    default_workflow_type: str | None = None  # default: explorer_input's default
-    default_reward_fn_type: str | None = None  # default: explorer_input's default
-    workflow_args: dict[str, Any] = field(default_factory=dict)
-    reward_fn_args: dict[str, Any] = field(default_factory=dict)
-    generator_args: dict[str, Any] = field(default_factory=dict)  # for storage_type generator
+    repeat_times: int | None = key(
+        bounded(None, ge=1),
+        does="rollouts per task of this taskset (default: algorithm.repeat_times, 1 for eval)",
+        acts_in=_READER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    default_workflow_type: str | None = key(
+        None,
+        does="WORKFLOWS part building prompts and scoring (default: explorer_input's)",
+        acts_in=_READER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    default_reward_fn_type: str | None = key(
+        None,
+        does="REWARD_FUNCTIONS part (default: explorer_input's)",
+        acts_in=_READER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    workflow_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="carried to the workflow in the task's format map",
+        acts_in=_READER,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    reward_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="keyword args of the reward fn",
+        acts_in=_WORKFLOW,
+        shown_by="tests/unit/test_workflows.py",
+    )
+    generator_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="keyword args of the generator (storage_type generator), checked at load",
+        acts_in=_READER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
     task_selector: TaskSelectorConfig = field(default_factory=TaskSelectorConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -200,9 +500,24 @@ class ExplorerInputConfig:
 
     taskset: TasksetConfig | None = None
     eval_tasksets: list[TasksetConfig] = field(default_factory=list)
-    default_workflow_type: str | None = None
-    default_eval_workflow_type: str | None = None  # default: default_workflow_type
-    default_reward_fn_type: str | None = None
+    default_workflow_type: str | None = key(
+        None,
+        does="workflow of tasksets that name none",
+        acts_in=_DERIVED,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    default_eval_workflow_type: str | None = key(
+        None,
+        does="workflow of eval tasksets that name none (default: default_workflow_type)",
+        acts_in=_DERIVED,
+        shown_by="tests/unit/test_config_effects.py",
+    )
+    default_reward_fn_type: str | None = key(
+        None,
+        does="reward fn of tasksets that name none",
+        acts_in=_DERIVED,
+        shown_by="tests/unit/test_config_parts.py",
+    )
 
 
 @dataclass
@@ -217,10 +532,30 @@ class ReplayBufferConfig:
     (rft.buffer.replay_buffer).
     """
 
-    enable: bool = False
-    reuse_cooldown_time: float | None = bounded(None, ge=0)
-    priority_fn: str = "linear_decay"
-    priority_fn_args: dict[str, Any] = field(default_factory=dict)
+    enable: bool = key(
+        False,
+        does="complete groups wait in the priority replay buffer instead of the FIFO pool",
+        acts_in=_REPLAY,
+        shown_by="tests/integration/test_trainer_replay.py",
+    )
+    reuse_cooldown_time: float | None = key(
+        bounded(None, ge=0),
+        does="seconds before a trained group may be trained again (None: once)",
+        acts_in=_REPLAY,
+        shown_by="tests/unit/test_replay_buffer.py",
+    )
+    priority_fn: str = key(
+        "linear_decay",
+        does="PRIORITY_FNS: linear_decay, linear_decay_use_count_control_randomization",
+        acts_in=_REPLAY,
+        shown_by="tests/unit/test_priority_fns.py",
+    )
+    priority_fn_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="decay, use_count_limit, sigma; checked at load",
+        acts_in=_REPLAY,
+        shown_by="tests/unit/test_priority_fns.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "capacity": "the replay capacity is buffer.trainer_input.experience_buffer.capacity; "
@@ -239,13 +574,36 @@ class ExperienceBufferConfig:
     `consumers.experience_mirror`).
     """
 
-    name: str = "experience_buffer"
-    storage_type: ExperienceStorage = "kafka"
-    path: str | None = None
-    max_read_timeout: float = bounded(1800.0, gt=0)  # seconds to wait for a full batch
-    # experiences the replay buffer holds (whole groups; the lowest priority is evicted); without
-    # replay the backlog waits in Kafka and this has no effect
-    capacity: int = bounded(10000, ge=1)
+    name: str = key(
+        "experience_buffer",
+        does="table name of the sql mirror",
+        acts_in="consumers/experience_mirror.py",
+        shown_by="tests/unit/test_experience_mirror.py",
+    )
+    storage_type: ExperienceStorage = key(
+        "kafka",
+        does="kafka/queue: the topic; sql: the topic plus a SQL mirror",
+        acts_in="consumers/experience_mirror.py",
+        shown_by="tests/unit/test_config_loading.py",
+    )
+    path: str | None = key(
+        None,
+        does="kafka: a topic name (checked); sql: the mirror's SQLAlchemy URL",
+        acts_in="consumers/experience_mirror.py",
+        shown_by="tests/unit/test_config_loading.py",
+    )
+    max_read_timeout: float = key(
+        bounded(1800.0, gt=0),
+        does="seconds the trainer waits for a full batch; it stops after this long without experiences",
+        acts_in=_TRAINER,
+        shown_by="tests/integration/test_trainer_resume.py",
+    )
+    capacity: int = key(
+        bounded(10000, ge=1),
+        does="experiences the replay buffer holds (whole groups; the lowest priority is evicted); without replay the backlog waits in Kafka and this has no effect",
+        acts_in=_REPLAY,
+        shown_by="tests/unit/test_replay_buffer.py",
+    )
     replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -268,11 +626,37 @@ class AuxiliaryBufferConfig:
     (alias `queue`): `path` is a topic of Experience events.
     """
 
-    path: str
-    name: str = ""  # default: its key under auxiliary_buffers
-    storage_type: Literal["file", "kafka", "queue"] = "file"
-    split: str = "train"
-    subset_name: str | None = None
+    path: str = field(
+        metadata=fate(
+            "the demonstrations of `mix`: a dataset file or directory, or a topic",
+            _EXPERT,
+            "tests/unit/test_mix_sampler.py",
+        )
+    )
+    name: str = key(
+        "",
+        does="names the source in demonstration ids (default: its key under auxiliary_buffers)",
+        acts_in=_EXPERT,
+        shown_by="tests/unit/test_mix_sampler.py",
+    )
+    storage_type: Literal["file", "kafka", "queue"] = key(
+        "file",
+        does="EXPERT_SOURCES: file (dataset rows) or kafka/queue (Experience events)",
+        acts_in=_EXPERT,
+        shown_by="tests/unit/test_mix_sampler.py",
+    )
+    split: str = key(
+        "train",
+        does="the split of a dataset directory",
+        acts_in=_EXPERT,
+        shown_by="tests/unit/test_mix_sampler.py",
+    )
+    subset_name: str | None = key(
+        None,
+        does="the subset of a dataset directory",
+        acts_in=_EXPERT,
+        shown_by="tests/unit/test_mix_sampler.py",
+    )
     format: FormatConfig = field(default_factory=FormatConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -291,11 +675,12 @@ class TrainerInputConfig:
     """`buffer.trainer_input`: what the trainer reads and how stale it may be."""
 
     experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
-    # rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience
-    # made by model version v is dropped (and counted) when its batch would train at version
-    # > v + max_staleness; None accepts any age, 0 accepts only the current version. Set with
-    # sample_strategy default, it selects staleness_control.
-    max_staleness: int | None = bounded(None, ge=0)
+    max_staleness: int | None = key(
+        bounded(None, ge=0),
+        does="rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience made by version v is dropped (and counted) when its batch would train at a version > v + max_staleness (None: any age; 0: only the current version); set with sample_strategy default it selects staleness_control; rft train --from-topic sets both aside with a warning (consumers/offline_input.py)",
+        acts_in=_STRATEGY,
+        shown_by="tests/unit/test_config_effects.py",
+    )
     auxiliary_buffers: dict[str, AuxiliaryBufferConfig] = field(default_factory=dict)
 
 
@@ -303,12 +688,30 @@ class TrainerInputConfig:
 class BufferConfig:
     """`buffer`: batch sizes, epochs and the explorer/trainer inputs."""
 
-    # tasks per explorer step (not multiplied by repeat_times); default: train_batch_size /
-    # repeat_times, so Trinity's trainer-only configs that give only train_batch_size load
-    batch_size: int | None = bounded(None, ge=1)
-    train_batch_size: int | None = bounded(None, ge=1)  # default: batch_size * repeat_times
-    total_epochs: int = bounded(1, ge=1)
-    total_steps: int | None = bounded(None, ge=1)  # when set, total_epochs has no effect
+    batch_size: int | None = key(
+        bounded(None, ge=1),
+        does="tasks per explorer step, not multiplied by repeat_times (default: train_batch_size / repeat_times, so Trinity's trainer-only configs load)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    train_batch_size: int | None = key(
+        bounded(None, ge=1),
+        does="experiences per train step (default: batch_size × repeat_times)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    total_epochs: int = key(
+        bounded(1, ge=1),
+        does="epochs published; the step count when total_steps is unset",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_config_effects.py",
+    )
+    total_steps: int | None = key(
+        bounded(None, ge=1),
+        does="explorer and trainer steps of the run; when set, total_epochs has no effect (rft train --from-topic: a cap on its steps)",
+        acts_in=_PLAN,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
     explorer_input: ExplorerInputConfig = field(default_factory=ExplorerInputConfig)
     trainer_input: TrainerInputConfig = field(default_factory=TrainerInputConfig)
 
@@ -322,20 +725,66 @@ class BufferConfig:
 class RolloutModelConfig:
     """`explorer.rollout_model`: the rollout engine."""
 
-    engine_type: str = "hf"  # a name in rft.engines.rollout.ROLLOUT_ENGINES
-    engine_num: int = bounded(1, ge=1)
-    tensor_parallel_size: int = bounded(1, ge=1)
-    seed: int = 42
-    dtype: DType | None = None  # default: model.dtype
-    enable_thinking: bool | None = None  # passed to chat templates that support it
-    # vllm: the share of GPU memory the engine takes (weights, KV cache, graphs)
-    gpu_memory_utilization: float = bounded(0.9, gt=0, le=1)
-    # no CUDA graphs: vllm runs eagerly, hf skips its static-cache + torch.compile path on a GPU
-    enforce_eager: bool = False
-    enable_prefix_caching: bool = True  # vllm: reuse KV blocks of shared prompt prefixes
-    # default: model.max_model_len, the one bound for rollouts and training (a different value
-    # is refused at load)
-    max_model_len: int | None = bounded(None, ge=2)
+    engine_type: str = key(
+        "hf",
+        does="ROLLOUT_ENGINES part (rft.engines.rollout): hf or vllm",
+        acts_in=_EXPLORER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    engine_num: int = key(
+        bounded(1, ge=1),
+        does="GPUs reserved for rollout before the trainer's",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
+    tensor_parallel_size: int = key(
+        bounded(1, ge=1),
+        does="multiplies the rollout GPUs reserved",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
+    seed: int = key(
+        42,
+        does="sampling seed per step, publish shuffle seed, tiny model init",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    dtype: DType | None = key(
+        None,
+        does="rollout dtype, and so the dtype versions are published in (default: model.dtype)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_run_plan.py",
+    )
+    enable_thinking: bool | None = key(
+        None,
+        does="passed to chat templates that support it",
+        acts_in=_EXPLORER,
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
+    gpu_memory_utilization: float = key(
+        bounded(0.9, gt=0, le=1),
+        does="the vllm engine's share of GPU memory (weights, KV cache, graphs)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
+    enforce_eager: bool = key(
+        False,
+        does="vllm: no CUDA graphs; hf: no static-cache + torch.compile path on a GPU",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
+    enable_prefix_caching: bool = key(
+        True,
+        does="vllm: KV blocks of shared prompt prefixes reused",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
+    max_model_len: int | None = key(
+        bounded(None, ge=2),
+        does="alias of model.max_model_len, the one bound for rollouts and training (a different value is refused at load); the vllm engine's bound",
+        acts_in=_DERIVED,
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_history": "workflows return their experiences explicitly",
@@ -354,26 +803,79 @@ class RolloutModelConfig:
 class ExplorerConfig:
     """`explorer`: rollout workers (one consumer-group member each) and evaluation."""
 
-    name: str = "explorer"
-    runner_per_model: int = bounded(8, ge=1)  # tasks in one batched engine call
-    runner_num: int | None = bounded(None, ge=1)  # default: engine_num * runner_per_model
-    max_timeout: float = bounded(900.0, gt=0)  # seconds a workflow may run
-    max_retry_times: int = bounded(2, ge=0)
-    env_vars: dict[str, str] = field(default_factory=dict)
+    name: str = key(
+        "explorer",
+        does="the explorer's consumer group: same name shares tasks, a new one copies the stream",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_trinity_examples.py",
+    )
+    runner_per_model: int = key(
+        bounded(8, ge=1),
+        does="tasks in one batched engine call",
+        acts_in="rft/workflows/step_runner.py",
+        shown_by="tests/unit/test_step_runner.py",
+    )
+    runner_num: int | None = key(
+        bounded(None, ge=1),
+        does="Trinity's total: runner_per_model = runner_num / engine_num (default: engine_num × runner_per_model)",
+        acts_in=_DERIVED,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    max_timeout: float = key(
+        bounded(900.0, gt=0),
+        does="seconds a task's workflow may run; then it is retried, then dead-lettered",
+        acts_in="rft/workflows/step_runner.py",
+        shown_by="tests/unit/test_step_runner.py",
+    )
+    max_retry_times: int = key(
+        bounded(2, ge=0),
+        does="retries of a failed or timed-out task",
+        acts_in="rft/workflows/step_runner.py",
+        shown_by="tests/unit/test_step_runner.py",
+    )
+    env_vars: dict[str, str] = key(
+        field(default_factory=dict),
+        does="set in the explorer process before torch starts",
+        acts_in="consumers/explorer_env.py",
+        shown_by="tests/unit/test_explorer_settings.py",
+    )
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
-    eval_interval: int = bounded(100, ge=1)
-    eval_on_startup: bool = True
-    bench_on_latest_checkpoint: bool = False  # mode bench: only the newest version, not each one
-    # where a new explorer group first reads tasks: earliest, latest, or a timestamp (ISO-8601
-    # or ms since the epoch); a group with committed offsets resumes from them
-    tasks_from: str = "earliest"
-    # where this group's experiences go: `trainer` (the trainer's topic), `own` (a topic of its
-    # own, <project>.<name>.experiences.<explorer.name>, that the trainer never reads), or a
-    # topic name
-    experiences_to: str = "trainer"
-    # explorer processes this group is sized for: the tasks topic gets at least this many
-    # partitions (default: rollout_model.engine_num, the ray launcher's explorers)
-    max_explorers: int | None = bounded(None, ge=1)
+    eval_interval: int = key(
+        bounded(100, ge=1),
+        does="explorer steps between evaluations",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    eval_on_startup: bool = key(
+        True,
+        does="evaluate before the first step",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    bench_on_latest_checkpoint: bool = key(
+        False,
+        does="mode bench evaluates only the newest version, not each one",
+        acts_in="consumers/bench.py",
+        shown_by="tests/unit/test_bench.py",
+    )
+    tasks_from: str = key(
+        "earliest",
+        does="where a new explorer group first reads the tasks: earliest, latest or a timestamp (ISO 8601 or ms since the epoch); a group with committed offsets resumes from them",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_explorer_groups.py",
+    )
+    experiences_to: str = key(
+        "trainer",
+        does="the explorer group's experience topic: `trainer` (the trainer's), `own` (<project>.<name>.experiences.<explorer.name>, a shadow the trainer never reads), or a topic name",
+        acts_in=_PLAN,
+        shown_by="tests/integration/test_explorer_groups.py",
+    )
+    max_explorers: int | None = key(
+        bounded(None, ge=1),
+        does="explorer processes a group is sized for: the tasks topic gets at least that many partitions (default: rollout_model.engine_num, the ray launcher's explorers)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_explorer_groups_plan.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "auxiliary_models": "auxiliary models are not supported yet",
@@ -388,13 +890,48 @@ class ExplorerConfig:
 class OptimizerConfig:
     """`trainer.optim` (also read from Trinity-RFT's `algorithm.optimizer`): AdamW settings."""
 
-    lr: float = bounded(1e-6, gt=0)
-    betas: list[float] = bounded([0.9, 0.999], ge=0, lt=1)
-    weight_decay: float = bounded(0.01, ge=0)
-    lr_warmup_steps: int = bounded(0, ge=0)
-    lr_warmup_steps_ratio: float = bounded(0.0, ge=0, le=1)  # used when lr_warmup_steps is 0
-    warmup_style: str = "constant"  # a name in rft.engines.trainer.LR_SCHEDULES
-    min_lr_ratio: float = bounded(0.0, ge=0, le=1)  # floor of the cosine/linear schedule
+    lr: float = key(
+        bounded(1e-6, gt=0),
+        does="AdamW learning rate",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_engines_trainer.py",
+    )
+    betas: list[float] = key(
+        bounded([0.9, 0.999], ge=0, lt=1),
+        does="AdamW betas (two numbers)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_config_parts.py",
+    )
+    weight_decay: float = key(
+        bounded(0.01, ge=0),
+        does="AdamW weight decay",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_engines_trainer.py",
+    )
+    lr_warmup_steps: int = key(
+        bounded(0, ge=0),
+        does="linear warmup steps",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_config_effects.py",
+    )
+    lr_warmup_steps_ratio: float = key(
+        bounded(0.0, ge=0, le=1),
+        does="warmup as a share of total steps when lr_warmup_steps is 0",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_config_effects.py",
+    )
+    warmup_style: str = key(
+        "constant",
+        does="a name in LR_SCHEDULES (rft.engines.trainer): constant, cosine, linear",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_lr_schedules.py",
+    )
+    min_lr_ratio: float = key(
+        bounded(0.0, ge=0, le=1),
+        does="floor of the cosine / linear schedule",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_lr_schedules.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "total_training_steps": "derived from buffer.total_steps / total_epochs",
@@ -406,18 +943,60 @@ class OptimizerConfig:
 class TrainerConfig:
     """`trainer`: the trainer engine, checkpointing and optimisation."""
 
-    name: str = "trainer"
-    # a name in rft.engines.trainer.TRAINER_ENGINES: torch (one process) or fsdp2 (N ranks)
-    trainer_type: str = "torch"
-    # Trinity's sharding strategy: fsdp2 (and fsdp, read as fsdp2) shards the torch engine
-    trainer_strategy: TrainerStrategy | None = None
-    # ranks of the fsdp2 engine; default: the GPUs left after rollout on GPUs, 1 on the CPU
-    world_size: int | None = bounded(None, ge=1)
-    save_interval: int = bounded(100, ge=1)  # steps between checkpoints in the object store
-    grad_clip: float = bounded(1.0, gt=0)
-    total_steps: int | None = bounded(None, ge=1)  # default: buffer.total_steps
-    micro_batch_size: int = bounded(4, ge=1)  # experiences per forward pass on one device
-    max_checkpoints_to_keep: int | None = bounded(None, ge=1)  # older ones pruned; None keeps all
+    name: str = key(
+        "trainer",
+        does="the trainer's consumer group",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_config_effects.py",
+    )
+    trainer_type: str = key(
+        "torch",
+        does="a name in TRAINER_ENGINES (rft.engines.trainer): torch (one process) or fsdp2 (N ranks); verl reads as fsdp2, with a warning",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_trainer_engines.py",
+    )
+    trainer_strategy: TrainerStrategy | None = key(
+        None,
+        does="Trinity's sharding strategy: fsdp2 (fsdp reads as fsdp2) turns the torch engine into the fsdp2 engine; megatron is refused",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_trainer_engines.py",
+    )
+    world_size: int | None = key(
+        bounded(None, ge=1),
+        does="ranks of the fsdp2 engine (default: the GPUs left after rollout, 1 on the CPU)",
+        acts_in=_PLAN,
+        shown_by="tests/unit/test_trainer_engines.py",
+    )
+    save_interval: int = key(
+        bounded(100, ge=1),
+        does="steps between versions that carry optimizer state (trainer_state/)",
+        acts_in="consumers/trainer_checkpoint.py",
+        shown_by="tests/unit/test_trainer_checkpoint.py",
+    )
+    grad_clip: float = key(
+        bounded(1.0, gt=0),
+        does="gradient norm clip",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_engines_trainer.py",
+    )
+    total_steps: int | None = key(
+        bounded(None, ge=1),
+        does="train steps (default: buffer.total_steps)",
+        acts_in=_PLAN,
+        shown_by="tests/integration/test_trainer_resume.py",
+    )
+    micro_batch_size: int = key(
+        bounded(4, ge=1),
+        does="experiences per forward pass on one device (gradient accumulation)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_engines_trainer.py",
+    )
+    max_checkpoints_to_keep: int | None = key(
+        bounded(None, ge=1),
+        does="older versions are pruned after each publish, except those live explorers report loaded (None keeps all)",
+        acts_in=_TRAINER,
+        shown_by="tests/integration/test_trainer_resume.py",
+    )
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -463,18 +1042,48 @@ class TrainerConfig:
 class SynchronizerConfig:
     """`synchronizer`: when explorers load new weights and how they receive them."""
 
-    sync_method: SyncMethod = "checkpoint"
-    sync_style: str = "fixed"  # a name in rft.synchronizer.SYNC_STYLES
-    sync_interval: int = bounded(1, ge=1)  # trainer steps between weight versions
-    sync_offset: int = bounded(0, ge=0)  # explorer steps taken before the trainer starts
-    sync_timeout: float = bounded(1200.0, gt=0)  # seconds
-    # rft: what an explorer does when a version it needs has not arrived within sync_timeout:
-    # "wait" (warn, count it in the sync_timeouts_total metric, keep waiting) or "stop" (fail with
-    # the reason). It never rolls out on older weights than its style allows.
-    on_sync_timeout: SyncTimeoutAction = "wait"
-    # AReaL's η: explorer step s waits until it holds version >= s - 1 - η, so no rollout starts
-    # more than η versions ahead of the newest weights (None: no bound). Applies to every style.
-    max_head_offpolicyness: int | None = bounded(None, ge=0)
+    sync_method: SyncMethod = key(
+        "checkpoint",
+        does="checkpoint, the one method: versions through the object store (nccl/memory read as it)",
+        acts_in="rft/config/schema.py",
+        shown_by="tests/unit/test_config_validation.py",
+    )
+    sync_style: str = key(
+        "fixed",
+        does="a name in SYNC_STYLES (rft.synchronizer): when explorers wait for and request versions",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    sync_interval: int = key(
+        bounded(1, ge=1),
+        does="trainer steps between weight versions",
+        acts_in=_TRAINER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    sync_offset: int = key(
+        bounded(0, ge=0),
+        does="explorer steps taken before the trainer starts (under fixed)",
+        acts_in=_EXPLORER,
+        shown_by="tests/integration/test_rft_loop.py",
+    )
+    sync_timeout: float = key(
+        bounded(1200.0, gt=0),
+        does="seconds an explorer waits for a version before on_sync_timeout applies",
+        acts_in=_EXPLORER_SYNC,
+        shown_by="tests/integration/test_explorer_sync.py",
+    )
+    on_sync_timeout: SyncTimeoutAction = key(
+        "wait",
+        does="what an explorer does when a version it needs has not arrived within sync_timeout: wait (warn, count it in sync_timeouts_total, keep waiting) or stop (fail with the reason); it never rolls out on older weights than its style allows",
+        acts_in=_EXPLORER_SYNC,
+        shown_by="tests/integration/test_explorer_sync.py",
+    )
+    max_head_offpolicyness: int | None = key(
+        bounded(None, ge=0),
+        does="AReaL's η: explorer step s waits until it holds version >= s-1-η, so no rollout starts more than η versions ahead of the newest weights (None: no bound; every style; checked against sync_interval at load)",
+        acts_in=_EXPLORER_SYNC,
+        shown_by="tests/integration/test_sync_admission.py",
+    )
 
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "sync_style": {
@@ -502,15 +1111,37 @@ class MonitorConfig:
     and `trace_content` set the OpenTelemetry spans of every process (`rft.tracing.setup`).
     """
 
-    monitor_type: list[str] = field(default_factory=lambda: ["console"])
-    monitor_args: dict[str, Any] = field(default_factory=dict)
-    # rft: where each process's spans go (rft.tracing.setup.SPAN_EXPORTERS: none, console, file,
-    # otlp); the default comes from RFT_TRACE_EXPORTER, else none (nothing is sent anywhere)
-    trace_exporter: str = field(
-        default_factory=lambda: os.environ.get("RFT_TRACE_EXPORTER", "none")
+    monitor_type: list[str] = key(
+        field(default_factory=lambda: ["console"]),
+        does="METRIC_SINKS: console, jsonl, sql, tensorboard, wandb, mlflow",
+        acts_in=_SINKS,
+        shown_by="tests/unit/test_metric_sinks.py",
     )
-    trace_args: dict[str, Any] = field(default_factory=dict)  # rft: the exporter's settings
-    trace_content: bool = False  # rft: prompt and response text in spans (off: ids and sizes)
+    monitor_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="settings per sink",
+        acts_in=_SINKS,
+        shown_by="tests/unit/test_metric_sinks.py",
+    )
+    trace_exporter: str = key(
+        field(default_factory=lambda: os.environ.get("RFT_TRACE_EXPORTER", "none")),
+        does="where each process's spans go, a name in SPAN_EXPORTERS (rft.tracing.setup): none, console, file, otlp",
+        shown_default="$RFT_TRACE_EXPORTER, else none",
+        acts_in="rft/tracing/setup.py",
+        shown_by="tests/unit/test_trace_exporters.py",
+    )
+    trace_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="the exporter's settings (file: path; otlp: protocol, endpoint, headers, timeout, insecure)",
+        acts_in="rft/tracing/setup.py",
+        shown_by="tests/unit/test_trace_exporters.py",
+    )
+    trace_content: bool = key(
+        False,
+        does="prompt and response text on the explorer.rollout spans (off: ids and sizes only)",
+        acts_in="rft/workflows/rollout_spans.py",
+        shown_by="tests/unit/test_rollout_spans.py",
+    )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_ray_timeline": _RAY,
@@ -521,13 +1152,40 @@ class MonitorConfig:
 class RftConfig:
     """A whole run: the top-level keys and one dataclass per section."""
 
-    project: str
-    name: str
+    project: str = field(
+        metadata=fate(
+            "names the run: topics <project>.<name>.*, groups, checkpoint prefix",
+            _PLAN,
+            "tests/integration/test_rft_loop.py",
+        )
+    )
+    name: str = field(
+        metadata=fate(
+            "names the run with project",
+            _PLAN,
+            "tests/integration/test_rft_loop.py",
+        )
+    )
     model: ModelConfig
     buffer: BufferConfig
-    mode: Mode = "both"
-    checkpoint_root_dir: str = "./checkpoints"  # local logs and monitor output of the run
-    continue_from_checkpoint: bool = True
+    mode: Mode = key(
+        "both",
+        does="both / explore / train / bench select what `rft run` starts; serve is refused",
+        acts_in="rft/cli/run_cmd.py",
+        shown_by="tests/integration/test_bench.py",
+    )
+    checkpoint_root_dir: str = key(
+        "./checkpoints",
+        does="root of the run's local job dir (logs, monitor output)",
+        acts_in="rft/supervisor/run_supervisor.py",
+        shown_by="tests/unit/test_metric_sinks.py",
+    )
+    continue_from_checkpoint: bool = key(
+        True,
+        does="a restarted trainer resumes from its newest version; an explorer from its committed step",
+        acts_in=_TRAINER,
+        shown_by="tests/integration/test_trainer_resume.py",
+    )
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
@@ -535,9 +1193,12 @@ class RftConfig:
     synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     stack: StackSettings = field(default_factory=StackSettings)  # rft: Kafka and object store
-    # rft: modules (dotted names or .py files) imported before the config's names are checked, so
-    # parts they register (`@WORKFLOWS.register(...)`) can be selected; RFT_PLUGINS adds more
-    plugins: list[str] = field(default_factory=list)
+    plugins: list[str] = key(
+        field(default_factory=list),
+        does="modules (dotted names or .py files) imported before the config's names are checked, so parts they register can be selected; RFT_PLUGINS adds more",
+        acts_in=_PARTS,
+        shown_by="tests/unit/test_config_parts.py",
+    )
 
     REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
         "mode": {

@@ -98,7 +98,7 @@ class RayCluster:
         return [
             f"started a local Ray for this run at {self.address}"
             f"{declared}, object store {OBJECT_STORE_BYTES // 1_000_000} MB; it stops with the run",
-            "across machines (README, Placement on Ray): with RAY_AUTH_MODE=token and one token "
+            "across machines (docs/training.md, Placement on Ray): with RAY_AUTH_MODE=token and one token "
             "everywhere, `ray start --head` on one, `ray start --address=<head-ip>:"
             f"{HEAD_PORT}` on the others (rft installed, Kafka and object store reachable), "
             f"then `{ADDRESS_ENV}=<head-ip>:{HEAD_PORT} rft run --config ...` on the head",
