@@ -23,7 +23,6 @@ the class is first used.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -119,7 +118,6 @@ def transcoder_of(cls: type, catalog: SchemaCatalog | None = None) -> Transcoder
     return built
 
 
-@functools.cache
 def _named_records(catalog: SchemaCatalog) -> dict[str, dict[str, Any]]:
     """Every record the newest schema versions define, nested ones included, by full name."""
     found: dict[str, dict[str, Any]] = {}
