@@ -11,7 +11,7 @@ CorruptEventError (with the byte position) for bad bytes. No other exception esc
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
@@ -30,6 +30,7 @@ from rft.errors import (
 from rft.events import fast_experience
 from rft.events.catalog import SchemaCatalog, SchemaVersion
 from rft.events.models import EVENT_TYPES, Event, Experience
+from rft.events.transcoder import transcoder_of
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10  # magic + 8-byte fingerprint
@@ -42,6 +43,7 @@ class _WritePlan:
     header: bytes
     schema: Any
     version: SchemaVersion
+    to_record: Callable[[Any], dict[str, Any]]  # event -> Avro record of the newest schema
     fast_encode: fast_experience.Encoder | None = None  # record -> header + body
 
 
@@ -51,6 +53,7 @@ class ReadPlan:
     reader: Any | None  # None when the writer schema is the reader schema: no resolution needed
     event_type: type[Any]
     version: SchemaVersion
+    from_record: Callable[[Any], Any]  # decoded Avro record -> event (rft.events.transcoder)
     fast_decode: fast_experience.Decoder | None = None  # (data, body start) -> record
 
 
@@ -83,10 +86,12 @@ class EventCodec:
             # only Experience is hot enough to earn generated code, and only its newest version
             fast = _fast_codec(latest) if event_type is Experience else None
             written = catalog.get(name, write_versions.get(name))
+            transcoder = transcoder_of(event_type)
             self._writers[event_type] = _WritePlan(
                 header=MAGIC + written.fingerprint,
                 schema=written.parsed,
                 version=written,
+                to_record=transcoder.to_record,
                 fast_encode=fast.encode if fast is not None and written is latest else None,
             )
             reader = catalog.get(name, read_versions.get(name))
@@ -96,6 +101,7 @@ class EventCodec:
                     reader=None if writer is reader else reader.parsed,
                     event_type=event_type,
                     version=writer,
+                    from_record=transcoder.from_record,
                     fast_decode=(
                         fast.decode
                         if fast is not None and writer is latest and reader is latest
@@ -115,7 +121,7 @@ class EventCodec:
     def encode(self, event: Event) -> bytes:
         """Single-object encoding of `event`; EncodeError names the offending field."""
         plan = self._plan_for(type(event))
-        record = event.to_record()
+        record = plan.to_record(event)
         if plan.fast_encode is not None:
             try:
                 return plan.fast_encode(record)
@@ -160,9 +166,7 @@ class EventCodec:
         """Decode the Avro body at `data[start:]` written with `plan`'s writer schema."""
         if plan.fast_decode is not None and type(data) is bytes:
             try:
-                return plan.event_type.from_record(  # type: ignore[no-any-return]
-                    plan.fast_decode(data, start)
-                )
+                return plan.from_record(plan.fast_decode(data, start))  # type: ignore[no-any-return]
             except Exception:  # fastavro below decodes it, or types the failure
                 pass
         buffer = BytesIO(data)
@@ -178,7 +182,7 @@ class EventCodec:
                 f"v{plan.version.version} event that ends at byte {end}"
             )
         try:
-            return plan.event_type.from_record(record)  # type: ignore[no-any-return]
+            return plan.from_record(record)  # type: ignore[no-any-return]
         except Exception as exc:
             raise CorruptEventError(
                 f"{plan.version.name} v{plan.version.version} body decodes but is not a valid "

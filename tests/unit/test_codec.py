@@ -22,6 +22,7 @@ from rft.events.codec import MAGIC, EventCodec
 from rft.events.models import (
     COMPONENT_STATES,
     FINISH_REASONS,
+    Claim,
     ComponentStatus,
     DeadLetter,
     Experience,
@@ -148,6 +149,7 @@ component_statuses = st.builds(
     tasks_left=i64,
     created_at=i64,
 )
+claims = st.builds(Claim, holder=text, token=text, host=text, pid=i64, claimed_at=i64)
 any_event = (
     experiences()
     | tasks
@@ -156,6 +158,7 @@ any_event = (
     | dead_letters
     | sync_requests
     | component_statuses
+    | claims
 )
 
 
