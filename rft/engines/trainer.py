@@ -8,10 +8,13 @@ and the training state. `TRAINER_ENGINES` builds one from a loaded model, its to
 `TorchTrainerConfig` and a `TrainerPlacement` (how many ranks, on which devices); the config's
 `trainer.trainer_type` / `trainer_strategy` pick the entry (`TrainerConfig.engine_name`).
 
-`TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
-entropy over the response positions (each row at the temperature its old logprobs were recorded
-at), calls the algorithm's loss, accumulates gradients, clips and steps AdamW plus the LR
-schedule. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
+`TorchTrainerEngine.train_step(batch, loss_fn, advantages)` is the whole step: the batch's
+advantages from its rewards (`fill_advantages`: the algorithm's `Advantages`, after the reference
+pass when a reward KL penalty needs one), then for each micro-batch the padded tensors, the
+policy's (and the reference's) logprobs and entropy over the response positions (each row at the
+temperature its old logprobs were recorded at), the `LossBatch` and the algorithm's loss called
+on it (`rft.algorithms.objective.LossFn`), gradients accumulated, clipped, and AdamW plus the LR
+schedule stepped. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
 """
 
 from __future__ import annotations
