@@ -190,6 +190,8 @@ def main() -> None:
     print(f"functions: {len(profile.functions)}")
     print(f"lines: {profile.lines()}")
     print(f"files: {len(files)}")
+    for rel in files:
+        print(f"  {rel}: {sum(1 for f, _, _ in profile.functions if f == rel)}")
     print(f"max depth: {profile.depth}")
     print(f"calls up (rft/ -> consumers/): {len(profile.up_calls)}")
     for parent, child in sorted(profile.up_calls):
