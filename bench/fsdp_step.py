@@ -19,6 +19,7 @@ import time
 import numpy as np
 import torch
 
+from rft.algorithms.objective import LossBatch
 from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainBatch, TrainerPlacement
 
 SHAPES = {
@@ -49,9 +50,9 @@ SHAPES = {
 class PolicyGradientLoss:
     """Token-mean of -advantage * logprob over action tokens (pickled to every rank by name)."""
 
-    def __call__(self, logprob, entropy, tensors):  # type: ignore[no-untyped-def]
-        mask = tensors["action_mask"]
-        loss = -(tensors["advantages"] * logprob * mask).sum() / mask.sum()
+    def __call__(self, logprob, entropy, batch: LossBatch):  # type: ignore[no-untyped-def]
+        mask = batch.action_mask
+        loss = -(batch.advantages * logprob * mask).sum() / mask.sum()
         return loss, {}
 
 
@@ -62,7 +63,7 @@ def random_batch(rows: int, prompt: int, response: int, vocab: int, seed: int) -
         response_ids=[rng.integers(1, vocab, response).tolist() for _ in range(rows)],
         old_logprobs=[[0.0] * response for _ in range(rows)],
         action_mask=[[1] * response for _ in range(rows)],
-        advantages=[float(a) for a in rng.normal(size=rows)],
+        advantages=torch.tensor(rng.normal(size=rows), dtype=torch.float32),
     )
 
 

@@ -18,15 +18,16 @@ import time
 import numpy as np
 import torch
 
+from rft.algorithms.objective import LossBatch
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 
 
-def clipped_pg_loss(logprob, entropy, tensors):
+def clipped_pg_loss(logprob, entropy, batch: LossBatch):
     """Token-mean PPO clip loss, eps 0.2."""
-    mask = tensors["action_mask"]
-    ratio = torch.exp(logprob - tensors["old_logprobs"])
-    adv = tensors["advantages"]
+    mask = batch.action_mask
+    ratio = torch.exp(logprob - batch.old_logprob)
+    adv = batch.advantages
     per_token = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
     loss = (per_token * mask).sum() / mask.sum()
     return loss, {"entropy": (entropy.detach() * mask).sum() / mask.sum()}
@@ -42,7 +43,7 @@ def synthetic_batch(
         response_ids=responses,
         old_logprobs=[(-rng.random(response_len) * 5).tolist() for _ in range(rows)],
         action_mask=[[1] * response_len for _ in range(rows)],
-        advantages=rng.normal(size=rows).tolist(),
+        advantages=torch.tensor(rng.normal(size=rows), dtype=torch.float32),
     )
 
 

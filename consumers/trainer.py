@@ -22,8 +22,6 @@ import logging
 import threading
 from typing import Any
 
-import torch
-
 from consumers.experience_mirror import experience_mirror
 from consumers.explorer_roster import ExplorerRoster
 from consumers.offline_input import (
@@ -39,7 +37,7 @@ from consumers.offline_input import (
 from consumers.run_plan import RunPlan
 from consumers.tasks_left import tasks_left
 from consumers.topic_range import RangeReader
-from consumers.train_step import StepTrainer, set_advantages
+from consumers.train_step import StepTrainer
 from consumers.trainer_checkpoint import TrainerCheckpointer
 from consumers.trainer_loop import InputEnd, LoopClients, TrainerLoop, TrainerSummary
 from consumers.versions_in_use import versions_in_use
@@ -61,7 +59,6 @@ from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import (
     TRAINER_ENGINES,
     TorchTrainerConfig,
-    TrainBatch,
     TrainerEngine,
     TrainerPlacement,
 )
@@ -404,23 +401,6 @@ class Trainer:
             expert_sources=sources,
         )
         return build_sampler(self.sample_strategy, self.sample_strategy_args, setup)
-
-    def _set_advantages(
-        self,
-        batch: TrainBatch,
-        rewards: torch.Tensor,
-        group_index: torch.Tensor,
-        engine: TrainerEngine,
-    ) -> dict[str, float]:
-        """`consumers.train_step.set_advantages` with this trainer's algorithm."""
-        return set_advantages(
-            self.spec,
-            batch,
-            rewards,
-            group_index,
-            engine,
-            max_response_length=self.cfg.model.max_response_tokens,
-        )
 
 
 def finish_reason(summary: TrainerSummary) -> str:

@@ -52,9 +52,7 @@ def _masked_row_sums(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return torch.where(m > 0, loss_mat * m, torch.zeros_like(loss_mat)).sum(dim=-1)
 
 
-@LOSS_AGG_MODES.register("token-mean")
-def _token_mean(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    return masked_mean(loss_mat, m)
+LOSS_AGG_MODES.add("token-mean", masked_mean)
 
 
 @LOSS_AGG_MODES.register("seq-mean-token-sum")

@@ -1,21 +1,26 @@
 """One algorithm's training objective, composed from its registered parts.
 
-`build_loss(spec)` returns an AlgorithmLoss: the trainer engine calls it with the current
-log-probabilities (and entropy) of a batch and gets one scalar to backpropagate:
+`build_loss(spec)` returns an AlgorithmLoss, the `LossFn` the trainer engine calls with the
+current log-probabilities (and entropy) of a micro-batch and its `LossBatch`; it gets one scalar
+to backpropagate:
     loss = policy_loss + kl_coef * kl_loss + entropy_term,  entropy_term = -entropy_coef * H
-`compute_advantages(spec, ...)` turns sequence rewards into the token advantages the loss uses.
+(demonstration rows, `LossBatch.expert`, take the SFT loss instead: `rft.algorithms.expert_rows`).
+`Advantages(spec)` (and `compute_advantages(spec, ...)`) turns sequence rewards into the token
+advantages the loss uses.
 """
 
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import torch
 
 from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
+from rft.algorithms.aggregation import masked_mean
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
+from rft.algorithms.expert_rows import expert_row_loss
 from rft.algorithms.kl import KL_FN, apply_kl_penalty
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
@@ -27,6 +32,7 @@ from rft.algorithms.tensor_checks import AlgorithmInputError
 class LossBatch:
     """Per-token tensors [B, T] of a training batch that do not depend on the current weights.
 
+    action_mask: 1 on the tokens trained, 0 on padding and on tokens not trained.
     old_logprob: log-probabilities under the rollout (behaviour) policy, from the Experience
         events.
     advantages: token advantages (see compute_advantages); None for algorithms without them.
@@ -36,6 +42,7 @@ class LossBatch:
         loss takes the recomputed logprob.detach(), which is exact while the trainer takes one
         optimizer step per batch; a trainer taking several must record them before its first
         step and set them here.
+    expert: [B] bool, True on demonstration rows (they take the SFT loss); None: none.
     """
 
     action_mask: torch.Tensor
@@ -43,20 +50,38 @@ class LossBatch:
     advantages: torch.Tensor | None = None
     ref_logprob: torch.Tensor | None = None
     prox_logprob: torch.Tensor | None = None
+    expert: torch.Tensor | None = None
+
+
+class LossFn(Protocol):
+    """The one loss signature of the trainer engines.
+
+    loss(logprob [B, T], entropy [B, T] or None, batch) -> (scalar loss, metrics); `logprob`
+    carries the gradient. The loss must be a mean over its micro-batch: the engine weights each
+    micro-batch by its share of the batch (TorchTrainerConfig.accumulation). Metric values are
+    floats or 0-d tensors.
+    """
+
+    def __call__(
+        self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
+    ) -> tuple[torch.Tensor, dict[str, Any]]: ...
 
 
 class AlgorithmLoss:
-    """The composed objective of one AlgorithmSpec; call it once per micro-batch."""
+    """The composed objective of one AlgorithmSpec (a `LossFn`); call it once per micro-batch."""
 
     def __init__(self, spec: AlgorithmSpec) -> None:
         validate_spec(spec)
         self.spec = spec
         self.loss_agg_mode = spec.effective_loss_agg_mode
+        self.needs_reference = spec.uses_kl_loss
+        self.needs_entropy = spec.use_entropy
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
         self._takes_prox = "prox_logprob" in inspect.signature(self._policy_fn).parameters
         self._kl_fn = KL_FN.get(spec.kl_loss_fn)
         self._kl_args = spec.kl_loss_args()
+        self._kl_coef = spec.kl_coef
         self._entropy_fn = ENTROPY_LOSS_FN.get(spec.entropy_loss_fn)
         self._entropy_args = spec.entropy_args()
 
@@ -73,22 +98,18 @@ class AlgorithmLoss:
         )
         return _rebuilt_loss, (self.spec, tuple(modules))
 
-    @property
-    def needs_reference(self) -> bool:
-        return self.spec.uses_kl_loss
-
-    @property
-    def needs_entropy(self) -> bool:
-        return self.spec.use_entropy
-
     def __call__(
         self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """loss = policy + kl_coef * kl + (-entropy_coef * H); metrics of every term plus "loss".
 
         `entropy` may be None when `needs_entropy` is False; `batch.ref_logprob` may be None when
-        `needs_reference` is False. Terms with a zero coefficient are skipped entirely.
+        `needs_reference` is False. Terms with a zero coefficient are skipped entirely. The
+        token entropy is reported ("entropy") even when no entropy term is trained: collapse
+        shows there first. With `batch.expert`, see `expert_row_loss`.
         """
+        if batch.expert is not None:
+            return self._with_demonstrations(logprob, entropy, batch)
         mode = self.loss_agg_mode
         extra = {"prox_logprob": batch.prox_logprob} if self._takes_prox else {}
         loss, metrics = self._policy_fn(
@@ -103,15 +124,15 @@ class AlgorithmLoss:
         if self.needs_reference:
             if batch.ref_logprob is None:
                 raise AlgorithmInputError(
-                    f"kl_loss_fn {self.spec.kl_loss_fn!r} with kl_coef {self.spec.kl_coef} "
+                    f"kl_loss_fn {self.spec.kl_loss_fn!r} with kl_coef {self._kl_coef} "
                     "needs batch.ref_logprob"
                 )
             kl, kl_metrics = self._kl_fn(
                 logprob, batch.ref_logprob, batch.action_mask, mode, **self._kl_args
             )
-            loss = loss + self.spec.kl_coef * kl
+            loss = loss + self._kl_coef * kl
             metrics.update(kl_metrics)
-            metrics["kl_coef"] = self.spec.kl_coef
+            metrics["kl_coef"] = self._kl_coef
         if self.needs_entropy:
             if entropy is None:
                 raise AlgorithmInputError(
@@ -123,7 +144,27 @@ class AlgorithmLoss:
             )
             loss = loss + term
             metrics.update(entropy_metrics)
+        if "entropy" not in metrics and entropy is not None:
+            metrics["entropy"] = float(masked_mean(entropy.detach(), batch.action_mask))
         metrics["loss"] = float(loss.detach())
+        return loss, metrics
+
+    def _with_demonstrations(
+        self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The algorithm's loss on learner rows, SFT on the `batch.expert` rows."""
+        assert batch.expert is not None
+        learner = replace(batch, expert=None)
+
+        def rl_loss(mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            return self(logprob, entropy, replace(learner, action_mask=mask))
+
+        loss, metrics = expert_row_loss(
+            rl_loss, logprob, batch.action_mask, batch.expert, self.loss_agg_mode
+        )
+        if entropy is not None and ("entropy" not in metrics or not self.needs_entropy):
+            # over every row of the micro-batch, learner and demonstration alike
+            metrics["entropy"] = float(masked_mean(entropy.detach(), batch.action_mask))
         return loss, metrics
 
 
@@ -152,6 +193,64 @@ def build_loss(spec: AlgorithmSpec | str, cfg: Any = None) -> AlgorithmLoss:
     return AlgorithmLoss(spec)
 
 
+class Advantages:
+    """Token advantages of one algorithm from sequence rewards: reward shaping, then advantage_fn.
+
+    r' = r + overlong_penalty(|y|) when spec.uses_overlong_penalty (dapo): |y| are
+    `response_lengths` [B] (the trainer passes each row's response token count) and the limit
+    is the spec's overlong_penalty.max_response_length or else `max_response_length` (the
+    trainer passes model.max_response_tokens); both are required then, never guessed from
+    the mask (a trainer may pass a one-column mask for sequence advantages);
+    r'' = r' - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty, `needs_reference`;
+    needs logprob and ref_logprob), a = advantage_fn(r'', group_index, **advantage_fn_args),
+    A[b, t] = a[b] mask[b, t]. Algorithms without advantages (raft) get zeros.
+    """
+
+    def __init__(self, spec: AlgorithmSpec, max_response_length: int | None = None) -> None:
+        self.spec = spec
+        self.max_response_length = max_response_length
+        self.needs_reference = spec.uses_kl_penalty
+        self._overlong = spec.uses_overlong_penalty
+        self._advantage_fn = (
+            None if spec.advantage_fn is None else ADVANTAGE_FN.get(spec.advantage_fn)
+        )
+        self._advantage_args = spec.advantage_fn_args
+
+    def __call__(
+        self,
+        rewards: torch.Tensor,
+        group_index: torch.Tensor,
+        action_mask: torch.Tensor,
+        logprob: torch.Tensor | None = None,
+        ref_logprob: torch.Tensor | None = None,
+        *,
+        response_lengths: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """A [B, T] (T = action_mask's width) and the shaping's and advantage_fn's metrics."""
+        spec = self.spec
+        metrics: dict[str, float] = {}
+        if self._advantage_fn is None:
+            return torch.zeros(
+                action_mask.shape, dtype=torch.float32, device=action_mask.device
+            ), {}
+        if self._overlong:
+            rewards, metrics = _with_overlong_penalty(
+                spec, rewards, response_lengths, self.max_response_length
+            )
+        if self.needs_reference:
+            if logprob is None or ref_logprob is None:
+                raise AlgorithmInputError(
+                    f"kl_penalty_fn {spec.kl_penalty_fn!r} needs logprob and ref_logprob"
+                )
+            rewards, kl_metrics = apply_kl_penalty(
+                rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
+            )
+            metrics.update(kl_metrics)
+        adv, adv_metrics = self._advantage_fn(rewards, group_index, **self._advantage_args)
+        metrics.update(adv_metrics)
+        return broadcast_advantages(adv, action_mask), metrics
+
+
 def compute_advantages(
     spec: AlgorithmSpec,
     rewards: torch.Tensor,
@@ -163,38 +262,10 @@ def compute_advantages(
     response_lengths: torch.Tensor | None = None,
     max_response_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Token advantages [B, T] for a batch: reward shaping, then advantage_fn.
-
-    r' = r + overlong_penalty(|y|) when spec.uses_overlong_penalty (dapo): |y| are
-    `response_lengths` [B] (the trainer passes each row's response token count) and the limit
-    is the spec's overlong_penalty.max_response_length or else `max_response_length` (the
-    trainer passes model.max_response_tokens); both are required then, never guessed from
-    the mask (a trainer may pass a one-column mask for sequence advantages);
-    r'' = r' - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty; needs logprob and
-    ref_logprob), a = advantage_fn(r'', group_index, **advantage_fn_args),
-    A[b, t] = a[b] mask[b, t]. Algorithms without advantages (raft) get zeros.
-    """
-    metrics: dict[str, float] = {}
-    if spec.advantage_fn is None:
-        return torch.zeros(action_mask.shape, dtype=torch.float32, device=action_mask.device), {}
-    if spec.uses_overlong_penalty:
-        rewards, metrics = _with_overlong_penalty(
-            spec, rewards, response_lengths, max_response_length
-        )
-    if spec.uses_kl_penalty:
-        if logprob is None or ref_logprob is None:
-            raise AlgorithmInputError(
-                f"kl_penalty_fn {spec.kl_penalty_fn!r} needs logprob and ref_logprob"
-            )
-        rewards, kl_metrics = apply_kl_penalty(
-            rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
-        )
-        metrics.update(kl_metrics)
-    adv, adv_metrics = ADVANTAGE_FN.get(spec.advantage_fn)(
-        rewards, group_index, **spec.advantage_fn_args
+    """Token advantages [B, T] for a batch: `Advantages(spec, max_response_length)` applied."""
+    return Advantages(spec, max_response_length)(
+        rewards, group_index, action_mask, logprob, ref_logprob, response_lengths=response_lengths
     )
-    metrics.update(adv_metrics)
-    return broadcast_advantages(adv, action_mask), metrics
 
 
 def _with_overlong_penalty(

@@ -45,7 +45,8 @@ def as_float_mask(
     name: str, mask: torch.Tensor, shape: torch.Size, dtype: torch.dtype
 ) -> torch.Tensor:
     """Check a 0/1 (bool or integer or float) mask against `shape`; return it as `dtype`."""
-    require_shape(name, mask, shape)
+    if tuple(mask.shape) != tuple(shape):  # require_shape's check, one call shallower: hot path
+        raise AlgorithmInputError(f"{name}: expected shape {tuple(shape)}, got {tuple(mask.shape)}")
     if mask.dtype != torch.bool:
         values = mask if mask.dtype.is_floating_point else mask.to(torch.float64)
         if bool(((values != 0) & (values != 1)).any()):

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rft.algorithms.objective import Advantages, LossFn
 from rft.engines.fsdp_ranks import (
     SETUP,
     STOP,
@@ -39,10 +40,10 @@ from rft.engines.fsdp_ranks import (
 )
 from rft.engines.fsdp_worker import ShardedWorker, setup_of
 from rft.engines.trainer import (
-    LossFn,
     TorchTrainerConfig,
     TrainBatch,
     TrainerPlacement,
+    fill_advantages,
 )
 from rft.errors import EngineError
 
@@ -59,18 +60,11 @@ def shard_rows(n: int, world_size: int) -> list[range]:
 
 
 def take_rows(batch: TrainBatch, rows: range) -> TrainBatch:
-    """The sub-batch of `rows`, every column cut alike."""
-    lo, hi = rows.start, rows.stop
-    return TrainBatch(
-        prompt_ids=batch.prompt_ids[lo:hi],
-        response_ids=batch.response_ids[lo:hi],
-        old_logprobs=batch.old_logprobs[lo:hi],
-        action_mask=batch.action_mask[lo:hi],
-        advantages=batch.advantages[lo:hi],
-        token_rewards=None if batch.token_rewards is None else batch.token_rewards[lo:hi],
-        temperatures=None if batch.temperatures is None else batch.temperatures[lo:hi],
-        extras={k: v[lo:hi] for k, v in batch.extras.items()},
-    )
+    """The sub-batch of `rows` for one rank: every column cut alike, the rewards left behind
+    (advantages are computed on rank 0 before the batch is cut)."""
+    shard = batch.select(rows)
+    shard.rewards = None
+    return shard
 
 
 class Fsdp2TrainerEngine:
@@ -136,15 +130,24 @@ class Fsdp2TrainerEngine:
 
     # -- training ---------------------------------------------------------------------------------
 
-    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+    def train_step(
+        self, batch: TrainBatch, loss_fn: LossFn, advantages: Advantages | None = None
+    ) -> dict[str, float]:
         """One optimizer step over `batch`, sharded by rows over the ranks (see the module doc).
 
+        With `advantages` they are computed first, here on rank 0 (`fill_advantages`; the
+        reference pass, when a reward KL penalty needs it, is sharded like the step).
         `loss_fn` is pickled to every rank: a module-level function or an object of a
         module-level class.
         """
         batch.validate()
         if len(batch) == 0:
             raise EngineError("train_step needs at least one sequence")
+        values = (
+            {}
+            if advantages is None
+            else fill_advantages(batch, advantages, self.reference_logprobs)
+        )
         tokens = sum(int(np.sum(m)) for m in batch.action_mask)
         # the same weighting as the one-process engine: token shares, or sequence shares
         unit = "token" if self.config.accumulation == "token" and tokens > 0 else "sequence"
@@ -165,6 +168,7 @@ class Fsdp2TrainerEngine:
                 sums[name] = sums.get(name, 0.0) + value
         head = results[0]
         return {
+            **values,
             **sums,
             "loss": sum(r["loss"] for r in results),
             "grad_norm": head["grad_norm"],

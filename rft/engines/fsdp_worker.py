@@ -37,8 +37,9 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from rft.algorithms.objective import LossFn
 from rft.engines.logprobs import token_logprobs
-from rft.engines.trainer import LossFn, TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from rft.engines.weights import export_state_dict_names
 from rft.errors import EngineError
 

@@ -8,10 +8,13 @@ and the training state. `TRAINER_ENGINES` builds one from a loaded model, its to
 `TorchTrainerConfig` and a `TrainerPlacement` (how many ranks, on which devices); the config's
 `trainer.trainer_type` / `trainer_strategy` pick the entry (`TrainerConfig.engine_name`).
 
-`TorchTrainerEngine.train_step(batch, loss_fn)` pads each micro-batch, recomputes logprobs and
-entropy over the response positions (each row at the temperature its old logprobs were recorded
-at), calls the algorithm's loss, accumulates gradients, clips and steps AdamW plus the LR
-schedule. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
+`TorchTrainerEngine.train_step(batch, loss_fn, advantages)` is the whole step: the batch's
+advantages from its rewards (`fill_advantages`: the algorithm's `Advantages`, after the reference
+pass when a reward KL penalty needs one), then for each micro-batch the padded tensors, the
+policy's (and the reference's) logprobs and entropy over the response positions (each row at the
+temperature its old logprobs were recorded at), the `LossBatch` and the algorithm's loss called
+on it (`rft.algorithms.objective.LossFn`), gradients accumulated, clipped, and AdamW plus the LR
+schedule stepped. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
 """
 
 from __future__ import annotations
@@ -22,30 +25,18 @@ import math
 import numbers
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from rft.algorithms.objective import Advantages, LossBatch, LossFn
 from rft.engines.logprobs import token_logprobs
 from rft.engines.weights import export_state_dict, load_weights_into, read_safetensors_dir
 from rft.errors import ConfigError, EngineError
 from rft.registry import Registry
-
-LossFn = Callable[
-    [torch.Tensor, torch.Tensor, dict[str, torch.Tensor]],
-    tuple[torch.Tensor, dict[str, Any]],
-]
-"""loss_fn(logprob [B,R], entropy [B,R], tensors) -> (scalar loss, metrics).
-
-`tensors` holds [B,R] float tensors aligned with the response tokens: old_logprobs,
-action_mask (1 where the token is trained, 0 on prompts-in-response and padding), response_mask
-(1 on real tokens), advantages (per-sequence values broadcast over the row), ref_logprobs (when
-the engine has a reference model), token_rewards (when given), plus any extras of the batch.
-The loss must be a mean over this micro-batch (see TorchTrainerConfig.accumulation).
-"""
 
 
 @dataclass(frozen=True)
@@ -137,47 +128,105 @@ def linear_schedule(step: int, config: TorchTrainerConfig) -> float:
 
 
 @dataclass
-class TrainBatch:
-    """One optimizer step's sequences, as python lists / numpy arrays (one entry per sequence).
+class RowRewards:
+    """What a step's advantages are computed from, one entry per row of its TrainBatch.
 
-    advantages: a float per sequence or an array per token (one per response token).
+    values: [B] rewards. group_index: [B] long, shared by the rows of one rollout group
+    (demonstration rows join no group: their entry is ignored). response_lengths: [B] response
+    tokens of each row (0 for an empty response, which the batch runs as one placeholder token).
+    """
+
+    values: torch.Tensor
+    group_index: torch.Tensor
+    response_lengths: torch.Tensor
+
+
+@dataclass
+class TrainBatch:
+    """One optimizer step's sequences: token columns as python lists / numpy arrays (one entry
+    per sequence), per-row numbers as tensors.
+
+    advantages: [B] (one per sequence, spread over its response) or [B, W] (one per token, W at
+    least the longest response; columns past a row's response are ignored). None: zeros, or the
+    engine computes them from `rewards` when train_step is given the algorithm's `Advantages`.
     temperatures: the T each row's old_logprobs were recorded at (log_softmax(logits / T)); the
     engine recomputes that row's logprobs, entropy and reference logprobs at the same T, so the
     ratio exp(logprob - old_logprob) is 1 on-policy. None: every row at T = 1.0.
-    extras: more per-sequence floats or per-token arrays the loss wants (padded like the others).
+    expert: [B] bool, True on demonstration rows (zero advantage, the SFT loss). None: none.
     """
 
     prompt_ids: list[Sequence[int]]
     response_ids: list[Sequence[int]]
     old_logprobs: list[Sequence[float]]
     action_mask: list[Sequence[int]]
-    advantages: list[Any]
-    token_rewards: list[Sequence[float]] | None = None
+    advantages: torch.Tensor | None = None
+    rewards: RowRewards | None = None
     temperatures: list[float] | None = None
-    extras: dict[str, list[Any]] = field(default_factory=dict)
+    expert: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
 
+    def select(self, rows: Sequence[int]) -> TrainBatch:
+        """The sub-batch of `rows` (in that order), every column cut alike."""
+        rows = list(rows)
+        index = torch.tensor(rows, dtype=torch.long)
+
+        def cut(column: list[Any]) -> list[Any]:
+            return [column[i] for i in rows]
+
+        rewards = self.rewards
+        return TrainBatch(
+            prompt_ids=cut(self.prompt_ids),
+            response_ids=cut(self.response_ids),
+            old_logprobs=cut(self.old_logprobs),
+            action_mask=cut(self.action_mask),
+            advantages=None if self.advantages is None else self.advantages[index],
+            rewards=None
+            if rewards is None
+            else RowRewards(
+                rewards.values[index],
+                rewards.group_index[index],
+                rewards.response_lengths[index],
+            ),
+            temperatures=None if self.temperatures is None else cut(self.temperatures),
+            expert=None if self.expert is None else self.expert[index],
+        )
+
     def validate(self) -> None:
         n = len(self.prompt_ids)
-        columns: dict[str, list[Any]] = {
+        columns: dict[str, Any] = {
             "response_ids": self.response_ids,
             "old_logprobs": self.old_logprobs,
             "action_mask": self.action_mask,
-            "advantages": self.advantages,
-            **({"token_rewards": self.token_rewards} if self.token_rewards is not None else {}),
+            **({"advantages": self.advantages} if self.advantages is not None else {}),
             **({"temperatures": self.temperatures} if self.temperatures is not None else {}),
-            **self.extras,
+            **({"expert": self.expert} if self.expert is not None else {}),
+            **(
+                {
+                    "rewards.values": self.rewards.values,
+                    "rewards.group_index": self.rewards.group_index,
+                    "rewards.response_lengths": self.rewards.response_lengths,
+                }
+                if self.rewards is not None
+                else {}
+            ),
         }
         for name, column in columns.items():
             if len(column) != n:
                 raise EngineError(f"TrainBatch.{name} has {len(column)} rows, prompt_ids has {n}")
+        if self.advantages is not None and self.advantages.dim() not in (1, 2):
+            raise EngineError(
+                f"TrainBatch.advantages must be [B] or [B, W], got {tuple(self.advantages.shape)}"
+            )
         for i, t in enumerate(self.temperatures or ()):
             if not (isinstance(t, numbers.Real) and math.isfinite(t) and t > 0):
                 raise EngineError(
                     f"TrainBatch row {i}: temperature must be finite and > 0, got {t!r}"
                 )
+        width = (
+            1 if self.advantages is None or self.advantages.dim() == 1 else self.advantages.shape[1]
+        )
         for i in range(n):
             r = len(self.response_ids[i])
             if r == 0 or len(self.prompt_ids[i]) == 0:
@@ -188,6 +237,55 @@ class TrainBatch:
                         f"TrainBatch row {i}: {name} has {len(columns[name][i])} entries, "
                         f"response has {r} tokens"
                     )
+            if width != 1 and width < r:
+                raise EngineError(
+                    f"TrainBatch row {i}: advantages has {width} columns, response has {r} tokens"
+                )
+
+
+def fill_advantages(
+    batch: TrainBatch,
+    advantages: Advantages,
+    reference: Callable[[TrainBatch], dict[str, torch.Tensor]],
+) -> dict[str, float]:
+    """Set `batch.advantages` from `batch.rewards`, the learner rows' by `advantages` (over the
+    learner rows alone: demonstrations keep 0 and join no group); metrics named adv/<name>.
+
+    Without a reward KL penalty they are one per sequence ([B, 1]); with one, the learner rows'
+    reference logprobs come first (`reference`, the engine's reference_logprobs) and the
+    advantages are per token ([B, R], the action mask applied).
+    """
+    rewards = batch.rewards
+    if rewards is None:
+        raise EngineError("train_step with the algorithm's advantages needs TrainBatch.rewards")
+    expert = batch.expert
+    learner = [i for i in range(len(batch)) if expert is None or not bool(expert[i])]
+    batch.advantages = torch.zeros((len(batch), 1), dtype=torch.float32)
+    if not learner:
+        return {}
+    sub = batch if len(learner) == len(batch) else batch.select(learner)
+    assert sub.rewards is not None
+    if advantages.needs_reference:
+        padded = reference(sub)
+        adv, metrics = advantages(
+            sub.rewards.values,
+            sub.rewards.group_index,
+            padded["action_mask"],
+            padded["old_logprobs"],
+            padded["ref_logprobs"],
+            response_lengths=sub.rewards.response_lengths,
+        )
+    else:
+        adv, metrics = advantages(
+            sub.rewards.values,
+            sub.rewards.group_index,
+            torch.ones((len(sub), 1), dtype=torch.float32),
+            response_lengths=sub.rewards.response_lengths,
+        )
+    full = torch.zeros((len(batch), adv.shape[1]), dtype=adv.dtype)
+    full[torch.tensor(learner, dtype=torch.long)] = adv.detach().cpu()
+    batch.advantages = full
+    return {f"adv/{k}": v for k, v in metrics.items()}
 
 
 class TrainerEngine(Protocol):
@@ -202,9 +300,13 @@ class TrainerEngine(Protocol):
     @property
     def dtype(self) -> torch.dtype: ...
 
-    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+    def train_step(
+        self, batch: TrainBatch, loss_fn: LossFn, advantages: Advantages | None = None
+    ) -> dict[str, float]:
         """One optimizer step over the whole batch: loss, grad_norm, lr, skipped, the loss's
-        metrics (averaged over micro-batches with the loss's weights), sequences, action_tokens."""
+        metrics (averaged over micro-batches with the loss's weights), sequences, action_tokens.
+        With `advantages`, the batch's advantages are computed first from its rewards
+        (`fill_advantages`, the reference pass included), and their metrics join."""
         ...
 
     def reference_logprobs(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
@@ -302,9 +404,13 @@ class TorchTrainerEngine:
     def dtype(self) -> torch.dtype:
         return self._params[0].dtype
 
-    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+    def train_step(
+        self, batch: TrainBatch, loss_fn: LossFn, advantages: Advantages | None = None
+    ) -> dict[str, float]:
         """One optimizer step over `batch`; returns loss, grad_norm, lr and the loss's metrics.
 
+        With `advantages` (the algorithm's), the advantages come first from the batch's rewards
+        (`fill_advantages`: the reference pass, when a reward KL penalty needs it, runs here).
         Metrics of loss_fn are averaged over micro-batches with the same weights as the loss.
         A non-finite gradient norm skips the update (metric skipped=1) instead of corrupting the
         weights.
@@ -312,11 +418,17 @@ class TorchTrainerEngine:
         batch.validate()
         if len(batch) == 0:
             raise EngineError("train_step needs at least one sequence")
+        values = (
+            {}
+            if advantages is None
+            else fill_advantages(batch, advantages, self.reference_logprobs)
+        )
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
         total_loss, sums = self._accumulate(batch, loss_fn, self._micro_weights(batch))
         grad_norm, skipped = self._apply_gradients()
         return {
+            **values,
             **sums,
             "loss": total_loss,
             "grad_norm": grad_norm,
@@ -330,18 +442,33 @@ class TorchTrainerEngine:
         self, batch: TrainBatch, loss_fn: LossFn, weights: list[float]
     ) -> tuple[float, dict[str, float]]:
         """Backward of sum_k weights[k] * loss(micro-batch k); returns that sum and the
-        equally weighted sums of the loss's metrics."""
+        equally weighted sums of the loss's metrics. The policy, its entropy and the reference
+        are all at each row's temperature (see `reference_logprobs` for why the reference too)."""
         total_loss = 0.0
         sums: dict[str, float] = {}
         for k, idx in enumerate(self._micro_batches(batch)):
-            tensors = self._collate(batch, idx)
-            input_ids = tensors.pop("input_ids")
-            attention_mask = tensors.pop("attention_mask")
-            start = int(tensors.pop("response_start").item())
-            temperature = tensors.pop("temperature")
+            t = self._collate(batch, idx)
+            ids, attention, temperature = t["input_ids"], t["attention_mask"], t["temperature"]
+            start = int(t["response_start"].item())
             with self._autocast():
-                loss, metrics = self._micro_loss(
-                    loss_fn, input_ids, attention_mask, start, temperature, tensors
+                ref = None
+                if self.ref_model is not None and self.config.ref_in_loss:
+                    with torch.no_grad():
+                        ref, _ = self._logprobs(self.ref_model, ids, attention, start, temperature)
+                logprob, entropy = self._logprobs(self.model, ids, attention, start, temperature)
+                if self.config.autocast_dtype is not None:
+                    # the loss math runs in float32 whatever the forward's precision
+                    logprob, entropy = logprob.float(), entropy.float()
+                loss, metrics = loss_fn(
+                    logprob,
+                    entropy,
+                    LossBatch(
+                        action_mask=t["action_mask"],
+                        old_logprob=t["old_logprobs"],
+                        advantages=t["advantages"],
+                        ref_logprob=ref,
+                        expert=t.get("expert"),
+                    ),
                 )
             if loss.dim() != 0:
                 raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
@@ -394,28 +521,6 @@ class TorchTrainerEngine:
             start=start,
             chunk_tokens=self.config.logprob_chunk_tokens,
         )
-
-    def _micro_loss(
-        self,
-        loss_fn: LossFn,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        start: int,
-        temperature: torch.Tensor,
-        tensors: dict[str, torch.Tensor],
-    ) -> tuple[torch.Tensor, dict[str, Any]]:
-        """The loss of one micro-batch; the policy, its entropy and the reference all at each
-        row's temperature (see `reference_logprobs` for why the reference too)."""
-        if self.ref_model is not None and self.config.ref_in_loss:
-            with torch.no_grad():
-                tensors["ref_logprobs"], _ = self._logprobs(
-                    self.ref_model, input_ids, attention_mask, start, temperature
-                )
-        logprob, entropy = self._logprobs(self.model, input_ids, attention_mask, start, temperature)
-        if self.config.autocast_dtype is not None:
-            # the loss math runs in float32 whatever the forward's precision
-            logprob, entropy = logprob.float(), entropy.float()
-        return loss_fn(logprob, entropy, tensors)
 
     @torch.no_grad()
     def reference_logprobs(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
@@ -506,13 +611,21 @@ class TorchTrainerEngine:
             "old_logprobs": per_token(batch.old_logprobs),
             "action_mask": per_token(batch.action_mask) * response_mask,
             "response_mask": response_mask,
-            "advantages": per_token(batch.advantages),
+            "advantages": self._advantages_of(batch, idx, r_len).to(fdtype) * response_mask,
         }
-        if batch.token_rewards is not None:
-            tensors["token_rewards"] = per_token(batch.token_rewards)
-        for name, column in batch.extras.items():
-            tensors[name] = per_token(column)
+        if batch.expert is not None:
+            tensors["expert"] = batch.expert[torch.tensor(idx, dtype=torch.long)].to(torch.bool)
         return {k: v.to(self.device) for k, v in tensors.items()}
+
+    @staticmethod
+    def _advantages_of(batch: TrainBatch, idx: list[int], width: int) -> torch.Tensor:
+        """Rows `idx` of the batch's advantages as [b, width] (a sequence's spread over its row)."""
+        if batch.advantages is None:
+            return torch.zeros((len(idx), width))
+        adv = batch.advantages[torch.tensor(idx, dtype=torch.long)]
+        if adv.dim() == 1 or adv.shape[1] == 1:
+            return adv.reshape(-1, 1).expand(-1, width)
+        return adv[:, :width]
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from rft.algorithms.objective import LossBatch
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import (
@@ -21,10 +22,10 @@ from rft.engines.trainer import (
 from rft.errors import ConfigError, EngineError
 
 
-def maximise_logprob(logprob, entropy, tensors):
+def maximise_logprob(logprob, entropy, batch: LossBatch):
     """Token-mean of -advantage * logprob over action tokens."""
-    mask = tensors["action_mask"]
-    loss = -(tensors["advantages"] * logprob * mask).sum() / mask.sum()
+    mask = batch.action_mask
+    loss = -(batch.advantages * logprob * mask).sum() / mask.sum()
     return loss, {"entropy": (entropy.detach() * mask).sum() / mask.sum()}
 
 
@@ -43,7 +44,7 @@ def _batch(rows: int, seed: int = 0) -> TrainBatch:
         response_ids=responses,
         old_logprobs=[[0.0] * len(r) for r in responses],
         action_mask=masks,
-        advantages=[float(a) for a in rng.normal(size=rows)],
+        advantages=torch.tensor(rng.normal(size=rows), dtype=torch.float64),
     )
 
 
@@ -60,7 +61,7 @@ def test_train_step_raises_logprob_of_target() -> None:
         model, TorchTrainerConfig(lr=1e-2, micro_batch_size=2), tokenizer=tok
     )
     batch = _batch(4)
-    batch.advantages = [1.0] * 4
+    batch.advantages = torch.ones(4)
     before = [_response_logprob(model, batch, i) for i in range(4)]
     metrics = {}
     for _ in range(3):
@@ -76,9 +77,9 @@ def test_train_step_raises_logprob_of_target() -> None:
 def test_two_micro_batches_equal_one_full_batch(accumulation: str) -> None:
     batch = _batch(6, seed=1)
 
-    def seq_mean(logprob, entropy, tensors):
-        mask = tensors["action_mask"]
-        per_seq = (tensors["advantages"] * logprob * mask).sum(-1) / mask.sum(-1)
+    def seq_mean(logprob, entropy, b: LossBatch):
+        mask = b.action_mask
+        per_seq = (b.advantages * logprob * mask).sum(-1) / mask.sum(-1)
         return -per_seq.mean(), {}
 
     loss_fn = maximise_logprob if accumulation == "token" else seq_mean
@@ -107,17 +108,19 @@ def test_response_tensors_are_aligned_with_old_logprobs() -> None:
     ]
     seen = {}
 
-    def check(logprob, entropy, tensors):
-        seen.update(tensors)
+    def check(logprob, entropy, b: LossBatch):
+        seen.update(old_logprobs=b.old_logprob, action_mask=b.action_mask)
         seen["logprob"] = logprob.detach()
-        return (logprob * tensors["action_mask"]).sum() * 0.0, {}
+        return (logprob * b.action_mask).sum() * 0.0, {}
 
     engine.train_step(batch, check)
-    valid = seen["response_mask"].bool()
-    assert torch.allclose(seen["logprob"][valid], seen["old_logprobs"][valid], atol=1e-10)
-    assert seen["action_mask"][0, 0] == 0 and seen["action_mask"][~valid].sum() == 0
     lengths = [len(r) for r in batch.response_ids]
-    assert seen["response_mask"].sum(-1).tolist() == lengths
+    assert tuple(seen["logprob"].shape) == (3, max(lengths))
+    # the real tokens of each row: its response, right padded to the longest
+    valid = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    assert torch.allclose(seen["logprob"][valid], seen["old_logprobs"][valid], atol=1e-10)
+    assert seen["old_logprobs"][~valid].abs().sum() == 0
+    assert seen["action_mask"][0, 0] == 0 and seen["action_mask"][~valid].sum() == 0
 
 
 def _token_lp(model, batch: TrainBatch, i: int, j: int) -> float:
@@ -131,12 +134,12 @@ def test_ref_model_stays_at_initial_weights() -> None:
     model, _ = load_model(ModelSpec("tiny", seed=5, dtype="float64"))
     engine = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-2, use_ref_model=True))
     batch = _batch(2, seed=3)
-    batch.advantages = [1.0, 1.0]
+    batch.advantages = torch.ones(2)
     kl = []
 
-    def with_kl(logprob, entropy, tensors):
-        loss, m = maximise_logprob(logprob, entropy, tensors)
-        diff = (logprob - tensors["ref_logprobs"]) * tensors["action_mask"]
+    def with_kl(logprob, entropy, b: LossBatch):
+        loss, m = maximise_logprob(logprob, entropy, b)
+        diff = (logprob - b.ref_logprob) * b.action_mask
         kl.append(float(diff.detach().abs().sum()))
         return loss, m
 
@@ -208,7 +211,7 @@ def test_bad_batches_and_configs_fail_clearly() -> None:
     with pytest.raises(EngineError, match="row 1: old_logprobs"):
         engine.train_step(batch, maximise_logprob)
     short = _batch(2)
-    short.advantages = [1.0]
+    short.advantages = torch.ones(1)
     with pytest.raises(EngineError, match="advantages has 1 rows"):
         engine.train_step(short, maximise_logprob)
     with pytest.raises(ConfigError, match="lr_schedule"):

@@ -151,7 +151,7 @@ def test_the_engine_trains_demonstrations_with_the_sft_loss() -> None:
         )
         rows.append(BatchRow(exp, None, 1, expert))
     batch = SampledBatch(rows, 0, SamplerCounters())
-    assert train_batch_of(rows).extras["expert_mask"] == [0.0, 0.0, 1.0, 0.0, 0.0]
+    assert train_batch_of(rows).expert.tolist() == [False, False, True, False, False]
     values = StepTrainer(spec, build_loss(spec), engine).train(batch, 1)
     # GRPO advantages are -1, +1 in a and +1, -1 in b; on-policy the PPO token loss is -A, and
     # the demonstration's tokens cost -log p; the mean runs over every token of the batch

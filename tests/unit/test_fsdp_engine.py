@@ -62,15 +62,9 @@ class GrpoObjective:
         self.loss = build_loss("grpo")
         self.crash = crash
 
-    def __call__(self, logprob, entropy, t):  # type: ignore[no-untyped-def]
+    def __call__(self, logprob, entropy, batch: LossBatch):  # type: ignore[no-untyped-def]
         if self.crash and dist.is_initialized() and dist.get_rank() == 0:
             os.kill(os.getpid(), signal.SIGKILL)
-        batch = LossBatch(
-            action_mask=t["action_mask"],
-            old_logprob=t["old_logprobs"],
-            advantages=t["advantages"],
-            ref_logprob=t.get("ref_logprobs"),
-        )
         return self.loss(logprob, entropy, batch)
 
 

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from consumers.explorer import Explorer
-from consumers.train_step import EngineLoss, set_advantages, train_batch_of
-from rft.algorithms.objective import build_loss
+from consumers.train_step import train_batch_of
+from rft.algorithms.objective import Advantages, build_loss
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.sampler import BatchRow
 from rft.config import load_config
@@ -74,26 +74,26 @@ def test_an_empty_response_is_written_read_back_and_trains_no_token(explorer: Ex
         model, TorchTrainerConfig(lr=1e-2, micro_batch_size=4, weight_decay=0.0), tokenizer=tok
     )
     batch = train_batch_of([BatchRow(e, None, 1, False) for e in exps])
-    set_advantages(spec, batch, torch.tensor([0.0, 1.0]), torch.tensor([0, 0]), engine)
-    assert batch.advantages == pytest.approx([-1.0, 1.0], abs=1e-5)  # std + eps
     assert list(batch.action_mask[0]) == [0]  # one placeholder token, never trained
 
     # the step equals a step on the answered row alone, at its advantage: the empty row adds
     # nothing to the loss or the gradient
     loss = build_loss(spec)
-    values = engine.train_step(batch, EngineLoss(loss))
+    values = engine.train_step(batch, loss, Advantages(spec))
+    assert batch.advantages is not None
+    assert batch.advantages[:, 0].tolist() == pytest.approx([-1.0, 1.0], abs=1e-5)  # std + eps
     alone = TrainBatch(
         prompt_ids=[prompt],
         response_ids=[full],
         old_logprobs=[exps[1].logprobs],
         action_mask=[np.ones(3, np.int8)],
-        advantages=[batch.advantages[1]],
+        advantages=batch.advantages[1:2],
         temperatures=[1.0],
     )
     reference = TorchTrainerEngine(
         twin, TorchTrainerConfig(lr=1e-2, micro_batch_size=4, weight_decay=0.0), tokenizer=tok
     )
-    expected = reference.train_step(alone, EngineLoss(loss))
+    expected = reference.train_step(alone, loss)
     assert values["action_tokens"] == 3.0
     assert values["loss"] == pytest.approx(expected["loss"], rel=1e-9)
     for (name, a), (_, b) in zip(model.named_parameters(), twin.named_parameters(), strict=True):
@@ -113,8 +113,7 @@ def test_a_group_of_only_empty_responses_is_a_step_with_nothing_to_train(
     before = {k: v.clone() for k, v in model.state_dict().items()}
     engine = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-2, weight_decay=0.0), tokenizer=tok)
     batch = train_batch_of([BatchRow(e, None, 1, False) for e in exps])
-    set_advantages(spec, batch, torch.zeros(2), torch.tensor([0, 0]), engine)
-    values = engine.train_step(batch, EngineLoss(build_loss(spec)))
+    values = engine.train_step(batch, build_loss(spec), Advantages(spec))
     assert values["action_tokens"] == 0.0 and values["loss"] == 0.0
     assert engine.step == 1  # the step is counted: the schedule and versions stay in line
     # no gradient reached the weights (decoupled weight decay, off here, would still shrink them)

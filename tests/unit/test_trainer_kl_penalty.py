@@ -11,10 +11,17 @@ import pytest
 import torch
 
 from consumers.trainer import Trainer
+from rft.algorithms.objective import Advantages
 from rft.config import load_config
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
-from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import (
+    RowRewards,
+    TorchTrainerConfig,
+    TorchTrainerEngine,
+    TrainBatch,
+    fill_advantages,
+)
 from tests.unit.config_samples import MINIMAL
 
 COEF = 0.5
@@ -24,6 +31,14 @@ def trainer(tmp_path: Path, *overrides: str) -> Trainer:
     path = tmp_path / "run.yaml"
     path.write_text(MINIMAL)
     return Trainer(load_config(path, list(overrides)))
+
+
+def set_advantages(t: Trainer, batch: TrainBatch, rewards, groups, engine) -> dict[str, float]:
+    """The advantages the trainer's algorithm gives `batch` in its engine step."""
+    lengths = torch.tensor([float(len(r)) for r in batch.response_ids])
+    batch.rewards = RowRewards(rewards, groups, lengths)
+    advantages = Advantages(t.spec, t.cfg.model.max_response_tokens)
+    return fill_advantages(batch, advantages, engine.reference_logprobs)
 
 
 def random_batch(rows: int, seed: int, temperatures: list[float] | None = None) -> TrainBatch:
@@ -39,7 +54,6 @@ def random_batch(rows: int, seed: int, temperatures: list[float] | None = None) 
         response_ids=responses,
         old_logprobs=[(-rng.random(len(r)) * 4).astype(np.float32) for r in responses],
         action_mask=masks,
-        advantages=[0.0] * rows,
         temperatures=temperatures,
     )
 
@@ -88,13 +102,15 @@ def test_kl_penalty_lowers_rewards_before_grpo_normalisation(
     rng = np.random.default_rng(seed + 100)
     rewards = rng.integers(0, 2, 8).astype(np.float64)
     groups = np.repeat(np.arange(2), 4)
-    metrics = t._set_advantages(
-        batch, torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups), engine
+    metrics = set_advantages(
+        t, batch, torch.tensor(rewards, dtype=torch.float32), torch.tensor(groups), engine
     )
-    assert "kl_penalty_seq_mean" in metrics
+    assert "adv/kl_penalty_seq_mean" in metrics
     want = expected_advantages(engine, batch, rewards, groups)
+    assert batch.advantages.shape == (8, max(len(r) for r in batch.response_ids))
     for got, expect in zip(batch.advantages, want, strict=True):
-        np.testing.assert_allclose(got, expect, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(got[: len(expect)], expect, rtol=1e-4, atol=1e-4)
+        assert not got[len(expect) :].any()  # padding past the response
 
 
 def test_on_policy_rollouts_at_any_temperature_pay_no_penalty(tmp_path: Path) -> None:
@@ -119,17 +135,18 @@ def test_on_policy_rollouts_at_any_temperature_pay_no_penalty(tmp_path: Path) ->
             lp, _ = token_logprobs(model, ids, temperature=t, start=len(batch.prompt_ids[i]) - 1)
         batch.old_logprobs[i] = lp[0].numpy()
     rewards, groups = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.tensor([0, 0, 1, 1])
-    metrics = penalised._set_advantages(batch, rewards, groups, engine)
-    assert abs(metrics["kl_penalty_seq_mean"]) < 1e-5
+    metrics = set_advantages(penalised, batch, rewards, groups, engine)
+    assert abs(metrics["adv/kl_penalty_seq_mean"]) < 1e-5
     got = [np.asarray(a) for a in batch.advantages]
-    plain._set_advantages(batch, rewards, groups, engine)
+    set_advantages(plain, batch, rewards, groups, engine)
     for i, g in enumerate(got):
-        want = batch.advantages[i] * np.asarray(batch.action_mask[i], np.float64)
-        np.testing.assert_allclose(g, want, atol=1e-4)
+        want = batch.advantages[i].numpy() * np.asarray(batch.action_mask[i], np.float64)
+        np.testing.assert_allclose(g[: len(want)], want, atol=1e-4)
     # the same rollouts against a reference at 1.0 would be penalised for the temperature alone
     batch.temperatures = None
     assert (
-        abs(penalised._set_advantages(batch, rewards, groups, engine)["kl_penalty_seq_mean"]) > 1e-2
+        abs(set_advantages(penalised, batch, rewards, groups, engine)["adv/kl_penalty_seq_mean"])
+        > 1e-2
     )
 
 
@@ -138,7 +155,8 @@ def test_without_penalty_advantages_are_one_float_per_sequence(tmp_path: Path) -
     model, _ = load_model("tiny")
     engine = TorchTrainerEngine(model, TorchTrainerConfig())
     batch = random_batch(4, 3)
-    t._set_advantages(batch, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), engine)
-    assert batch.advantages[0] == pytest.approx(1.0, abs=1e-5)
-    assert batch.advantages[1] == pytest.approx(-1.0, abs=1e-5)
-    assert batch.advantages[2:] == [0.0, 0.0]
+    set_advantages(t, batch, torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1]), engine)
+    assert batch.advantages.shape == (4, 1)
+    assert float(batch.advantages[0, 0]) == pytest.approx(1.0, abs=1e-5)
+    assert float(batch.advantages[1, 0]) == pytest.approx(-1.0, abs=1e-5)
+    assert batch.advantages[2:, 0].tolist() == [0.0, 0.0]

@@ -12,6 +12,7 @@ from rft.config import load_config
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from tests.unit.config_samples import MINIMAL
+from tests.unit.test_trainer_kl_penalty import set_advantages
 
 
 def test_dapo_penalises_overlong_responses_through_the_trainer(tmp_path: Path) -> None:
@@ -27,9 +28,8 @@ def test_dapo_penalises_overlong_responses_through_the_trainer(tmp_path: Path) -
         response_ids=[[3, 4], list(range(3, 11))],  # 2 tokens, and the full 8
         old_logprobs=[[0.0] * 2, [0.0] * 8],
         action_mask=[[1] * 2, [1] * 8],
-        advantages=[],
     )
     rewards = torch.tensor([1.0, 1.0])
-    trainer._set_advantages(batch, rewards, torch.tensor([0, 0]), engine)
+    set_advantages(trainer, batch, rewards, torch.tensor([0, 0]), engine)
     short, long = (float(torch.as_tensor(a).reshape(-1)[0]) for a in batch.advantages)
     assert short > long  # the response at the length limit lost reward to the penalty

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from rft.algorithms.objective import LossBatch
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import HFRolloutEngine, Rollout, SamplingParams
@@ -62,7 +63,6 @@ def batch_of(rollouts: list[Rollout], old: list[np.ndarray], temperatures) -> Tr
         response_ids=[r.response_ids for r in rollouts],
         old_logprobs=old,
         action_mask=[np.ones(len(r.response_ids), dtype=np.int8) for r in rollouts],
-        advantages=[0.0] * len(rollouts),
         temperatures=temperatures,
     )
 
@@ -71,17 +71,19 @@ def recomputed(engine: TorchTrainerEngine, batch: TrainBatch) -> dict[str, torch
     """What the loss sees in a train step: logprob, entropy and the [B, R] tensors."""
     seen: dict[str, torch.Tensor] = {}
 
-    def capture(logprob, entropy, tensors):
-        seen.update(tensors)
+    def capture(logprob, entropy, b: LossBatch):
+        seen.update(old_logprobs=b.old_logprob, action_mask=b.action_mask)
+        if b.ref_logprob is not None:
+            seen["ref_logprobs"] = b.ref_logprob
         seen["logprob"], seen["entropy"] = logprob.detach(), entropy.detach()
-        return (logprob * tensors["action_mask"]).sum() * 0.0, {}
+        return (logprob * b.action_mask).sum() * 0.0, {}
 
     engine.train_step(batch, capture)
     return seen
 
 
 def max_ratio_error(seen: dict[str, torch.Tensor]) -> float:
-    valid = seen["response_mask"].bool()
+    valid = seen["action_mask"].bool()  # every response token is trained: the real tokens
     ratio = torch.exp(seen["logprob"] - seen["old_logprobs"])[valid]
     return float((ratio - 1.0).abs().max())
 
