@@ -1,0 +1,241 @@
+"""The `python` tool: a model's code run in a fenced subprocess, and the check that it can be.
+
+Each run gets its own temporary directory (removed afterwards), a fresh session (so the whole
+process group can be killed), an empty network namespace (no interface but a downed loopback), and
+limits: CPU seconds and address space (RLIMIT_CPU, RLIMIT_AS), file size, wall-clock time and
+output size. At the wall-clock or output limit the whole process group is SIGKILLed; after a normal
+exit the group is killed too, so a background child does not outlive its run. Output (stdout and
+stderr interleaved) is captured up to the limit and the rest is never buffered.
+
+`sandbox_support()` runs one probe program through the same path and reports whether the limits and
+the network fence hold here; `require_sandbox()` turns a failure into the ConfigError a config that
+selects `python` is refused with at load. Not bounded: the number of processes (RLIMIT_NPROC does not
+bind root, and cgroups are not used), and a child that calls setsid() leaves the process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Annotated
+
+from rft.errors import ConfigError
+from rft.tools.registry import tool
+
+LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
+FENCE_FAILED = 97  # the launcher's exit status when a limit or the namespace cannot be set
+ISOLATIONS = ("net", "user-net")
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Per-run limits: CPU seconds, address space (MiB), size of any file written (MiB), wall-clock
+    seconds, and bytes of output kept."""
+
+    cpu_s: int = 5
+    memory_mb: int = 1024
+    file_mb: int = 16
+    wall_s: float = 10.0
+    output_bytes: int = 16_000
+
+
+@dataclass(frozen=True)
+class PythonRun:
+    """What one run produced. `stopped` says why it was killed: "wall", "output" or "" (it ended);
+    a CPU-limit kill shows as `signal` SIGXCPU or SIGKILL."""
+
+    output: str
+    exit_code: int | None
+    signal: str
+    stopped: str
+    output_truncated: bool
+    isolation: str
+
+    def report(self, limits: SandboxLimits) -> str:
+        """The text the model reads: the output, then one line on how the run ended if not cleanly."""
+        parts = [self.output if self.output else "(no output)"]
+        if self.stopped == "output":
+            parts.append(
+                f"[output limit of {limits.output_bytes} bytes reached; the rest was discarded "
+                "and the program was stopped]"
+            )
+        elif self.stopped == "wall":
+            parts.append(f"[stopped: the wall-clock limit of {limits.wall_s:g} s was reached]")
+        elif self.signal in ("SIGXCPU", "SIGKILL"):
+            parts.append(f"[stopped: the CPU-time limit of {limits.cpu_s} s was reached]")
+        elif self.signal:
+            parts.append(f"[terminated by {self.signal}]")
+        elif self.exit_code:
+            parts.append(f"[exit code {self.exit_code}]")
+        return "\n".join(parts)
+
+
+def run_python(code: str, limits: SandboxLimits, isolation: str | None = None) -> PythonRun:
+    """Run `code` under `limits` with the network fence `isolation` (default: the one the probe
+    found working); raises ConfigError when no fence works here."""
+    if isolation is None:
+        support = sandbox_support()
+        if not support.ok:
+            raise ConfigError(support.reason)
+        isolation = support.isolation
+    workdir = Path(tempfile.mkdtemp(prefix="rft-python-"))
+    try:
+        script = workdir / "main.py"
+        script.write_text(code, encoding="utf-8")
+        return _run_fenced(script, workdir, limits, isolation)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_fenced(script: Path, workdir: Path, limits: SandboxLimits, isolation: str) -> PythonRun:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    argv = [sys.executable, "-I", str(LAUNCHER), json.dumps(asdict(limits)), isolation, "main.py"]
+    proc = subprocess.Popen(
+        argv,
+        cwd=workdir,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    kept = bytearray()
+    stopped = ""
+    deadline = time.monotonic() + limits.wall_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and not stopped:
+                stopped = "wall"
+                _kill_group(proc.pid)
+            if not selector.select(timeout=max(0.0, min(remaining, 0.5))) and proc.poll() is None:
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                if proc.poll() is not None:
+                    break
+                # The leader closed its output but runs on; wait for it without busy-looping.
+                selector.unregister(proc.stdout)
+                _wait_until(proc, deadline)
+                if proc.poll() is None:
+                    stopped = "wall"
+                break
+            if stopped:
+                continue
+            room = limits.output_bytes - len(kept)
+            kept += chunk[:room]
+            if len(chunk) > room:
+                stopped = "output"
+                _kill_group(proc.pid)
+    _kill_group(proc.pid)
+    proc.wait()
+    proc.stdout.close()
+    code = proc.returncode
+    return PythonRun(
+        output=kept.decode("utf-8", errors="replace"),
+        exit_code=code if code >= 0 else None,
+        signal=signal.Signals(-code).name if code < 0 else "",
+        stopped=stopped,
+        output_truncated=stopped == "output",
+        isolation=isolation,
+    )
+
+
+def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class SandboxSupport:
+    """Whether `python` runs can be fenced here, with which isolation, and if not, why not."""
+
+    ok: bool
+    isolation: str
+    reason: str
+
+
+_PROBE = """
+import resource, socket
+port = PORT
+limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS)]
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    network = "reachable"
+except OSError:
+    network = "unreachable"
+print(network, *limits)
+"""
+
+
+@functools.cache
+def sandbox_support() -> SandboxSupport:
+    """Probe, once per process, whether a fenced run works: its CPU and memory limits are in force
+    and a TCP server listening on this host's loopback cannot be reached from inside."""
+    if not (sys.platform.startswith("linux") and hasattr(os, "killpg")):
+        return SandboxSupport(False, "", f"the python tool needs Linux; this is {sys.platform}")
+    limits = SandboxLimits(cpu_s=5, memory_mb=512, wall_s=30.0)
+    failures = []
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        for isolation in ISOLATIONS:
+            run = run_python(_PROBE.replace("PORT", str(port)), limits, isolation)
+            expected = f"unreachable {limits.cpu_s} {limits.memory_mb * 1024 * 1024}"
+            if run.exit_code == 0 and run.output.strip() == expected:
+                return SandboxSupport(True, isolation, "")
+            failures.append(f"{isolation}: {run.output.strip() or run.report(limits)}")
+    return SandboxSupport(
+        False,
+        "",
+        "the python tool cannot fence its subprocess on this machine (it needs RLIMIT_CPU, "
+        "RLIMIT_AS and an empty network namespace: root, or unprivileged user namespaces); "
+        "the probe said: " + "; ".join(failures),
+    )
+
+
+def require_sandbox() -> None:
+    """ConfigError with the probe's sentence when the `python` tool cannot run fenced here."""
+    support = sandbox_support()
+    if not support.ok:
+        raise ConfigError(f"tool 'python': {support.reason}")
+
+
+DEFAULT_LIMITS = SandboxLimits()
+
+
+@tool("python", check_ready=require_sandbox)
+def python(
+    code: Annotated[str, "A complete Python 3 program. Print what you want to see."],
+) -> str:
+    """Run a Python program in a sandbox (no network, 5 s of CPU, 1 GiB of memory) and return its
+    printed output."""
+    return run_python(code, DEFAULT_LIMITS).report(DEFAULT_LIMITS)
