@@ -13,7 +13,7 @@ from rft.tools.call_parsers import TOOL_CALL_PARSERS, ToolCallParser
 from rft.tools.calls import MalformedCall, ParsedReply, ToolCall
 from rft.tools.chat_templates import TOOL_CHAT_TEMPLATES, tool_chat_template
 from rft.tools.executor import OUTCOMES, ToolExecutor, ToolResult
-from rft.tools.registry import TOOLS, Tool, tool, tool_specs
+from rft.tools.registry import TOOLS, Tool, make_tool, offered_tools, tool, tool_specs
 
 __all__ = [
     "OUTCOMES",
@@ -27,6 +27,8 @@ __all__ = [
     "ToolCallParser",
     "ToolExecutor",
     "ToolResult",
+    "make_tool",
+    "offered_tools",
     "tool",
     "tool_chat_template",
     "tool_specs",

@@ -22,7 +22,7 @@ from typing import Any
 from rft.errors import ConfigError
 from rft.tools.calls import MalformedCall, ToolCall
 from rft.tools.json_schema import schema_errors
-from rft.tools.registry import TOOLS, Tool
+from rft.tools.registry import Tool, offered_tools
 
 OUTCOMES = (
     "ok",
@@ -55,30 +55,39 @@ class ToolResult:
 
 
 class ToolExecutor:
-    """Runs calls to the tools offered to one workflow (`names`, looked up once in `TOOLS`).
+    """Runs calls to the tools offered to one workflow; `offering(names)` looks them up in `TOOLS`.
 
-    `key` names the config key that listed the tools, for the ConfigError an unknown name or a tool
-    that cannot run here raises at construction.
+    `timeout_s` bounds each call; `max_result_chars` bounds the text the model gets back.
     """
 
     def __init__(
         self,
-        names: Sequence[str],
+        tools: Sequence[Tool],
         *,
         timeout_s: float = 30.0,
         max_result_chars: int = 8000,
-        key: str = "tools",
     ) -> None:
         if timeout_s <= 0 or max_result_chars <= 0:
-            raise ConfigError(f"{key}: the timeout and result size limit must be positive")
-        self.tools: dict[str, Tool] = {}
-        for name in names:
-            entry = TOOLS.get(name, key=key)
-            if entry.check_ready is not None:
-                entry.check_ready()
-            self.tools[name] = entry
+            raise ConfigError(
+                f"tool executor: timeout_s ({timeout_s}) and max_result_chars "
+                f"({max_result_chars}) must be positive"
+            )
+        self.tools: dict[str, Tool] = {entry.name: entry for entry in tools}
         self.timeout_s = timeout_s
         self.max_result_chars = max_result_chars
+
+    @classmethod
+    def offering(
+        cls,
+        names: Sequence[str],
+        *,
+        key: str = "tools",
+        timeout_s: float = 30.0,
+        max_result_chars: int = 8000,
+    ) -> ToolExecutor:
+        """An executor for the registered tools `names` (see `offered_tools` for the checks)."""
+        tools = offered_tools(names, key=key)
+        return cls(tools, timeout_s=timeout_s, max_result_chars=max_result_chars)
 
     def execute(self, call: ToolCall | MalformedCall) -> ToolResult:
         """The tool message answering `call`, whatever the call and the tool do."""

@@ -37,6 +37,7 @@ from rft.tools.registry import tool
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 FENCE_FAILED = 97  # the launcher's exit status when a limit or the namespace cannot be set
 ISOLATIONS = ("net", "user-net")
+_ESCAPE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -62,9 +63,11 @@ class PythonRun:
     stopped: str
     output_truncated: bool
     isolation: str
+    limits: SandboxLimits
 
-    def report(self, limits: SandboxLimits) -> str:
+    def report(self) -> str:
         """The text the model reads: the output, then one line on how the run ended if not cleanly."""
+        limits = self.limits
         parts = [self.output if self.output else "(no output)"]
         if self.stopped == "output":
             parts.append(
@@ -126,21 +129,18 @@ def _run_fenced(script: Path, workdir: Path, limits: SandboxLimits, isolation: s
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 and not stopped:
+            now = time.monotonic()
+            if now >= deadline and not stopped:
                 stopped = "wall"
                 _kill_group(proc.pid)
-            if not selector.select(timeout=max(0.0, min(remaining, 0.5))) and proc.poll() is None:
+            if now >= deadline + _ESCAPE_GRACE_S:
+                break  # a process that left the group (setsid) still holds the pipe
+            if not selector.select(timeout=max(0.05, min(deadline - now, 0.5))):
+                if proc.poll() is not None:
+                    _kill_group(proc.pid)  # the program ended: its leftovers hold the pipe open
                 continue
             chunk = os.read(proc.stdout.fileno(), 65536)
             if not chunk:
-                if proc.poll() is not None:
-                    break
-                # The leader closed its output but runs on; wait for it without busy-looping.
-                selector.unregister(proc.stdout)
-                _wait_until(proc, deadline)
-                if proc.poll() is None:
-                    stopped = "wall"
                 break
             if stopped:
                 continue
@@ -149,6 +149,10 @@ def _run_fenced(script: Path, workdir: Path, limits: SandboxLimits, isolation: s
             if len(chunk) > room:
                 stopped = "output"
                 _kill_group(proc.pid)
+        if not stopped:
+            _wait_until(proc, deadline)  # it may have closed its output and run on
+            if proc.returncode is None:
+                stopped = "wall"
     _kill_group(proc.pid)
     proc.wait()
     proc.stdout.close()
@@ -156,18 +160,24 @@ def _run_fenced(script: Path, workdir: Path, limits: SandboxLimits, isolation: s
     return PythonRun(
         output=kept.decode("utf-8", errors="replace"),
         exit_code=code if code >= 0 else None,
-        signal=signal.Signals(-code).name if code < 0 else "",
+        signal=_signal_name(-code) if code < 0 else "",
         stopped=stopped,
         output_truncated=stopped == "output",
         isolation=isolation,
+        limits=limits,
     )
 
 
-def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> None:
+def _signal_name(number: int) -> str:
     try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
 
 
 def _kill_group(pgid: int) -> None:
@@ -212,7 +222,7 @@ def sandbox_support() -> SandboxSupport:
             expected = f"unreachable {limits.cpu_s} {limits.memory_mb * 1024 * 1024}"
             if run.exit_code == 0 and run.output.strip() == expected:
                 return SandboxSupport(True, isolation, "")
-            failures.append(f"{isolation}: {run.output.strip() or run.report(limits)}")
+            failures.append(f"{isolation}: {run.output.strip() or run.report()}")
     return SandboxSupport(
         False,
         "",
@@ -238,4 +248,4 @@ def python(
 ) -> str:
     """Run a Python program in a sandbox (no network, 5 s of CPU, 1 GiB of memory) and return its
     printed output."""
-    return run_python(code, DEFAULT_LIMITS).report(DEFAULT_LIMITS)
+    return run_python(code, DEFAULT_LIMITS).report()

@@ -107,16 +107,21 @@ def make_tool(
     return Tool(name, fn, text, parameters, check_ready)
 
 
-def tool_specs(names: Iterable[str], *, key: str = "tool") -> list[dict[str, Any]]:
-    """The specs of the named tools, in the given order; ConfigError naming `key` for an unknown
-    name or a tool that cannot run here."""
-    specs = []
+def offered_tools(names: Iterable[str], *, key: str = "tool") -> list[Tool]:
+    """The registered tools `names`, in order; ConfigError naming `key` for an unknown name or a
+    tool that cannot run on this machine (its `check_ready` fails)."""
+    tools = []
     for name in names:
         entry = TOOLS.get(name, key=key)
         if entry.check_ready is not None:
             entry.check_ready()
-        specs.append(entry.spec())
-    return specs
+        tools.append(entry)
+    return tools
+
+
+def tool_specs(names: Iterable[str], *, key: str = "tool") -> list[dict[str, Any]]:
+    """The OpenAI-style specs of the registered tools `names` (checked as `offered_tools` does)."""
+    return [entry.spec() for entry in offered_tools(names, key=key)]
 
 
 def _doc_summary(fn: Callable[..., Any]) -> str:

@@ -5,7 +5,7 @@ in a fresh session with the run's temporary directory as its working directory. 
 resource limits (CPU seconds, address space, file size, no core files), leaves the network by
 entering a new, empty network namespace (ISOLATION "net": needs CAP_SYS_ADMIN; "user-net": through
 a new user namespace, for unprivileged users where the kernel allows it), then execs a fresh
-interpreter on SCRIPT, which keeps the limits and the namespace. It imports nothing from rft, so
+unbuffered interpreter on SCRIPT (-u: -I ignores PYTHONUNBUFFERED), which keeps the limits and the namespace. It imports nothing from rft, so
 nothing of the parent's state reaches the user's program. Exit status 97 means fencing failed.
 """
 
@@ -38,7 +38,7 @@ def main() -> None:
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write(f"sandbox: cannot fence the process ({isolation}): {exc}\n")
         sys.exit(FENCE_FAILED)
-    os.execv(sys.executable, [sys.executable, "-I", "-B", script])
+    os.execv(sys.executable, [sys.executable, "-I", "-B", "-u", script])
 
 
 if __name__ == "__main__":
