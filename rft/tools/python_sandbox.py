@@ -1,16 +1,18 @@
 """The `python` tool: a model's code run in a fenced subprocess, and the check that it can be.
 
-Each run gets its own temporary directory (removed afterwards), a fresh session (so the whole
-process group can be killed), an empty network namespace (no interface but a downed loopback), and
-limits: CPU seconds and address space (RLIMIT_CPU, RLIMIT_AS), file size, wall-clock time and
-output size. At the wall-clock or output limit the whole process group is SIGKILLed; after a normal
-exit the group is killed too, so a background child does not outlive its run. Output (stdout and
-stderr interleaved) is captured up to the limit and the rest is never buffered.
+Each run gets its own temporary directory (removed afterwards) as its only writable place: the
+launcher (rft/tools/sandbox_launcher.py) enters new network and mount namespaces, so the program
+sees no network (no interface but a downed loopback) and a read-only file system elsewhere. Limits:
+CPU seconds and address space (RLIMIT_CPU, RLIMIT_AS), size of any file written, wall-clock time and
+output size. Each run is a fresh session: at the wall-clock or output limit the whole process group
+is SIGKILLed, and after a normal exit too, so a background child does not outlive its run. Output
+(stdout and stderr interleaved) is captured up to the limit and the rest is never buffered.
 
 `sandbox_support()` runs one probe program through the same path and reports whether the limits and
-the network fence hold here; `require_sandbox()` turns a failure into the ConfigError a config that
-selects `python` is refused with at load. Not bounded: the number of processes (RLIMIT_NPROC does not
-bind root, and cgroups are not used), and a child that calls setsid() leaves the process group.
+the fence hold here; `require_sandbox()` turns a failure into the ConfigError a config that selects
+`python` is refused with at load. Not bounded: the number of processes (RLIMIT_NPROC does not bind
+root, and cgroups are not used), and a child that calls setsid() leaves the process group (it still
+has no network and cannot write outside its directory, which is removed).
 """
 
 from __future__ import annotations
@@ -195,7 +197,7 @@ class SandboxSupport:
 
 
 _PROBE = """
-import resource, socket
+import os, resource, socket
 port = PORT
 limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS)]
 try:
@@ -203,14 +205,21 @@ try:
     network = "reachable"
 except OSError:
     network = "unreachable"
-print(network, *limits)
+open("own", "w").close()
+try:
+    open(os.path.join(os.path.dirname(os.getcwd()), "rft-sandbox-escape"), "w").close()
+    outside = "writable"
+except OSError:
+    outside = "read-only"
+print(network, outside, *limits)
 """
 
 
 @functools.cache
 def sandbox_support() -> SandboxSupport:
-    """Probe, once per process, whether a fenced run works: its CPU and memory limits are in force
-    and a TCP server listening on this host's loopback cannot be reached from inside."""
+    """Probe, once per process, whether a fenced run works: its CPU and memory limits are in force,
+    a TCP server listening on this host's loopback cannot be reached from inside, its directory is
+    writable and the one above it is not."""
     if not (sys.platform.startswith("linux") and hasattr(os, "killpg")):
         return SandboxSupport(False, "", f"the python tool needs Linux; this is {sys.platform}")
     limits = SandboxLimits(cpu_s=5, memory_mb=512, wall_s=30.0)
@@ -219,7 +228,8 @@ def sandbox_support() -> SandboxSupport:
         port = server.getsockname()[1]
         for isolation in ISOLATIONS:
             run = run_python(_PROBE.replace("PORT", str(port)), limits, isolation)
-            expected = f"unreachable {limits.cpu_s} {limits.memory_mb * 1024 * 1024}"
+            expected = f"unreachable read-only {limits.cpu_s} {limits.memory_mb * 1024 * 1024}"
+            Path(tempfile.gettempdir(), "rft-sandbox-escape").unlink(missing_ok=True)
             if run.exit_code == 0 and run.output.strip() == expected:
                 return SandboxSupport(True, isolation, "")
             failures.append(f"{isolation}: {run.output.strip() or run.report()}")
@@ -227,7 +237,8 @@ def sandbox_support() -> SandboxSupport:
         False,
         "",
         "the python tool cannot fence its subprocess on this machine (it needs RLIMIT_CPU, "
-        "RLIMIT_AS and an empty network namespace: root, or unprivileged user namespaces); "
+        "RLIMIT_AS, new network and mount namespaces and mount_setattr, Linux 5.12+: as root, "
+        "or as a user where unprivileged user namespaces are allowed); "
         "the probe said: " + "; ".join(failures),
     )
 

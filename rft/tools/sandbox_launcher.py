@@ -1,12 +1,14 @@
 """The first program of a `python` tool run: it fences itself in, then becomes the user's program.
 
-Run as `python -I sandbox_launcher.py LIMITS_JSON ISOLATION SCRIPT` by rft.tools.python_sandbox,
-in a fresh session with the run's temporary directory as its working directory. It sets the
-resource limits (CPU seconds, address space, file size, no core files), leaves the network by
-entering a new, empty network namespace (ISOLATION "net": needs CAP_SYS_ADMIN; "user-net": through
-a new user namespace, for unprivileged users where the kernel allows it), then execs a fresh
-unbuffered interpreter on SCRIPT (-u: -I ignores PYTHONUNBUFFERED), which keeps the limits and the namespace. It imports nothing from rft, so
-nothing of the parent's state reaches the user's program. Exit status 97 means fencing failed.
+Run as `python -I sandbox_launcher.py LIMITS_JSON ISOLATION SCRIPT` by rft.tools.python_sandbox, in
+a fresh session with the run's temporary directory as its working directory. It sets the resource
+limits (CPU seconds, address space, file size, no core files), enters new network and mount
+namespaces (ISOLATION "net": needs CAP_SYS_ADMIN; "user-net": inside a new user namespace, for
+unprivileged users where the kernel allows it), makes every mount read-only except the working
+directory (mount_setattr, Linux 5.12+), then execs a fresh unbuffered interpreter on SCRIPT (-u:
+-I ignores PYTHONUNBUFFERED), which keeps the limits and the namespaces. The new network namespace
+has no interface but a downed loopback, so nothing can be reached. It imports nothing from rft, so
+none of the parent's state reaches the user's program. Exit status 97 means the fence failed.
 """
 
 import ctypes
@@ -15,9 +17,47 @@ import os
 import resource
 import sys
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 32, 4096, 0x4000, 1 << 18
+MOUNT_ATTR_RDONLY = 1
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture Linux added it for
 FENCE_FAILED = 97
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("set", "clear", "propagation", "userns_fd")]
+
+
+def fence(isolation: str, workdir: bytes) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    def check(result: int, step: str) -> None:
+        if result != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{step}: {os.strerror(errno)}")
+
+    flags = {"net": 0, "user-net": CLONE_NEWUSER}[isolation] | CLONE_NEWNET | CLONE_NEWNS
+    check(libc.unshare(flags), "unshare")
+    check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
+    read_only = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    check(
+        libc.syscall(
+            SYS_MOUNT_SETATTR,
+            AT_FDCWD,
+            b"/",
+            AT_RECURSIVE,
+            ctypes.byref(read_only),
+            ctypes.sizeof(read_only),
+        ),
+        "make mounts read-only",
+    )
+    check(libc.mount(workdir, workdir, None, MS_BIND, None), "bind the working directory")
+    check(libc.mount(None, workdir, None, MS_REMOUNT | MS_BIND, None), "make it writable")
+    os.chdir(workdir)  # the old working directory still points below the read-only mount
 
 
 def main() -> None:
@@ -31,10 +71,7 @@ def main() -> None:
         file_size = int(limits["file_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        flags = {"net": CLONE_NEWNET, "user-net": CLONE_NEWUSER | CLONE_NEWNET}[isolation]
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(flags) != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        fence(isolation, os.getcwd().encode())
     except (OSError, ValueError, KeyError) as exc:
         sys.stderr.write(f"sandbox: cannot fence the process ({isolation}): {exc}\n")
         sys.exit(FENCE_FAILED)
