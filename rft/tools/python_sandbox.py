@@ -2,7 +2,8 @@
 
 Each run gets its own temporary directory (removed afterwards) as its only writable place: the
 launcher (rft/tools/sandbox_launcher.py) enters new network and mount namespaces, so the program
-sees no network (no interface but a downed loopback) and a read-only file system elsewhere. Limits:
+sees no network (no interface but a downed loopback) and a read-only file system elsewhere, and
+it holds no capability to undo that, even as root. Limits:
 CPU seconds and address space (RLIMIT_CPU, RLIMIT_AS), size of any file written, wall-clock time and
 output size. Each run is a fresh session: at the wall-clock or output limit the whole process group
 is SIGKILLed, and after a normal exit too, so a background child does not outlive its run. Output
@@ -211,7 +212,8 @@ try:
     outside = "writable"
 except OSError:
     outside = "read-only"
-print(network, outside, *limits)
+caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")]
+print(network, outside, "caps=" + caps[0], *limits)
 """
 
 
@@ -219,7 +221,7 @@ print(network, outside, *limits)
 def sandbox_support() -> SandboxSupport:
     """Probe, once per process, whether a fenced run works: its CPU and memory limits are in force,
     a TCP server listening on this host's loopback cannot be reached from inside, its directory is
-    writable and the one above it is not."""
+    writable and the one above it is not, and it holds no capability."""
     if not (sys.platform.startswith("linux") and hasattr(os, "killpg")):
         return SandboxSupport(False, "", f"the python tool needs Linux; this is {sys.platform}")
     limits = SandboxLimits(cpu_s=5, memory_mb=512, wall_s=30.0)
@@ -228,7 +230,8 @@ def sandbox_support() -> SandboxSupport:
         port = server.getsockname()[1]
         for isolation in ISOLATIONS:
             run = run_python(_PROBE.replace("PORT", str(port)), limits, isolation)
-            expected = f"unreachable read-only {limits.cpu_s} {limits.memory_mb * 1024 * 1024}"
+            memory = limits.memory_mb * 1024 * 1024
+            expected = f"unreachable read-only caps={'0' * 16} {limits.cpu_s} {memory}"
             Path(tempfile.gettempdir(), "rft-sandbox-escape").unlink(missing_ok=True)
             if run.exit_code == 0 and run.output.strip() == expected:
                 return SandboxSupport(True, isolation, "")
@@ -237,8 +240,9 @@ def sandbox_support() -> SandboxSupport:
         False,
         "",
         "the python tool cannot fence its subprocess on this machine (it needs RLIMIT_CPU, "
-        "RLIMIT_AS, new network and mount namespaces and mount_setattr, Linux 5.12+: as root, "
-        "or as a user where unprivileged user namespaces are allowed); "
+        "RLIMIT_AS, new network and mount namespaces, mount_setattr (Linux 5.12+) and "
+        "dropping capabilities: as root, or as a user where unprivileged user namespaces "
+        "are allowed); "
         "the probe said: " + "; ".join(failures),
     )
 

@@ -149,6 +149,19 @@ def test_nothing_outside_the_run_directory_can_be_written(tmp_path):
 
 
 @fenced
+def test_the_program_holds_no_capability_to_undo_the_fence():
+    code = (
+        "import ctypes\n"
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0])\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.mount(None, b'/', None, 32, None), ctypes.get_errno())\n"  # MS_REMOUNT, rw
+    )
+    capabilities, remount = run_python(code, LIMITS).output.splitlines()
+    assert capabilities == "0" * 16
+    assert remount == "-1 1"  # EPERM
+
+
+@fenced
 def test_the_registered_tool_reports_through_the_executor():
     executor = ToolExecutor.offering(["python"], timeout_s=30)
     result = executor.execute(ToolCall("python", '{"code": "print(6 * 7)"}', "c1"))
