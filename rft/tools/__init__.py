@@ -12,8 +12,17 @@ from rft.tools import calculator, python_sandbox  # noqa: F401  (registers the b
 from rft.tools.call_parsers import TOOL_CALL_PARSERS, ToolCallParser
 from rft.tools.calls import MalformedCall, ParsedReply, ToolCall
 from rft.tools.chat_templates import TOOL_CHAT_TEMPLATES, tool_chat_template
-from rft.tools.executor import OUTCOMES, ToolExecutor, ToolResult
-from rft.tools.registry import TOOLS, Tool, make_tool, offered_tools, tool, tool_specs
+from rft.tools.executor import ToolExecutor, ToolResult
+from rft.tools.registry import (
+    OUTCOMES,
+    TOOLS,
+    Tool,
+    ToolText,
+    make_tool,
+    offered_tools,
+    tool,
+    tool_specs,
+)
 
 __all__ = [
     "OUTCOMES",
@@ -27,6 +36,7 @@ __all__ = [
     "ToolCallParser",
     "ToolExecutor",
     "ToolResult",
+    "ToolText",
     "make_tool",
     "offered_tools",
     "tool",

@@ -5,7 +5,8 @@ outcome label for metrics (`OUTCOMES`): a block that was not a call (`malformed_
 that are not a JSON object (`invalid_arguments`), an unknown or not-offered tool (`unknown_tool`,
 with the closest name), arguments that break the tool's schema (`invalid_arguments`), a tool that
 raises (`tool_error`), one that runs past the timeout (`timeout`), and output longer than the limit
-(`truncated`, cut with a note). A tool that times out is abandoned on its daemon thread, not killed:
+(`truncated`, cut with a note); a tool with limits of its own names its outcome (`ToolText`). A tool
+that times out is abandoned on its daemon thread, not killed:
 Python cannot stop a thread, so a tool that may run long must bound itself (the `python` tool kills
 its own subprocess at its wall-clock limit, inside the executor's timeout).
 """
@@ -22,17 +23,9 @@ from typing import Any
 from rft.errors import ConfigError
 from rft.tools.calls import MalformedCall, ToolCall
 from rft.tools.json_schema import schema_errors
-from rft.tools.registry import Tool, offered_tools
+from rft.tools.registry import OUTCOMES, Tool, ToolText, offered_tools
 
-OUTCOMES = (
-    "ok",
-    "truncated",
-    "malformed_call",
-    "unknown_tool",
-    "invalid_arguments",
-    "tool_error",
-    "timeout",
-)
+__all__ = ["OUTCOMES", "ToolExecutor", "ToolResult"]
 
 
 @dataclass(frozen=True)
@@ -159,7 +152,8 @@ class ToolExecutor:
             )
             return ToolResult(call.call_id, entry.name, text, "tool_error")
         cut, truncated = self._cut(text)
-        return ToolResult(call.call_id, entry.name, cut, "truncated" if truncated else "ok")
+        own = value.outcome if isinstance(value, ToolText) else "ok"
+        return ToolResult(call.call_id, entry.name, cut, "truncated" if truncated else own)
 
     def _cut(self, text: str) -> tuple[str, bool]:
         if len(text) <= self.max_result_chars:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Annotated
 
 from rft.errors import ConfigError
-from rft.tools.registry import tool
+from rft.tools.registry import ToolText, tool
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 FENCE_FAILED = 97  # the launcher's exit status when a limit or the namespace cannot be set
@@ -52,7 +52,7 @@ class SandboxLimits:
     memory_mb: int = 1024
     file_mb: int = 16
     wall_s: float = 10.0
-    output_bytes: int = 16_000
+    output_bytes: int = 4_000
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,16 @@ class PythonRun:
     output_truncated: bool
     isolation: str
     limits: SandboxLimits
+
+    @property
+    def outcome(self) -> str:
+        """The tool outcome of the run: "timeout" at the wall-clock or CPU limit, "truncated" at
+        the output limit, else "ok" (a program that fails still ran: its traceback is the result)."""
+        if self.stopped == "output":
+            return "truncated"
+        if self.stopped == "wall" or self.signal in ("SIGXCPU", "SIGKILL"):
+            return "timeout"
+        return "ok"
 
     def report(self) -> str:
         """The text the model reads: the output, then one line on how the run ended if not cleanly."""
@@ -257,10 +267,19 @@ def require_sandbox() -> None:
 DEFAULT_LIMITS = SandboxLimits()
 
 
-@tool("python", check_ready=require_sandbox)
+@tool(
+    "python",
+    check_ready=require_sandbox,
+    description=(
+        "Run a Python 3 program in a sandbox and return what it prints: no network, no writes "
+        f"outside its own directory, {DEFAULT_LIMITS.cpu_s} s of CPU, "
+        f"{DEFAULT_LIMITS.memory_mb} MiB of memory, {DEFAULT_LIMITS.wall_s:g} s in all, "
+        f"at most {DEFAULT_LIMITS.output_bytes} bytes of output."
+    ),
+)
 def python(
     code: Annotated[str, "A complete Python 3 program. Print what you want to see."],
 ) -> str:
-    """Run a Python program in a sandbox (no network, 5 s of CPU, 1 GiB of memory) and return its
-    printed output."""
-    return run_python(code, DEFAULT_LIMITS).report()
+    """The `python` tool: `code` run under DEFAULT_LIMITS; the outcome rides on the ToolText."""
+    run = run_python(code, DEFAULT_LIMITS)
+    return ToolText(run.report(), run.outcome)

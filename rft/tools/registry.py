@@ -20,6 +20,32 @@ from rft.tools.signature_schema import signature_schema
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# How a call ended, as counted in metrics (see rft.tools.executor).
+OUTCOMES = (
+    "ok",
+    "truncated",
+    "malformed_call",
+    "unknown_tool",
+    "invalid_arguments",
+    "tool_error",
+    "timeout",
+)
+
+
+class ToolText(str):
+    """Text a tool returns together with its outcome, for a tool that enforces limits of its own
+    (the `python` tool says "timeout" at its wall-clock or CPU limit, "truncated" at its output
+    limit). A plain str result counts as "ok"."""
+
+    outcome: str
+
+    def __new__(cls, text: str, outcome: str) -> ToolText:
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown tool outcome {outcome!r} (known: {', '.join(OUTCOMES)})")
+        made = super().__new__(cls, text)
+        made.outcome = outcome
+        return made
+
 
 @dataclass(frozen=True)
 class Tool:

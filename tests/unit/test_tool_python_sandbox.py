@@ -20,7 +20,8 @@ from rft.tools.python_sandbox import SandboxLimits, run_python, sandbox_support
 
 SUPPORT = sandbox_support()
 fenced = pytest.mark.skipif(not SUPPORT.ok, reason=f"cannot fence here: {SUPPORT.reason}")
-LIMITS = SandboxLimits(cpu_s=1, memory_mb=256, wall_s=4.0, output_bytes=2000)
+# A generous wall clock: on a loaded machine one second of CPU can take several seconds.
+LIMITS = SandboxLimits(cpu_s=1, memory_mb=256, wall_s=20.0, output_bytes=2000)
 
 
 def alive(pid: int) -> bool:
@@ -166,6 +167,23 @@ def test_the_registered_tool_reports_through_the_executor():
     executor = ToolExecutor.offering(["python"], timeout_s=30)
     result = executor.execute(ToolCall("python", '{"code": "print(6 * 7)"}', "c1"))
     assert (result.outcome, result.content) == ("ok", "42\n")
+    spec = TOOLS.get("python").spec()["function"]
+    assert f"{sandbox.DEFAULT_LIMITS.cpu_s} s of CPU" in spec["description"]
+
+
+@fenced
+def test_the_tool_names_its_own_limits_as_outcomes():
+    executor = ToolExecutor.offering(["python"], timeout_s=60)
+    flood = executor.execute(ToolCall("python", '{"code": "print(\'y\' * 10**7)"}', "c1"))
+    assert flood.outcome == "truncated"
+    assert f"output limit of {sandbox.DEFAULT_LIMITS.output_bytes} bytes" in flood.content
+    spin = executor.execute(ToolCall("python", '{"code": "while True: pass"}', "c2"))
+    assert spin.outcome == "timeout"
+    # the CPU limit, or the wall clock first on a machine busy enough to starve the loop
+    assert "CPU-time limit" in spin.content or "wall-clock limit" in spin.content
+    failing = executor.execute(ToolCall("python", '{"code": "1/0"}', "c3"))
+    assert failing.outcome == "ok"  # the program failed; the tool did its job
+    assert "ZeroDivisionError" in failing.content
 
 
 def test_a_fence_that_cannot_be_set_is_a_clear_failure():
@@ -182,3 +200,11 @@ def test_python_is_refused_at_load_where_it_cannot_be_fenced(monkeypatch):
     with pytest.raises(ConfigError, match="tool 'python': "):
         ToolExecutor.offering(["python"])
     assert TOOLS.get("python").check_ready is sandbox.require_sandbox
+
+
+def test_the_probe_explains_a_machine_where_no_fence_holds(monkeypatch):
+    monkeypatch.setattr(sandbox, "ISOLATIONS", ("no-such-isolation",))
+    support = sandbox.sandbox_support.__wrapped__()
+    assert not support.ok
+    assert support.reason.startswith("the python tool cannot fence its subprocess on this machine")
+    assert "no-such-isolation: sandbox: cannot fence the process" in support.reason

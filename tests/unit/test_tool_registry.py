@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rft.errors import ConfigError
 from rft.registry import Registry
-from rft.tools import TOOLS, make_tool, tool, tool_specs
+from rft.tools import TOOLS, ToolText, make_tool, tool, tool_specs
 from rft.tools.json_schema import check_schema, schema_errors
 
 json_values = st.recursive(
@@ -188,3 +188,10 @@ def test_nested_paths_are_named():
 def test_registry_kind_is_the_config_key():
     assert isinstance(TOOLS, Registry)
     assert TOOLS.kind == "tool"
+
+
+def test_tool_text_carries_a_known_outcome():
+    text = ToolText("cut", "truncated")
+    assert text == "cut" and text.outcome == "truncated"
+    with pytest.raises(ValueError, match="unknown tool outcome 'slow'"):
+        ToolText("x", "slow")
