@@ -1,7 +1,8 @@
 """The SmolLM2 chat template with tools: SmolLM2's own text without tools, specs and calls with them.
 
 Rendered with jinja2 set up as transformers sets it up (trim_blocks, lstrip_blocks, a `tojson` that
-keeps non-ASCII), and once with the real SmolLM2 tokenizer to show the two agree.
+keeps non-ASCII), compared with the template SmolLM2's tokenizer ships, and once through the real
+tokenizer to show the two renderings agree.
 """
 
 from __future__ import annotations
@@ -19,13 +20,6 @@ from rft.tools.call_parsers import parse_hermes
 from rft.tools.calls import ToolCall
 
 TEMPLATE = tool_chat_template("smollm2_tools")
-SMOLLM2_OWN = (  # SmolLM2-135M-Instruct's template, as its tokenizer ships it
-    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
-    "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
-    "{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
 
 
 def render(template: str, messages, tools=None, add_generation_prompt=False) -> str:
@@ -46,13 +40,28 @@ chat = st.lists(
 )
 
 
-@given(chat, st.booleans(), st.none() | text, st.booleans())
-def test_without_tools_it_renders_as_smollm2s_own_template(messages, _, system, generation):
+@pytest.fixture(scope="module")
+def tokenizer():
+    """SmolLM2's tokenizer: from a converted cache directory when there is one, else the GGUF."""
+    models = pytest.importorskip("rft.engines.models")
+    from transformers import AutoTokenizer
+
+    cached = sorted(Path(models.cache_root()).glob("smollm2-*/complete"))
+    if cached:
+        return AutoTokenizer.from_pretrained(str(cached[0].parent), local_files_only=True)
+    try:
+        gguf = models.smollm2_gguf_path()
+    except Exception as exc:  # the package is optional; say why the real-tokenizer check is skipped
+        pytest.skip(f"no SmolLM2 tokenizer here: {exc}")
+    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+
+
+@given(messages=chat, system=st.none() | text, generation=st.booleans())
+def test_without_tools_it_renders_as_smollm2s_own_template(tokenizer, messages, system, generation):
     if system is not None:
         messages = [{"role": "system", "content": system}, *messages]
-    assert render(TEMPLATE, messages, None, generation) == render(
-        SMOLLM2_OWN, messages, None, generation
-    )
+    own = render(tokenizer.chat_template, messages, None, generation)
+    assert render(TEMPLATE, messages, None, generation) == own
 
 
 def test_tools_are_offered_in_the_system_turn():
@@ -139,23 +148,7 @@ def test_consecutive_tool_results_share_one_user_turn():
     assert turns[5] == "user\n<tool_response>\n3\n</tool_response><|im_end|>\n"
 
 
-def smollm2_tokenizer():
-    """SmolLM2's tokenizer: from a converted cache directory when there is one, else the GGUF."""
-    models = pytest.importorskip("rft.engines.models")
-    from transformers import AutoTokenizer
-
-    cached = sorted(Path(models.cache_root()).glob("smollm2-*/complete"))
-    if cached:
-        return AutoTokenizer.from_pretrained(str(cached[0].parent), local_files_only=True)
-    try:
-        gguf = models.smollm2_gguf_path()
-    except Exception as exc:  # the package is optional; say why the real-tokenizer check is skipped
-        pytest.skip(f"no SmolLM2 tokenizer here: {exc}")
-    return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-
-
-def test_the_smollm2_tokenizer_renders_the_same_text_and_tokenizes_the_markers():
-    tokenizer = smollm2_tokenizer()
+def test_the_smollm2_tokenizer_renders_the_same_text_and_tokenizes_the_markers(tokenizer):
     messages = [
         {"role": "system", "content": "Use tools. Ünïcode stays."},
         {"role": "user", "content": "What is 4821 * 937?"},
