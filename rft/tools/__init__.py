@@ -8,7 +8,7 @@ tool with one decorated function: `@tool("name")` on a function with annotated k
 
 from __future__ import annotations
 
-from rft.tools import calculator, python_sandbox  # noqa: F401  (registers the built-in tools)
+from rft.tools import calculator, python_tool  # noqa: F401  (registers the built-in tools)
 from rft.tools.call_parsers import TOOL_CALL_PARSERS, ToolCallParser
 from rft.tools.calls import MalformedCall, ParsedReply, ToolCall
 from rft.tools.chat_templates import TOOL_CHAT_TEMPLATES, tool_chat_template

@@ -1,14 +1,15 @@
 """Running a model's tool calls: `ToolExecutor.execute(call) -> ToolResult`, which never raises.
 
 Every way a call can go wrong becomes a tool message telling the model what went wrong, with an
-outcome label for metrics (`OUTCOMES`): a block that was not a call (`malformed_call`), arguments
-that are not a JSON object (`invalid_arguments`), an unknown or not-offered tool (`unknown_tool`,
-with the closest name), arguments that break the tool's schema (`invalid_arguments`), a tool that
-raises (`tool_error`), one that runs past the timeout (`timeout`), and output longer than the limit
-(`truncated`, cut with a note); a tool with limits of its own names its outcome (`ToolText`). A tool
-that times out is abandoned on its daemon thread, not killed:
-Python cannot stop a thread, so a tool that may run long must bound itself (the `python` tool kills
-its own subprocess at its wall-clock limit, inside the executor's timeout).
+outcome label for metrics (`OUTCOMES`): a block that was not a call (`malformed_call`), an unknown
+or not-offered tool (`unknown_tool`, with the closest name), arguments that are not a JSON object or
+break the tool's schema (`invalid_arguments`), a tool that raises (`tool_error`), one that runs past
+the timeout (`timeout`), and output longer than the limit (`truncated`, cut with a note). A tool with
+limits of its own names its outcome by returning a `ToolText`.
+
+A tool that times out is abandoned on its daemon thread, not killed: Python cannot stop a thread, so
+a tool that may run long must bound itself (the `python` tool kills its subprocess at its own
+wall-clock limit).
 """
 
 from __future__ import annotations

@@ -1,41 +1,33 @@
-"""The `python` tool: a model's code run in a fenced subprocess, and the check that it can be.
+"""Running a model's Python program in a fenced subprocess: `run_python(code, limits, isolation)`.
 
 Each run gets its own temporary directory (removed afterwards) as its only writable place: the
 launcher (rft/tools/sandbox_launcher.py) enters new network and mount namespaces, so the program
 sees no network (no interface but a downed loopback) and a read-only file system elsewhere, and
-it holds no capability to undo that, even as root. Limits:
-CPU seconds and address space (RLIMIT_CPU, RLIMIT_AS), size of any file written, wall-clock time and
-output size. Each run is a fresh session: at the wall-clock or output limit the whole process group
-is SIGKILLed, and after a normal exit too, so a background child does not outlive its run. Output
-(stdout and stderr interleaved) is captured up to the limit and the rest is never buffered.
+it holds no capability to undo that, even as root. Limits: CPU seconds and address space
+(RLIMIT_CPU, RLIMIT_AS), size of any file written, wall-clock time and output size. Each run is a
+fresh session: at the wall-clock or output limit the whole process group is SIGKILLed, and after a
+normal exit too, so a background child does not outlive its run. Output (stdout and stderr
+interleaved) is captured up to the limit and the rest is never buffered.
 
-`sandbox_support()` runs one probe program through the same path and reports whether the limits and
-the fence hold here; `require_sandbox()` turns a failure into the ConfigError a config that selects
-`python` is refused with at load. Not bounded: the number of processes (RLIMIT_NPROC does not bind
-root, and cgroups are not used), and a child that calls setsid() leaves the process group (it still
-has no network and cannot write outside its directory, which is removed).
+Not bounded: the number of processes (RLIMIT_NPROC does not bind root, and cgroups are not used),
+and a child that calls setsid() leaves the process group (it still has no network and cannot write
+outside its directory, which is removed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Annotated
-
-from rft.errors import ConfigError
-from rft.tools.registry import ToolText, tool
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
 FENCE_FAILED = 97  # the launcher's exit status when a limit or the namespace cannot be set
@@ -98,14 +90,9 @@ class PythonRun:
         return "\n".join(parts)
 
 
-def run_python(code: str, limits: SandboxLimits, isolation: str | None = None) -> PythonRun:
-    """Run `code` under `limits` with the network fence `isolation` (default: the one the probe
-    found working); raises ConfigError when no fence works here."""
-    if isolation is None:
-        support = sandbox_support()
-        if not support.ok:
-            raise ConfigError(support.reason)
-        isolation = support.isolation
+def run_python(code: str, limits: SandboxLimits, isolation: str) -> PythonRun:
+    """Run `code` under `limits`, fenced by `isolation` (one of ISOLATIONS; rft.tools.sandbox_support
+    says which works here). A fence that cannot be set ends the run with exit status FENCE_FAILED."""
     workdir = Path(tempfile.mkdtemp(prefix="rft-python-"))
     try:
         script = workdir / "main.py"
@@ -196,90 +183,3 @@ def _wait_until(proc: subprocess.Popen[bytes], deadline: float) -> None:
 def _kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-@dataclass(frozen=True)
-class SandboxSupport:
-    """Whether `python` runs can be fenced here, with which isolation, and if not, why not."""
-
-    ok: bool
-    isolation: str
-    reason: str
-
-
-_PROBE = """
-import os, resource, socket
-port = PORT
-limits = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_CPU, resource.RLIMIT_AS)]
-try:
-    socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    network = "reachable"
-except OSError:
-    network = "unreachable"
-open("own", "w").close()
-try:
-    open(os.path.join(os.path.dirname(os.getcwd()), "rft-sandbox-escape"), "w").close()
-    outside = "writable"
-except OSError:
-    outside = "read-only"
-caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("CapEff")]
-print(network, outside, "caps=" + caps[0], *limits)
-"""
-
-
-@functools.cache
-def sandbox_support() -> SandboxSupport:
-    """Probe, once per process, whether a fenced run works: its CPU and memory limits are in force,
-    a TCP server listening on this host's loopback cannot be reached from inside, its directory is
-    writable and the one above it is not, and it holds no capability."""
-    if not (sys.platform.startswith("linux") and hasattr(os, "killpg")):
-        return SandboxSupport(False, "", f"the python tool needs Linux; this is {sys.platform}")
-    limits = SandboxLimits(cpu_s=5, memory_mb=512, wall_s=30.0)
-    failures = []
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        for isolation in ISOLATIONS:
-            run = run_python(_PROBE.replace("PORT", str(port)), limits, isolation)
-            memory = limits.memory_mb * 1024 * 1024
-            expected = f"unreachable read-only caps={'0' * 16} {limits.cpu_s} {memory}"
-            Path(tempfile.gettempdir(), "rft-sandbox-escape").unlink(missing_ok=True)
-            if run.exit_code == 0 and run.output.strip() == expected:
-                return SandboxSupport(True, isolation, "")
-            failures.append(f"{isolation}: {run.output.strip() or run.report()}")
-    return SandboxSupport(
-        False,
-        "",
-        "the python tool cannot fence its subprocess on this machine (it needs RLIMIT_CPU, "
-        "RLIMIT_AS, new network and mount namespaces, mount_setattr (Linux 5.12+) and "
-        "dropping capabilities: as root, or as a user where unprivileged user namespaces "
-        "are allowed); "
-        "the probe said: " + "; ".join(failures),
-    )
-
-
-def require_sandbox() -> None:
-    """ConfigError with the probe's sentence when the `python` tool cannot run fenced here."""
-    support = sandbox_support()
-    if not support.ok:
-        raise ConfigError(f"tool 'python': {support.reason}")
-
-
-DEFAULT_LIMITS = SandboxLimits()
-
-
-@tool(
-    "python",
-    check_ready=require_sandbox,
-    description=(
-        "Run a Python 3 program in a sandbox and return what it prints: no network, no writes "
-        f"outside its own directory, {DEFAULT_LIMITS.cpu_s} s of CPU, "
-        f"{DEFAULT_LIMITS.memory_mb} MiB of memory, {DEFAULT_LIMITS.wall_s:g} s in all, "
-        f"at most {DEFAULT_LIMITS.output_bytes} bytes of output."
-    ),
-)
-def python(
-    code: Annotated[str, "A complete Python 3 program. Print what you want to see."],
-) -> str:
-    """The `python` tool: `code` run under DEFAULT_LIMITS; the outcome rides on the ToolText."""
-    run = run_python(code, DEFAULT_LIMITS)
-    return ToolText(run.report(), run.outcome)

@@ -14,14 +14,18 @@ from pathlib import Path
 import pytest
 
 from rft.errors import ConfigError
-from rft.tools import TOOLS, ToolCall, ToolExecutor
+from rft.tools import TOOLS, ToolCall, ToolExecutor, python_tool, sandbox_support
 from rft.tools import python_sandbox as sandbox
-from rft.tools.python_sandbox import SandboxLimits, run_python, sandbox_support
+from rft.tools.python_sandbox import SandboxLimits
 
-SUPPORT = sandbox_support()
+SUPPORT = sandbox_support.sandbox_support()
 fenced = pytest.mark.skipif(not SUPPORT.ok, reason=f"cannot fence here: {SUPPORT.reason}")
 # A generous wall clock: on a loaded machine one second of CPU can take several seconds.
 LIMITS = SandboxLimits(cpu_s=1, memory_mb=256, wall_s=20.0, output_bytes=2000)
+
+
+def run_python(code: str, limits: SandboxLimits, isolation: str | None = None):
+    return sandbox.run_python(code, limits, isolation or SUPPORT.isolation)
 
 
 def alive(pid: int) -> bool:
@@ -168,7 +172,7 @@ def test_the_registered_tool_reports_through_the_executor():
     result = executor.execute(ToolCall("python", '{"code": "print(6 * 7)"}', "c1"))
     assert (result.outcome, result.content) == ("ok", "42\n")
     spec = TOOLS.get("python").spec()["function"]
-    assert f"{sandbox.DEFAULT_LIMITS.cpu_s} s of CPU" in spec["description"]
+    assert f"{python_tool.DEFAULT_LIMITS.cpu_s} s of CPU" in spec["description"]
 
 
 @fenced
@@ -176,7 +180,7 @@ def test_the_tool_names_its_own_limits_as_outcomes():
     executor = ToolExecutor.offering(["python"], timeout_s=60)
     flood = executor.execute(ToolCall("python", '{"code": "print(\'y\' * 10**7)"}', "c1"))
     assert flood.outcome == "truncated"
-    assert f"output limit of {sandbox.DEFAULT_LIMITS.output_bytes} bytes" in flood.content
+    assert f"output limit of {python_tool.DEFAULT_LIMITS.output_bytes} bytes" in flood.content
     spin = executor.execute(ToolCall("python", '{"code": "while True: pass"}', "c2"))
     assert spin.outcome == "timeout"
     # the CPU limit, or the wall clock first on a machine busy enough to starve the loop
@@ -195,16 +199,16 @@ def test_a_fence_that_cannot_be_set_is_a_clear_failure():
 
 def test_python_is_refused_at_load_where_it_cannot_be_fenced(monkeypatch):
     if SUPPORT.ok:
-        refusal = sandbox.SandboxSupport(False, "", "the probe said: no namespaces")
-        monkeypatch.setattr(sandbox, "sandbox_support", lambda: refusal)
+        refusal = sandbox_support.SandboxSupport(False, "", "the probe said: no namespaces")
+        monkeypatch.setattr(sandbox_support, "sandbox_support", lambda: refusal)
     with pytest.raises(ConfigError, match="tool 'python': "):
         ToolExecutor.offering(["python"])
-    assert TOOLS.get("python").check_ready is sandbox.require_sandbox
+    assert TOOLS.get("python").check_ready is sandbox_support.require_sandbox
 
 
 def test_the_probe_explains_a_machine_where_no_fence_holds(monkeypatch):
-    monkeypatch.setattr(sandbox, "ISOLATIONS", ("no-such-isolation",))
-    support = sandbox.sandbox_support.__wrapped__()
+    monkeypatch.setattr(sandbox_support, "ISOLATIONS", ("no-such-isolation",))
+    support = sandbox_support.sandbox_support.__wrapped__()
     assert not support.ok
     assert support.reason.startswith("the python tool cannot fence its subprocess on this machine")
     assert "no-such-isolation: sandbox: cannot fence the process" in support.reason
