@@ -23,7 +23,7 @@ MAX_NESTING_DEPTH = 64
 MAX_EXPONENT = 10_000
 MAX_RESULT_BITS = 10_000  # numerator and denominator each; about 3,010 decimal digits
 
-_TOKEN = re.compile(r"\s*(?:(\d+(?:\.\d*)?|\.\d+)|(\*\*|//|[-+*/%()^×÷]))")
+_TOKEN = re.compile(r"\s*(?:([0-9]+(?:\.[0-9]*)?|\.[0-9]+)|(\*\*|//|[-+*/%()^×÷]))")
 _ALIASES = {"^": "**", "×": "*", "÷": "/"}
 _APPROX_RANGE = (
     "an approximate result (a fractional power is involved) must stay between -1.8e308 and 1.8e308"

@@ -16,6 +16,7 @@ from typing import Any
 
 from rft.registry import Registry
 from rft.tools.calls import MalformedCall, ParsedReply, ToolCall
+from rft.tools.json_schema import json_type_name
 
 ToolCallParser = Callable[[str], ParsedReply]
 
@@ -62,7 +63,7 @@ def _read_block(body: str, text: str, call_id: str) -> ToolCall | MalformedCall:
     if not isinstance(data, dict):
         return MalformedCall(
             text,
-            f"the block must hold one JSON object, not {type(data).__name__}; write {_HERMES_FORM}",
+            f"the block must hold one JSON object, not {json_type_name(data)}; write {_HERMES_FORM}",
             call_id,
         )
     name = data.get("name")

@@ -23,7 +23,7 @@ from typing import Any
 
 from rft.errors import ConfigError
 from rft.tools.calls import MalformedCall, ToolCall
-from rft.tools.json_schema import schema_errors
+from rft.tools.json_schema import json_type_name, schema_errors
 from rft.tools.registry import OUTCOMES, Tool, ToolText, offered_tools
 
 __all__ = ["OUTCOMES", "ToolExecutor", "ToolResult"]
@@ -100,7 +100,7 @@ class ToolExecutor:
         except ValueError as exc:
             return self._bad_arguments(call, f"they are not valid JSON ({exc})")
         if not isinstance(arguments, dict):
-            kind = type(arguments).__name__
+            kind = json_type_name(arguments)
             return self._bad_arguments(call, f"they must be a JSON object, not {kind}")
         problems = schema_errors(entry.parameters, arguments)
         if problems:

@@ -156,8 +156,13 @@ _JSON_NAMES = {
 }
 
 
+def json_type_name(value: Any) -> str:
+    """The JSON name of a decoded value's type: object, array, string, boolean, integer, ..."""
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
 def _describe(value: Any) -> str:
-    return f"{_JSON_NAMES.get(type(value), type(value).__name__)} {_short(value)}"
+    return f"{json_type_name(value)} {_short(value)}"
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -144,6 +144,8 @@ def test_errors_say_where_and_why():
         evaluate("3 4")
     with pytest.raises(CalculatorError, match="empty"):
         evaluate("   ")
+    with pytest.raises(CalculatorError, match="character '٣' at position 0"):
+        evaluate("٣ + 1")  # only ASCII digits are numbers
     with pytest.raises(CalculatorError, match="not a real number"):
         evaluate("(-8)**0.5")
 

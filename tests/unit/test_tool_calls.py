@@ -61,7 +61,7 @@ def test_malformed_blocks_are_reported_not_dropped():
     assert kinds == ["MalformedCall", "MalformedCall", "MalformedCall", "ToolCall", "MalformedCall"]
     bad = [c for c in parsed.calls if isinstance(c, MalformedCall)]
     assert "not valid JSON" in bad[0].reason
-    assert "one JSON object, not list" in bad[1].reason
+    assert "one JSON object, not array" in bad[1].reason
     assert 'no "name"' in bad[2].reason
     assert "never closed" in bad[3].reason
     assert bad[3].text == '<tool_call>{"name": "calculator"'
@@ -178,7 +178,7 @@ def test_each_bad_call_becomes_a_message_and_an_outcome(executor):
         "Available tools: add, explode, flood, opaque, quit_process, stall." in text["unknown_far"]
     )
     assert "not valid JSON" in text["bad_json"]
-    assert "must be a JSON object, not list" in text["not_object"]
+    assert "must be a JSON object, not array" in text["not_object"]
     assert "missing the required property 'a'" in text["missing"]
     assert 'arguments.a must be integer, got string "one"' in text["wrong_type"]
     assert "unexpected property 'c'" in text["extra"]
