@@ -105,9 +105,11 @@ class RunSupervisor:
         self.plan = RunPlan(cfg)
         self.config_path = config_path
         self.overrides = overrides
+        self._stack_lease: object | None = None
 
     def ensure_stack(self) -> None:
         from rft.stack.local_stack import LocalStack
+        from rft.stack.stack_lease import StackLease
 
         local = self.cfg.stack.local
         store = self.cfg.stack.object_store
@@ -117,7 +119,11 @@ class RunSupervisor:
         if store.uri is None and store.endpoint == f"127.0.0.1:{local.minio_port}":
             wanted.append("minio")  # a file:// or remote s3:// checkpoint store needs no MinIO
         if local.auto_start and wanted:
-            result = LocalStack.from_stack_settings(self.cfg.stack).up(services=wanted)
+            stack = LocalStack.from_stack_settings(self.cfg.stack)
+            # a lease for as long as this process lives: a test session that started the stack
+            # stops it at its end only when no other live process holds one
+            self._stack_lease = StackLease(stack.layout.leases).acquire()
+            result = stack.up(services=wanted)
             if result.started:
                 print(f"rft run: started local stack: {', '.join(result.started)}", flush=True)
 

@@ -3,6 +3,7 @@ them all down cleanly on Ctrl-C (SIGINT) — no orphan process keeps training.""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from rft.config.connections import StackSettings
+from rft.stack import LocalStack
+from tests.conftest import EXTERNAL_STACK_ENV
 from tests.integration.test_rft_loop import run_config
 
 pytestmark = pytest.mark.integration
@@ -46,6 +49,9 @@ def test_ctrl_c_stops_explorer_and_trainer(stack: StackSettings, unique: str, tm
         pytest.fail("no trainer step within 300s:\n" + "".join(lines[-30:]))
     children = psutil.Process(proc.pid).children(recursive=True)
     assert {"explore", "train"} <= {c.cmdline()[3] for c in children if len(c.cmdline()) > 3}
+    if not any(os.environ.get(name) for name in EXTERNAL_STACK_ENV):
+        # a test session that started the local stack must not stop it under a running `rft run`
+        assert (LocalStack().layout.leases / str(proc.pid)).exists()
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, "".join(lines[-20:]) + out
