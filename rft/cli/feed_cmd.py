@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from producers.task_feeder import TaskFeeder
     from producers.taskset_reader import load_taskset
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     cfg = load_config(args.config, args.override)
     start_tracing("feeder", cfg)

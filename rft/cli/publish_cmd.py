@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
     config = None
     if args.config:
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         config = load_config(args.config, args.override)
         kafka = config.stack.kafka

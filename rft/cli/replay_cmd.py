@@ -143,7 +143,7 @@ class _Run:
 def _resolve_run(args: argparse.Namespace) -> _Run:
     if args.config:
         from consumers.run_plan import RunPlan
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         cfg = load_config(args.config, args.override)
         plan = RunPlan(cfg)

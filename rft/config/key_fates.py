@@ -27,7 +27,7 @@ class Fate:
 
 _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
-_PARTS = "rft/config/parts.py"
+_PARTS = "rft/catalog/parts.py"
 _EXPLORER = "consumers/explorer.py"
 _EXPLORER_SYNC = "consumers/explorer_sync.py"
 _TRAINER = "consumers/trainer.py"

@@ -1,7 +1,7 @@
 """The typed run config: one dataclass per section, with Trinity-RFT key names and meanings.
 
 Values are checked once by the loader (types, bounds, allowed values, and every name that selects a
-registered part against its registry: `rft.config.parts`) and derived defaults are filled there; the
+registered part against its registry: `rft.catalog.parts`) and derived defaults are filled there; the
 rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are listed in each
 section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key saying what happens
 instead. `rft.config.key_fates` names, for every field, the code that acts on it.

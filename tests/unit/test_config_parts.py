@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.config import ConfigValidationError, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError
 from rft.workflows import WORKFLOWS
 from tests.unit.config_samples import MINIMAL
 
