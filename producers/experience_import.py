@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from consumers.experience_export import sql_url
-from consumers.experience_rows import from_arrow, from_json_object, from_sql_row
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError, ReplayError
 from rft.events.models import Experience
@@ -24,6 +22,7 @@ from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 from rft.registry import Registry
+from rft.replay.experience_rows import from_arrow, from_json_object, from_sql_row, sql_url
 
 
 class ImportReader(Protocol):

@@ -15,6 +15,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -277,3 +278,8 @@ def from_sql_row(row: Mapping[str, Any], where: str) -> Experience:
             except ValueError as exc:
                 raise ReplayError(f"{where}: column {name} is not JSON: {exc}") from exc
     return from_json_object(obj, where)
+
+
+def sql_url(destination: str) -> str:
+    """A SQLAlchemy URL as given, or a SQLite URL for a plain file path."""
+    return destination if "://" in destination else f"sqlite:///{Path(destination).expanduser()}"
