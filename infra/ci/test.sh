@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test run behind `make test`: lint, type check, then the default pytest suite against the real
+# The test run behind `make test`: lint, type check, the import contracts (layers, no cycles:
+# pyproject's [tool.importlinter]), then the default pytest suite against the real
 # local stack (the session fixture brings Kafka and MinIO up). pytest's exit code 5 (nothing
 # collected) is a failure here: a suite that runs no test must not pass.
 set -euo pipefail
@@ -11,6 +12,8 @@ echo "== ruff"
 "$BIN/ruff" format --check .
 echo "== mypy"
 "$BIN/mypy" rft producers consumers
+echo "== import contracts"
+"$BIN/lint-imports" --no-cache
 echo "== pytest"
 set +e
 "$BIN/pytest" -q tests "$@"
