@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from producers.generators import TASK_GENERATORS
+from rft.config.binding import Issue
 from rft.config.schema import TasksetConfig
 from rft.datasets.files import file_rows
 from rft.datasets.rows import BadRow, TasksetRow
 from rft.errors import ConfigError, TasksetError
-from rft.registry import Registry
+from rft.registry import Registry, argument_issues
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows import WORKFLOWS
 
@@ -49,7 +50,18 @@ def file_source(taskset: TasksetConfig) -> TasksetSource:
     return TasksetSource(file_rows(taskset))
 
 
-@TASKSET_SOURCES.register("generator")
+def generator_issues(taskset: TasksetConfig, path: str) -> list[Issue]:
+    """The `generator` source's load-time check: `path` names a registered generator that
+    accepts `generator_args`."""
+    try:
+        generator = TASK_GENERATORS.get(taskset.path)
+    except ConfigError as exc:
+        return [Issue(f"{path}.path", str(exc))]
+    found = argument_issues(f"{path}.generator_args", generator, taskset.generator_args)
+    return [Issue(key, problem) for key, problem in found]
+
+
+@TASKSET_SOURCES.register("generator", check=generator_issues)
 def generator_source(taskset: TasksetConfig) -> TasksetSource:
     """A registered generator named by `path`, called with `generator_args`."""
     generator = TASK_GENERATORS.get(taskset.path)

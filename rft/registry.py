@@ -61,7 +61,7 @@ class Entry(Generic[T]):
     name: str
     target: str | None = None  # "module:attr" of a lazy entry
     requires: tuple[Requirement, ...] = ()
-    check: Callable[[Any], list[Any]] | str | None = None
+    check: Callable[..., list[Any]] | str | None = None
     traits: Mapping[str, Any] = field(default_factory=dict)
     _obj: Any = _UNLOADED
 
@@ -83,12 +83,13 @@ class Entry(Generic[T]):
         obj: T = self._obj
         return obj
 
-    def issues(self, cfg: Any) -> list[Any]:
-        """The entry's own load-time checks of `cfg` (an empty list when it has none)."""
+    def issues(self, *args: Any) -> list[Any]:
+        """The entry's own load-time checks (an empty list when it has none). Its registry's
+        users say what a check is given: the config, or the config section that chose it."""
         if self.check is None:
             return []
         check = load_dotted(self.check) if isinstance(self.check, str) else self.check
-        return list(check(cfg))
+        return list(check(*args))
 
     def describe(self) -> str:
         if self.target is not None:
@@ -113,7 +114,7 @@ class Registry(Generic[T]):
         *,
         replace: bool = False,
         requires: Iterable[Requirement] = (),
-        check: Callable[[Any], list[Any]] | str | None = None,
+        check: Callable[..., list[Any]] | str | None = None,
         **traits: Any,
     ) -> Callable[[T], T]:
         """Decorator adding the decorated object under `name`; it returns the object unchanged.
@@ -141,7 +142,7 @@ class Registry(Generic[T]):
         *,
         replace: bool = False,
         requires: Iterable[Requirement] = (),
-        check: Callable[[Any], list[Any]] | str | None = None,
+        check: Callable[..., list[Any]] | str | None = None,
         **traits: Any,
     ) -> None:
         """Declare the part at dotted path `target` ("package.module:name") under `name`; it is
@@ -157,6 +158,10 @@ class Registry(Generic[T]):
 
     def _put(self, entry: Entry[T], replace: bool) -> None:
         old = self._entries.get(entry.name)
+        lazy = old is not None and old.target is not None and entry.target is None
+        if lazy and old is not None and _dotted(entry._obj) == _dotted_target(str(old.target)):
+            old._obj = entry._obj  # the lazy entry's own module registering its object
+            return
         same = old is not None and (
             (entry.target is not None and old.target == entry.target)
             or (entry.target is None and old._obj is entry._obj)
@@ -211,6 +216,15 @@ class Registry(Generic[T]):
         return f"Registry({self.kind!r}, names={self.names()})"
 
 
+def _dotted(obj: object) -> str:
+    return f"{getattr(obj, '__module__', '')}:{getattr(obj, '__qualname__', '')}"
+
+
+def _dotted_target(target: str) -> str:
+    module, sep, attr = target.partition(":")
+    return target if sep else ":".join(target.rsplit(".", 1))
+
+
 def _describe(obj: object) -> str:
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
@@ -232,3 +246,18 @@ def unknown_arguments(
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return [], accepted
     return [n for n in names if n not in accepted], accepted
+
+
+def argument_issues(
+    path: str, fn: Callable[..., Any], args: Iterable[str], fixed: frozenset[str] = frozenset()
+) -> list[tuple[str, str]]:
+    """(key, problem) for each of `args` that `fn` does not accept, keyed under `path`."""
+    unknown, accepted = unknown_arguments(fn, args, fixed)
+    return [
+        (
+            f"{path}.{name}",
+            f"is not an argument of {getattr(fn, '__name__', fn)} "
+            f"(accepts: {', '.join(accepted) or 'nothing'})",
+        )
+        for name in unknown
+    ]

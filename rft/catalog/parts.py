@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rft.config.binding import Issue, Notice, join
+from rft.config.binding import Issue, Notice
 from rft.config.derived import trainer_gpus
 from rft.config.schema import RftConfig, TasksetConfig
 from rft.errors import ConfigError
-from rft.registry import Entry, Registry, unknown_arguments
+from rft.registry import Entry, Registry, argument_issues
 
 PLUGINS_ENV = "RFT_PLUGINS"  # more plugin modules, separated by commas
 
@@ -114,9 +114,9 @@ class _Checker:
         """The part `name` selects in `registry`, or None with an Issue at `path`."""
         return self.look(path, lambda: registry.get(name, key=key))
 
-    def entry(self, path: str, registry: Registry[Any], name: str, cfg: RftConfig) -> Any:
-        """The entry `name` selects, with its missing packages and its own checks of `cfg` said
-        (at `path` and at the keys its checks name); None with an Issue when unknown."""
+    def entry(self, path: str, registry: Registry[Any], name: str, *checked: Any) -> Any:
+        """The entry `name` selects, with its missing packages and its own checks of `checked`
+        said (at `path` and at the keys its checks name); None with an Issue when unknown."""
         entry: Entry[Any] | None = self.look(path, lambda: registry.entry(name))
         if entry is None:
             return None
@@ -128,29 +128,20 @@ class _Checker:
                     f"{req.install}",
                 )
             )
-        self.issues += entry.issues(cfg)  # an entry's check imports none of its packages
+        self.issues += entry.issues(*checked)  # a check imports none of the entry's packages
         return entry
 
     def args(self, path: str, fn: Any, args: Mapping[str, Any], fixed: frozenset[str]) -> None:
         """`args` must be keyword arguments that `fn` accepts (beyond its fixed parameters)."""
-        if fn is None or not args:
-            return
-        unknown, accepted = unknown_arguments(fn, args, fixed)
-        for name in unknown:
-            self.issues.append(
-                Issue(
-                    join(path, name),
-                    f"is not an argument of {getattr(fn, '__name__', fn)} "
-                    f"(accepts: {', '.join(accepted) or 'nothing'})",
-                )
-            )
+        if fn is not None and args:
+            self.issues += [Issue(k, m) for k, m in argument_issues(path, fn, args, fixed)]
 
 
 def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
     from consumers.metric_sinks import SinkConfigError, check_sinks
-    from producers.generators import TASK_GENERATORS
     from producers.task_selectors import selector_part
+    from producers.taskset_reader import TASKSET_SOURCES
     from rft.algorithms.advantages import ADVANTAGE_FN
     from rft.algorithms.aggregation import LOSS_AGG_MODES
     from rft.algorithms.entropy import ENTROPY_LOSS_FN
@@ -256,9 +247,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             taskset.task_selector.kwargs,
             frozenset({"num_rows", "epoch", "seed", "features"}),
         )
-        if taskset.storage_type == "generator":
-            generator = c.name(f"{path}.path", TASK_GENERATORS, taskset.path)
-            c.args(f"{path}.generator_args", generator, taskset.generator_args, frozenset())
+        c.entry(f"{path}.storage_type", TASKSET_SOURCES, taskset.storage_type, taskset, path)
 
     rollout = cfg.explorer.rollout_model
     c.entry("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg)
@@ -292,11 +281,16 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
 
 
 def fill_parts(cfg: RftConfig) -> None:
-    """Defaults that follow from the entries a config selects, in place: trainer.world_size is
-    the GPUs left after rollout for an engine that runs over ranks (on GPUs), else 1."""
+    """Values that follow from the entries a config selects, in place: the trainer engine that
+    runs the chosen one with Trinity's `trainer_strategy` (its entry's `sharded_by`), and
+    trainer.world_size: the GPUs left after rollout for an engine that runs over ranks (on
+    GPUs), else 1."""
     from rft.engines.trainer import TRAINER_ENGINES
 
     trainer = cfg.trainer
+    if trainer.trainer_strategy is not None and trainer.trainer_type in TRAINER_ENGINES:
+        sharded_by = TRAINER_ENGINES.trait(trainer.trainer_type, "sharded_by", {})
+        trainer.trainer_type = sharded_by.get(trainer.trainer_strategy, trainer.trainer_type)
     if trainer.world_size is None and trainer.engine_name in TRAINER_ENGINES:
         many = TRAINER_ENGINES.trait(trainer.engine_name, "many_ranks", False)
         sharded = many and cfg.cluster.gpu_per_node > 0

@@ -26,6 +26,7 @@ class Fate:
 
 
 _PLAN = "consumers/run_plan.py"
+_ROLLOUT = "rft/engines/rollout.py"
 _DERIVED = "rft/config/derived.py"
 _PARTS = "rft/catalog/parts.py"
 _EXPLORER = "consumers/explorer.py"
@@ -242,12 +243,12 @@ KEY_FATES: dict[str, Fate] = {
     ),
     "TasksetConfig.split": Fate(
         "split read from a dataset folder",
-        "producers/hf_dataset_reader.py",
+        "rft/datasets/hf_dataset_reader.py",
         "tests/unit/test_taskset_readers.py",
     ),
     "TasksetConfig.subset_name": Fate(
         "subset folder of a dataset repo",
-        "producers/hf_dataset_reader.py",
+        "rft/datasets/hf_dataset_reader.py",
         "tests/unit/test_taskset_readers.py",
     ),
     "TasksetConfig.repeat_times": Fate(
@@ -473,15 +474,17 @@ KEY_FATES: dict[str, Fate] = {
         "passed to the chat template", _EXPLORER, "tests/unit/test_explorer_settings.py"
     ),
     "RolloutModelConfig.gpu_memory_utilization": Fate(
-        "the vllm engine's share of GPU memory", _PLAN, "tests/unit/test_vllm_engine.py"
+        "the vllm engine's share of GPU memory", _ROLLOUT, "tests/unit/test_vllm_engine.py"
     ),
     "RolloutModelConfig.enforce_eager": Fate(
         "vllm: no CUDA graphs; hf: no static-cache + torch.compile path on a GPU",
-        _PLAN,
+        _ROLLOUT,
         "tests/unit/test_vllm_engine.py",
     ),
     "RolloutModelConfig.enable_prefix_caching": Fate(
-        "vllm: KV blocks of shared prompt prefixes reused", _PLAN, "tests/unit/test_vllm_engine.py"
+        "vllm: KV blocks of shared prompt prefixes reused",
+        _ROLLOUT,
+        "tests/unit/test_vllm_engine.py",
     ),
     "RolloutModelConfig.max_model_len": Fate(
         "alias of model.max_model_len (a different value refused); the vllm engine's bound",

@@ -452,10 +452,9 @@ class TrainerConfig:
 
     @property
     def engine_name(self) -> str:
-        """The TRAINER_ENGINES entry this section selects: `trainer_type`, except that the
-        sharding strategy fsdp2 turns the torch engine into the fsdp2 engine."""
-        if self.trainer_type == "torch" and self.trainer_strategy == "fsdp2":
-            return "fsdp2"
+        """The TRAINER_ENGINES entry this section selects. Once loaded, `trainer_type`: the load
+        (rft.catalog) hands it over to the engine its entry names for `trainer_strategy`
+        (`sharded_by`: the torch engine, sharded with fsdp2, is the fsdp2 engine)."""
         return self.trainer_type
 
 

@@ -595,7 +595,8 @@ placement.devices[0] in the master dtype (float32 unless float64)."""
 TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
 
 
-@TRAINER_ENGINES.register("torch", many_ranks=False)
+# `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
+@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"})
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:
