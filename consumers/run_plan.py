@@ -248,6 +248,7 @@ class RunPlan:
         options: dict[str, Any] = {
             key: settings[key] if key in settings else getattr(rm, key) for key in reads
         }
+        options |= rm.engine_args  # checked at load against the keys the engine's entry reads
         return RolloutEngineConfig(
             model=self.model_spec(dtype=self.rollout_dtype, device=self.explorer_device),
             num_threads=threads,

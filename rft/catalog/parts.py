@@ -250,7 +250,20 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         c.entry(f"{path}.storage_type", TASKSET_SOURCES, taskset.storage_type, taskset, path)
 
     rollout = cfg.explorer.rollout_model
-    c.entry("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg)
+    engine = c.entry(
+        "explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg
+    )
+    if engine is not None:  # engine_args: the settings the engine's entry says it reads
+        reads = engine.trait("args", ())
+        for key in rollout.engine_args:
+            if key not in reads:
+                c.issues.append(
+                    Issue(
+                        f"explorer.rollout_model.engine_args.{key}",
+                        f"is not read by engine {rollout.engine_type!r} "
+                        f"(it reads: {', '.join(reads) or 'nothing'})",
+                    )
+                )
     if c.entry("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name, cfg):
         c.issues += trainer_rank_issues(cfg)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)

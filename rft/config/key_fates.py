@@ -486,6 +486,11 @@ KEY_FATES: dict[str, Fate] = {
         _ROLLOUT,
         "tests/unit/test_vllm_engine.py",
     ),
+    "RolloutModelConfig.engine_args": Fate(
+        "the engine's own settings, keys its entry reads (`args`); others refused at load",
+        _PARTS,
+        "tests/unit/test_config_parts.py",
+    ),
     "RolloutModelConfig.max_model_len": Fate(
         "alias of model.max_model_len (a different value refused); the vllm engine's bound",
         _DERIVED,

@@ -336,6 +336,9 @@ class RolloutModelConfig:
     # default: model.max_model_len, the one bound for rollouts and training (a different value
     # is refused at load)
     max_model_len: int | None = bounded(None, ge=2)
+    # the engine's own settings: the keys its ROLLOUT_ENGINES entry reads (`args`); others are
+    # refused at load
+    engine_args: dict[str, Any] = field(default_factory=dict)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_history": "workflows return their experiences explicitly",

@@ -453,8 +453,8 @@ VLLM_VERSION = "0.26.0"  # the release `engine_type: vllm` is written and measur
 VLLM_INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
 
 # What each engine reads from `explorer.rollout_model` (plus the training taskset's temperature),
-# passed as RolloutEngineConfig.options; `tensor_parallel`: one engine spans tensor_parallel_size
-# GPUs.
+# passed as RolloutEngineConfig.options with its `engine_args` (the keys listed as its `args`);
+# `tensor_parallel`: one engine spans tensor_parallel_size GPUs.
 HF_READS = ("enforce_eager",)
 VLLM_READS = (
     "enforce_eager",
