@@ -481,3 +481,9 @@ ROLLOUT_ENGINES.lazy(
     reads=VLLM_READS,
     tensor_parallel=True,
 )
+ROLLOUT_ENGINES.lazy(
+    "replay",
+    "rft.engines.replay_engine:replay_rollout_engine",
+    check="rft.engines.replay_engine:recording_issues",
+    args=("path",),
+)
