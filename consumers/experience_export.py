@@ -27,21 +27,22 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from consumers.experience_filter import ExperienceFilter
-from consumers.experience_rows import (
+from consumers.topic_range import RangeReader
+from rft.errors import ConfigError, ReplayError, RftError
+from rft.events.models import Experience
+from rft.registry import Registry
+from rft.replay.experience_rows import (
     EXPERIENCE_COLUMNS,
     FIELD_KINDS,
     SOURCE_COLUMNS,
     SQL_JSON_KINDS,
     ExportRow,
     arrow_schema,
+    sql_url,
     to_arrow,
     to_json_object,
     to_sql_row,
 )
-from consumers.topic_range import RangeReader
-from rft.errors import ConfigError, ReplayError, RftError
-from rft.events.models import Experience
-from rft.registry import Registry
 
 # token id arrays -> their text, one string per array (a tokenizer's batch_decode)
 TextDecoder = Callable[[Sequence[np.ndarray]], list[str]]
@@ -150,11 +151,6 @@ class JsonlExportWriter:
     def abort(self) -> None:
         self._fh.close()
         self._target.drop()
-
-
-def sql_url(destination: str) -> str:
-    """A SQLAlchemy URL as given, or a SQLite URL for a plain file path."""
-    return destination if "://" in destination else f"sqlite:///{Path(destination).expanduser()}"
 
 
 def experience_table(metadata: Any, table: str, decoded: bool) -> Any:

@@ -47,6 +47,7 @@ from producers.metric_emitter import MetricEmitter
 from producers.status_announcer import StatusAnnouncer
 from producers.task_selectors import is_online
 from rft.config import RftConfig
+from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import check_chat_template, configured_chat_template
 from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import (
@@ -75,7 +76,6 @@ from rft.events.transport import (
 )
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
-from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans

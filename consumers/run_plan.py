@@ -236,21 +236,19 @@ class RunPlan:
     def rollout_engine_config(self) -> RolloutEngineConfig:
         """What the explorer's rollout engine is built from: the model on the explorer's device
         and the engine settings of `explorer.rollout_model` (each engine reads its own)."""
-        from rft.engines.rollout import RolloutEngineConfig
+        from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig
 
         rm = self.cfg.explorer.rollout_model
         taskset = self.cfg.buffer.explorer_input.taskset
         threads = int(os.environ.get("RFT_NUM_THREADS", "0")) or None
-        options: dict[str, Any] = {"enforce_eager": rm.enforce_eager}
-        if rm.engine_type == "vllm":
-            options |= {
-                "tensor_parallel_size": rm.tensor_parallel_size,
-                "gpu_memory_utilization": rm.gpu_memory_utilization,
-                "enable_prefix_caching": rm.enable_prefix_caching,
-                "max_model_len": rm.max_model_len,
-                "seed": rm.seed,
-                "temperature": taskset.rollout_args.temperature if taskset else 1.0,
-            }
+        # the engine's entry names the settings it reads (`reads`): explorer.rollout_model keys,
+        # and the training taskset's temperature
+        settings = {"temperature": taskset.rollout_args.temperature if taskset else 1.0}
+        reads = ROLLOUT_ENGINES.trait(rm.engine_type, "reads", ())
+        options: dict[str, Any] = {
+            key: settings[key] if key in settings else getattr(rm, key) for key in reads
+        }
+        options |= rm.engine_args  # checked at load against the keys the engine's entry reads
         return RolloutEngineConfig(
             model=self.model_spec(dtype=self.rollout_dtype, device=self.explorer_device),
             num_threads=threads,

@@ -54,6 +54,7 @@ from rft.buffer.sampler import Sampler
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.config.connections import KafkaSettings
+from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import configured_chat_template
 from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import (
@@ -68,7 +69,6 @@ from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
-from rft.stack.first_contact import require_kafka, require_object_store
 from rft.synchronizer import build_sync_style
 
 __all__ = ["Trainer", "TrainerSummary", "master_dtype", "trainer_engine_config"]

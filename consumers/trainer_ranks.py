@@ -38,11 +38,13 @@ def run_trainer_rank(
     """Run rank `rank` of the trainer; rank 0 returns the trainer's summary, the others None."""
     from consumers.run_plan import RunPlan
     from rft.engines.fsdp_ranks import init_rank, serve_rank
+    from rft.engines.trainer import TRAINER_ENGINES
 
     expected = cfg.trainer.world_size or 1
     if world_size != expected:
         raise ConfigError(f"trainer.world_size is {expected}, but {world_size} ranks were started")
-    if cfg.trainer.engine_name != "fsdp2" and world_size > 1:
+    engine = cfg.trainer.engine_name
+    if world_size > 1 and not TRAINER_ENGINES.trait(engine, "many_ranks", False):
         raise ConfigError(
             f"trainer.trainer_type: the {cfg.trainer.engine_name} engine does not run over ranks"
         )

@@ -8,15 +8,12 @@ one partition). Readers stream: one batch of rows in memory at a time. Add a for
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from consumers.experience_export import sql_url
-from consumers.experience_rows import from_arrow, from_json_object, from_sql_row
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError, ReplayError
 from rft.events.models import Experience
@@ -24,6 +21,12 @@ from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 from rft.registry import Registry
+from rft.replay.experience_rows import (
+    from_arrow,
+    from_sql_row,
+    jsonl_experiences,
+    sql_url,
+)
 
 
 class ImportReader(Protocol):
@@ -102,19 +105,11 @@ class JsonlImportReader:
 
     def batches(self, rows: int) -> Iterator[list[Experience]]:
         batch: list[Experience] = []
-        with self.path.open(encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                where = f"{self.path}:{number}"
-                try:
-                    obj = json.loads(line)
-                except ValueError as exc:
-                    raise ReplayError(f"{where}: not JSON: {exc}") from exc
-                batch.append(from_json_object(obj, where))
-                if len(batch) >= rows:
-                    yield batch
-                    batch = []
+        for exp in jsonl_experiences(self.path):
+            batch.append(exp)
+            if len(batch) >= rows:
+                yield batch
+                batch = []
         if batch:
             yield batch
 

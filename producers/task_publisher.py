@@ -3,7 +3,7 @@
 Training tasksets are written `epochs` times, each epoch in the order of the taskset's task
 selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded random draws, an
 offline easy-to-hard curriculum); eval tasksets once, in file order. A training taskset with an
-online selector (difficulty_based) is left to the task feeder (`producers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
+online selector (difficulty_based) is left to the task feeder (`consumers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
 in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
 Keys spread a taskset over the topic's partitions, so each task also carries its `position` in
 the published sequence (0, 1, ... over all epochs): explorers merge their partitions by it
@@ -24,9 +24,9 @@ from tqdm import tqdm
 
 from producers.task_selectors import TASK_SELECTORS, is_online
 from producers.taskset_reader import LoadedTaskset, load_taskset
-from producers.taskset_rows import BadRow
 from rft.config.connections import KafkaSettings
 from rft.config.schema import RftConfig
+from rft.datasets.rows import BadRow
 from rft.errors import ConfigError, DecodeError
 from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader

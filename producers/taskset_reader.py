@@ -11,20 +11,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, get_args
 
-from producers.arrow_reader import read_arrow_ipc, read_parquet
 from producers.generators import TASK_GENERATORS
-from producers.hf_dataset_reader import read_hf_dataset_dir
-from producers.json_reader import read_json
-from producers.jsonl_reader import read_jsonl
-from producers.taskset_rows import BadRow, TasksetRow
+from rft.config.binding import Issue
 from rft.config.schema import TasksetConfig
+from rft.datasets.files import file_rows
+from rft.datasets.rows import BadRow, TasksetRow
 from rft.errors import ConfigError, TasksetError
-from rft.registry import Registry
+from rft.registry import Registry, argument_issues
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows import WORKFLOWS
 
@@ -46,37 +43,25 @@ class TasksetSource:
 TasksetSourceFn = Callable[[TasksetConfig], TasksetSource]
 TASKSET_SOURCES: Registry[TasksetSourceFn] = Registry("storage_type")
 
-FileReader = Callable[[Path], Iterator[TasksetRow | BadRow]]
-FILE_READERS: dict[str, FileReader] = {
-    ".jsonl": read_jsonl,
-    ".json": read_json,
-    ".parquet": read_parquet,
-    ".arrow": read_arrow_ipc,
-}
-
 
 @TASKSET_SOURCES.register("file")
 def file_source(taskset: TasksetConfig) -> TasksetSource:
     """A JSONL/JSON/Parquet/Arrow file, or a local Hugging Face dataset directory."""
-    path = Path(taskset.path).expanduser()
-    if path.is_dir():
-        try:
-            rows = read_hf_dataset_dir(path, taskset.split, taskset.subset_name)
-        except TasksetError as exc:
-            raise TasksetError(f"taskset {taskset.name!r}: {exc}") from exc
-        return TasksetSource(rows)
-    if not path.exists():
-        raise TasksetError(f"{path}: taskset {taskset.name!r} path does not exist")
-    reader = FILE_READERS.get(path.suffix.lower())
-    if reader is None:
-        raise TasksetError(
-            f"{path}: unsupported taskset file type {path.suffix!r} "
-            f"(supported: {', '.join(FILE_READERS)}, or a Hugging Face dataset directory)"
-        )
-    return TasksetSource(reader(path))
+    return TasksetSource(file_rows(taskset))
 
 
-@TASKSET_SOURCES.register("generator")
+def generator_issues(taskset: TasksetConfig, path: str) -> list[Issue]:
+    """The `generator` source's load-time check: `path` names a registered generator that
+    accepts `generator_args`."""
+    try:
+        generator = TASK_GENERATORS.get(taskset.path)
+    except ConfigError as exc:
+        return [Issue(f"{path}.path", str(exc))]
+    found = argument_issues(f"{path}.generator_args", generator, taskset.generator_args)
+    return [Issue(key, problem) for key, problem in found]
+
+
+@TASKSET_SOURCES.register("generator", check=generator_issues)
 def generator_source(taskset: TasksetConfig) -> TasksetSource:
     """A registered generator named by `path`, called with `generator_args`."""
     generator = TASK_GENERATORS.get(taskset.path)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The test run behind `make test`: lint, type check, the docs site built strictly (a broken link, a
-# missing anchor or a page left out of mkdocs.yml's nav fails), then the default pytest suite
-# against the real local stack (the session fixture brings Kafka and MinIO up). pytest's exit code
-# 5 (nothing collected) is a failure here: a suite that runs no test must not pass.
+# The test run behind `make test`: lint, type check, the import contracts (layers, no cycles:
+# pyproject's [tool.importlinter]), the docs site built strictly (a broken link, a missing anchor or
+# a page left out of mkdocs.yml's nav fails), then the default pytest suite against the real local
+# stack (the session fixture brings Kafka and MinIO up). pytest's exit code 5 (nothing collected)
+# is a failure here: a suite that runs no test must not pass.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${VENV:-.venv}/bin
@@ -12,6 +13,8 @@ echo "== ruff"
 "$BIN/ruff" format --check .
 echo "== mypy"
 "$BIN/mypy" rft producers consumers
+echo "== import contracts"
+"$BIN/lint-imports" --no-cache
 echo "== docs"
 NO_MKDOCS_2_WARNING=1 "$BIN/mkdocs" build --strict --site-dir site
 echo "== pytest"

@@ -1,11 +1,11 @@
-"""Generators of verifiable tasksets; importing this package registers the built-in ones.
+"""Generators of verifiable tasksets; the built-in ones are declared in the registry by dotted
+path and imported when first looked up.
 
 Add one with `@TASK_GENERATORS.register("name")` on `fn(*, seed, num_tasks, **args)`.
 """
 
 from __future__ import annotations
 
-from producers.generators import arithmetic, countdown  # noqa: F401  (registers)
 from producers.generators.registry import TASK_GENERATORS, GeneratedTaskset
 
 __all__ = ["TASK_GENERATORS", "GeneratedTaskset"]

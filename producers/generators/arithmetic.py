@@ -13,7 +13,7 @@ import hashlib
 import random
 from collections.abc import Callable
 
-from producers.generators.registry import TASK_GENERATORS, GeneratedTaskset
+from producers.generators.registry import GeneratedTaskset
 from rft.errors import ConfigError
 
 OPERATIONS: dict[str, Callable[[int, int], int]] = {
@@ -36,7 +36,6 @@ def _bucket(question: str) -> float:
     return int.from_bytes(digest[:8], "little") / 2**64
 
 
-@TASK_GENERATORS.register("arithmetic")
 def arithmetic(
     *,
     seed: int = 0,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 
-from producers.generators.registry import TASK_GENERATORS, GeneratedTaskset
+from producers.generators.registry import GeneratedTaskset
 from rft.errors import ConfigError
 
 MAX_ATTEMPTS_PER_TASK = 1000
@@ -34,7 +34,6 @@ def _combine(rng: random.Random, a: tuple[int, str], b: tuple[int, str]) -> tupl
     return value, f"({text})"
 
 
-@TASK_GENERATORS.register("countdown")
 def countdown(
     *,
     seed: int = 0,

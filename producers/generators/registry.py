@@ -27,3 +27,6 @@ class GeneratedTaskset:
 TaskGenerator = Callable[..., GeneratedTaskset]
 
 TASK_GENERATORS: Registry[TaskGenerator] = Registry("generator")
+# the built-in generators, imported when first looked up
+TASK_GENERATORS.lazy("arithmetic", "producers.generators.arithmetic:arithmetic")
+TASK_GENERATORS.lazy("countdown", "producers.generators.countdown:countdown")

@@ -52,16 +52,17 @@ def _masked_row_sums(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return torch.where(m > 0, loss_mat * m, torch.zeros_like(loss_mat)).sum(dim=-1)
 
 
-LOSS_AGG_MODES.add("token-mean", masked_mean)
+# `averages`: what a mode averages over within the mask, tokens or rows (sequences)
+LOSS_AGG_MODES.add("token-mean", masked_mean, averages="tokens")
 
 
-@LOSS_AGG_MODES.register("seq-mean-token-sum")
+@LOSS_AGG_MODES.register("seq-mean-token-sum", averages="rows")
 def _seq_mean_token_sum(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)
     return (_masked_row_sums(loss_mat, m) * rows).sum() / rows.sum().clamp(min=1.0)
 
 
-@LOSS_AGG_MODES.register("seq-mean-token-mean")
+@LOSS_AGG_MODES.register("seq-mean-token-mean", averages="rows")
 def _seq_mean_token_mean(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     counts = m.sum(dim=-1)
     rows = (counts > 0).to(loss_mat.dtype)
@@ -69,7 +70,7 @@ def _seq_mean_token_mean(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tenso
     return (per_row * rows).sum() / rows.sum().clamp(min=1.0)
 
 
-@LOSS_AGG_MODES.register("seq-mean-token-sum-norm")
+@LOSS_AGG_MODES.register("seq-mean-token-sum-norm", averages="rows")
 def _seq_mean_token_sum_norm(loss_mat: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     horizon = max(loss_mat.shape[-1], 1)
     rows = (m.sum(dim=-1) > 0).to(loss_mat.dtype)

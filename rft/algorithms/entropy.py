@@ -19,7 +19,8 @@ EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 ENTROPY_LOSS_FN: Registry[EntropyLossFn] = Registry("algorithm.entropy_loss_fn")
 
 
-@ENTROPY_LOSS_FN.register("default")
+# `reads_entropy`: whether the term needs token entropy (the trainer computes it only then)
+@ENTROPY_LOSS_FN.register("default", reads_entropy=True)
 def entropy_bonus(
     entropy: torch.Tensor,
     action_mask: torch.Tensor,
@@ -32,7 +33,7 @@ def entropy_bonus(
     return term, {"entropy": float(h.detach()), "entropy_loss": float(term.detach())}
 
 
-@ENTROPY_LOSS_FN.register("none")
+@ENTROPY_LOSS_FN.register("none", reads_entropy=False)
 def entropy_none(
     entropy: torch.Tensor | None,
     action_mask: torch.Tensor,

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from rft.algorithms.aggregation import aggregate_loss
+from rft.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
 from rft.algorithms.tensor_checks import AlgorithmInputError, require_ndim
 
 RowLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
@@ -29,7 +29,7 @@ RowLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 def loss_units(mask: torch.Tensor, loss_agg_mode: str) -> float:
     """What `loss_agg_mode` averages over within `mask` [B, T]: tokens for token-mean, else rows
     holding at least one token."""
-    if loss_agg_mode == "token-mean":
+    if LOSS_AGG_MODES.trait(loss_agg_mode, "averages") == "tokens":
         return float(mask.sum())
     return float((mask.sum(dim=-1) > 0).sum())
 

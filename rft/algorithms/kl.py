@@ -27,7 +27,8 @@ LOW_VAR_KL_LOG_RATIO_BOUND = 20.0
 LOW_VAR_KL_VALUE_BOUND = 10.0
 
 
-@KL_ESTIMATORS.register("none")
+# `zero`: the estimate is 0 everywhere, so no reference model is needed for it
+@KL_ESTIMATORS.register("none", zero=True)
 def kl_none(logprob: torch.Tensor, ref_logprob: torch.Tensor) -> torch.Tensor:
     """No KL: 0 everywhere."""
     return torch.zeros_like(logprob)
@@ -103,14 +104,14 @@ def register_kl_estimator(name: str) -> Callable[[KlEstimator], KlEstimator]:
 
     def decorate(fn: KlEstimator) -> KlEstimator:
         KL_ESTIMATORS.add(name, fn)
-        KL_FN.add(name, kl_loss_from_estimator(name))
+        KL_FN.add(name, kl_loss_from_estimator(name), zero=KL_ESTIMATORS.trait(name, "zero"))
         return fn
 
     return decorate
 
 
 for _kind in KL_ESTIMATORS.names():
-    KL_FN.add(_kind, kl_loss_from_estimator(_kind))
+    KL_FN.add(_kind, kl_loss_from_estimator(_kind), zero=KL_ESTIMATORS.trait(_kind, "zero"))
 
 
 def apply_kl_penalty(

@@ -27,7 +27,6 @@ import torch
 from rft.algorithms.aggregation import aggregate_loss, masked_mean
 from rft.algorithms.policy_losses import (
     LOG_RATIO_BOUND,
-    POLICY_LOSS_FN,
     checked_inputs,
     clip_bounds,
     clipped_surrogate,
@@ -50,7 +49,6 @@ def _positive(name: str, value: float | None) -> None:
         raise AlgorithmInputError(f"policy_loss_fn_args.{name}: must be > 0, got {value!r}")
 
 
-@POLICY_LOSS_FN.register("decoupled_ppo")
 def decoupled_ppo_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -109,7 +107,6 @@ def decoupled_ppo_loss(
     return loss, metrics
 
 
-@POLICY_LOSS_FN.register("tis")
 def truncated_is_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -147,7 +144,6 @@ def truncated_is_loss(
     return loss, metrics
 
 
-@POLICY_LOSS_FN.register("masked_is")
 def masked_is_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,

@@ -209,7 +209,15 @@ def opmd_policy_loss(
     }
 
 
-# The other loss families register into POLICY_LOSS_FN on import; importing them here (after the
-# registry exists) means every user of the registry sees every loss.
-from rft.algorithms import off_policy_losses as _off_policy_losses  # noqa: E402, F401
-from rft.algorithms import surrogate_losses as _surrogate_losses  # noqa: E402, F401
+# The other loss families, declared here by dotted path: their modules import this one, and
+# every user of the registry sees every loss.
+for _name, _target in (
+    ("decoupled_ppo", "off_policy_losses:decoupled_ppo_loss"),
+    ("tis", "off_policy_losses:truncated_is_loss"),
+    ("masked_is", "off_policy_losses:masked_is_loss"),
+    ("gspo", "surrogate_losses:gspo_loss"),
+    ("cispo", "surrogate_losses:cispo_loss"),
+    ("topr", "surrogate_losses:topr_loss"),
+    ("sapo", "surrogate_losses:sapo_loss"),
+):
+    POLICY_LOSS_FN.lazy(_name, f"rft.algorithms.{_target}")

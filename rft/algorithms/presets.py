@@ -98,11 +98,12 @@ class AlgorithmSpec:
 
     @property
     def uses_kl_loss(self) -> bool:
-        return self.kl_loss_fn != "none" and self.kl_coef != 0.0
+        return not KL_FN.trait(self.kl_loss_fn, "zero", False) and self.kl_coef != 0.0
 
     @property
     def uses_kl_penalty(self) -> bool:
-        return self.kl_penalty_fn != "none" and self.kl_penalty_coef != 0.0
+        zero = KL_ESTIMATORS.trait(self.kl_penalty_fn, "zero", False)
+        return not zero and self.kl_penalty_coef != 0.0
 
     @property
     def use_reference(self) -> bool:
@@ -112,7 +113,8 @@ class AlgorithmSpec:
     @property
     def use_entropy(self) -> bool:
         """Whether the trainer must compute token entropy for the loss."""
-        return self.entropy_loss_fn != "none" and self.entropy_coef != 0.0
+        reads = ENTROPY_LOSS_FN.trait(self.entropy_loss_fn, "reads_entropy", True)
+        return bool(reads) and self.entropy_coef != 0.0
 
     @property
     def use_advantage(self) -> bool:

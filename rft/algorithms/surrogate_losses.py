@@ -13,7 +13,6 @@ import torch
 from rft.algorithms.aggregation import aggregate_loss, masked_mean
 from rft.algorithms.policy_losses import (
     LOG_RATIO_BOUND,
-    POLICY_LOSS_FN,
     checked_inputs,
     clip_bounds,
     clipped_surrogate,
@@ -26,7 +25,6 @@ GSPO_CLIP_LOW = 3e-4
 GSPO_CLIP_HIGH = 4e-4
 
 
-@POLICY_LOSS_FN.register("gspo")
 def gspo_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -77,7 +75,6 @@ def gspo_loss(
     return loss, metrics
 
 
-@POLICY_LOSS_FN.register("cispo")
 def cispo_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -126,7 +123,6 @@ def cispo_loss(
     return loss, metrics
 
 
-@POLICY_LOSS_FN.register("topr")
 def topr_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,
@@ -160,7 +156,6 @@ def topr_loss(
     return loss, metrics
 
 
-@POLICY_LOSS_FN.register("sapo")
 def sapo_loss(
     logprob: torch.Tensor,
     old_logprob: torch.Tensor,

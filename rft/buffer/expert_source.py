@@ -4,7 +4,7 @@ An auxiliary buffer (Trinity-RFT's key) is read as supervised rows: a prompt and
 model should learn to give. Two sources, by the buffer's `storage_type` (the EXPERT_SOURCES
 registry):
 - `file`: a JSONL / JSON / Parquet / Arrow file or a local Hugging Face dataset directory, read
-  with the taskset readers of `producers`. `format.prompt_key` / `response_key` (plus
+  with the dataset readers of `rft.datasets`. `format.prompt_key` / `response_key` (plus
   `system_prompt` / `system_prompt_key`) or `prompt_type: messages` with `messages_key` (the
   last assistant message is the response). Rows are rendered with the chat template and read in
   file order, epoch after epoch.
@@ -155,8 +155,8 @@ class FileExpertSource:
     """Rows of a dataset file, in file order, epoch after epoch (rendered once, at start)."""
 
     def __init__(self, buffer: AuxiliaryBufferConfig, context: ExpertContext) -> None:
-        from producers.taskset_reader import file_source
-        from producers.taskset_rows import BadRow
+        from rft.datasets.files import file_rows
+        from rft.datasets.rows import BadRow
 
         self.name = buffer.name
         where = f"buffer.trainer_input.auxiliary_buffers.{buffer.name}"
@@ -166,7 +166,7 @@ class FileExpertSource:
         renderer = SftRowRenderer(buffer, context)
         self.rows: list[tuple[list[int], list[int]]] = []
         bad: list[str] = []
-        for row in file_source(as_taskset).rows:
+        for row in file_rows(as_taskset):
             if isinstance(row, BadRow):
                 bad.append(str(row))
                 continue

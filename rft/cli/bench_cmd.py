@@ -46,7 +46,7 @@ def parse_versions(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     cfg = load_config(args.config, args.override)
     return run_bench(cfg, args, getattr(args, "versions", None))

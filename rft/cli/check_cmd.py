@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from consumers.run_check import RunChecker
     from consumers.run_plan import RunPlan
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     cfg = load_config(args.config, args.override)
     kafka = cfg.stack.kafka

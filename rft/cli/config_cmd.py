@@ -50,7 +50,8 @@ def reference_page(args: argparse.Namespace) -> int:
 
 
 def check_config(args: argparse.Namespace) -> int:
-    from rft.config import ConfigWarning, load_config
+    from rft.catalog import load_config
+    from rft.config import ConfigWarning
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always", ConfigWarning)

@@ -62,7 +62,7 @@ def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
     HF_HUB_OFFLINE) are read only when a library starts.
     """
     from consumers.explorer_env import apply_env_vars
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     # the load's registry checks import torch: the variables are set before that
     return load_config(path, overrides, before_parts=lambda c: apply_env_vars(c.explorer.env_vars))

@@ -86,7 +86,7 @@ def run_follow(args: argparse.Namespace) -> int:
     from consumers.metric_follower import MetricFollower, default_follower, follower_group
     from consumers.metric_sinks import MetricFanout
     from consumers.run_plan import RunPlan
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     cfg = load_config(args.config, args.override)
     plan = RunPlan(cfg)
@@ -132,7 +132,7 @@ def run_plot(args: argparse.Namespace) -> int:
     out_default = Path("rft-plots")
     if args.config:
         from consumers.run_plan import RunPlan
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         for path in args.config:
             cfg = load_config(path, args.override)

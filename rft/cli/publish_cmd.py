@@ -64,14 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from producers.taskset_reader import load_taskset
     from rft.cli.explore_cmd import start_tracing
     from rft.config.connections import KafkaSettings
+    from rft.contact.first_contact import require_kafka
     from rft.events.topics import TopicNames, ensure_topics
-    from rft.stack.first_contact import require_kafka
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
     config = None
     if args.config:
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         config = load_config(args.config, args.override)
         kafka = config.stack.kafka

@@ -143,7 +143,7 @@ class _Run:
 def _resolve_run(args: argparse.Namespace) -> _Run:
     if args.config:
         from consumers.run_plan import RunPlan
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         cfg = load_config(args.config, args.override)
         plan = RunPlan(cfg)
@@ -289,8 +289,6 @@ def run_rescore(args: argparse.Namespace) -> int:
     if not isinstance(reward_args, dict):
         raise ConfigError(f"--reward-args: expected a JSON object, got {args.reward_args!r}")
     run = _resolve_run(args)
-    if run.cfg is None:
-        import rft.rewards  # noqa: F401  (registers the built-in reward fns)
     rescorer = Rescorer(args.reward_fn, reward_args)
     topic = _source_topic(args, run)
     target = run.topics.resolve(args.output) if run.topics else args.output

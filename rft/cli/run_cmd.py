@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from consumers.explorer_env import apply_env_vars
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     def explorer_env(cfg: Any) -> None:  # before the load's registry checks import torch
         if cfg.mode == "explore":

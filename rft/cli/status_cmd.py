@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.config:
         from consumers.run_plan import RunPlan
-        from rft.config import load_config
+        from rft.catalog import load_config
 
         cfg = load_config(args.config, args.override)
         plan = RunPlan(cfg)

@@ -62,7 +62,7 @@ def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from consumers.run_plan import PLACED_DEVICE_ENV
     from consumers.trainer import Trainer
-    from rft.config import load_config
+    from rft.catalog import load_config
 
     cfg = load_config(
         args.config, args.override, trains_offline=bool(getattr(args, "from_topic", None))

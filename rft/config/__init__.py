@@ -1,16 +1,19 @@
-"""The run config: typed sections with Trinity-RFT key names, loaded and checked by `load_config`.
+"""The run config: typed sections with Trinity-RFT key names, bound and checked by `read_config`.
 
-`load_config(path, overrides)` returns an `RftConfig`; its `stack` section holds the Kafka and
-object-store connection settings (`rft.config.connections`).
+The ground floor: this package imports no other part of rft but `rft.errors`. The checks of the
+registered parts a config selects run above it: `rft.catalog.load_config(path, overrides)` returns
+an `RftConfig`; its `stack` section holds the Kafka and object-store connection settings
+(`rft.config.connections`).
 """
 
 from rft.config.connections import StackSettings
 from rft.config.loader import (
     ConfigValidationError,
     ConfigWarning,
+    LoadStage,
     Problem,
-    config_from_dict,
-    load_config,
+    read_config,
+    read_config_dict,
 )
 from rft.config.schema import (
     AlgorithmConfig,
@@ -56,6 +59,7 @@ __all__ = [
     "TasksetConfig",
     "TrainerConfig",
     "TrainerInputConfig",
-    "config_from_dict",
-    "load_config",
+    "LoadStage",
+    "read_config",
+    "read_config_dict",
 ]

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rft.config.key_fates import key
+from rft.config.fate import key
 
 DEV_ACCESS_KEY = "rft-dev-access"
 DEV_SECRET_KEY = "rft-dev-secret-key"

@@ -42,9 +42,6 @@ def fill_derived(cfg: RftConfig) -> None:
         buffer.train_batch_size = buffer.batch_size * algo.repeat_times
     if cfg.trainer.total_steps is None:
         cfg.trainer.total_steps = buffer.total_steps
-    if cfg.trainer.world_size is None:
-        sharded = cfg.trainer.engine_name == "fsdp2" and cfg.cluster.gpu_per_node > 0
-        cfg.trainer.world_size = max(1, trainer_gpus(cfg)) if sharded else 1
 
     inputs = buffer.explorer_input
     if inputs.taskset is not None:
@@ -138,7 +135,6 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                 f"({model.max_model_len}); rollouts and training share one bound: set one of them",
             )
         )
-    issues += _vllm_logprob_issues(cfg)
     for key in ("max_prompt_tokens", "max_response_tokens"):
         value = getattr(model, key)
         if value > model.max_model_len:
@@ -174,7 +170,6 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
                     f"must be > 0 seconds (how long an outage is ridden out), got {outage_timeout}",
                 )
             )
-    issues += _trainer_rank_issues(cfg)
     betas = cfg.trainer.optim.betas
     if len(betas) != 2:
         issues.append(
@@ -263,32 +258,6 @@ def _trainer_input_issues(cfg: RftConfig) -> list[Issue]:
             )
         )
     return issues
-
-
-def _trainer_rank_issues(cfg: RftConfig) -> list[Issue]:
-    """trainer.world_size: one rank for the torch engine; on GPUs, one GPU per rank."""
-    trainer = cfg.trainer
-    ranks = trainer.world_size or 1
-    if ranks > 1 and trainer.engine_name == "torch":
-        return [
-            Issue(
-                "trainer.world_size",
-                f"{ranks} ranks, but the torch engine runs one; set trainer.trainer_type: fsdp2 "
-                "(or trainer_strategy: fsdp2) to shard over several",
-            )
-        ]
-    gpus = cfg.cluster.gpu_per_node
-    if gpus > 0 and ranks > max(1, trainer_gpus(cfg)):
-        rollout = cfg.explorer.rollout_model
-        return [
-            Issue(
-                "trainer.world_size",
-                f"{ranks} ranks need a GPU each, but cluster.gpu_per_node {gpus} leaves "
-                f"{trainer_gpus(cfg)} after rollout (engine_num {rollout.engine_num} x "
-                f"tensor_parallel_size {rollout.tensor_parallel_size})",
-            )
-        ]
-    return []
 
 
 def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
@@ -380,57 +349,4 @@ def value_notices(cfg: RftConfig) -> list[Notice]:
                 "beside a run",
             )
         )
-    notices += _launcher_notices(cfg)
     return notices
-
-
-def _launcher_notices(cfg: RftConfig) -> list[Notice]:
-    """What the configured launcher says about placing this config's processes."""
-    from rft.errors import ConfigError
-    from rft.supervisor.launchers import LAUNCHERS
-
-    try:
-        launcher = LAUNCHERS.get(cfg.cluster.launcher)
-    except ConfigError:
-        return []  # check_parts has said so
-    return launcher().notices(cfg)
-
-
-def _vllm_logprob_issues(cfg: RftConfig) -> list[Issue]:
-    """The vllm engine reports exact logprobs for a sampling setup only (rft.engines.vllm_engine:
-    the configured temperature picks its mode); refuse at load what would fail every step."""
-    rollout = cfg.explorer.rollout_model
-    if rollout.engine_type != "vllm":
-        return []
-    from rft.engines.rollout import SamplingParams
-    from rft.engines.vllm_engine import inexact_logprobs, logprobs_mode_for
-
-    model = cfg.model
-    issues = []
-    inputs = cfg.buffer.explorer_input
-    tasksets = [("buffer.explorer_input.taskset", inputs.taskset)] + [
-        (f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(inputs.eval_tasksets)
-    ]
-    train = inputs.taskset.rollout_args if inputs.taskset is not None else None
-    mode = logprobs_mode_for(train.temperature if train is not None else 1.0)
-    for path, taskset in tasksets:
-        if taskset is None:
-            continue
-        args = taskset.rollout_args
-        params = SamplingParams(
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=max(0, args.top_k),
-            repetition_penalty=model.repetition_penalty,
-            min_tokens=model.min_response_tokens,
-        )
-        why = inexact_logprobs(mode, params)
-        if why is not None:
-            issues.append(
-                Issue(
-                    f"{path}.rollout_args",
-                    f"engine_type vllm cannot report exact logprobs for {why}; use engine_type "
-                    "hf, or sample at temperature 1.0",
-                )
-            )
-    return issues

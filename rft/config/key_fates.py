@@ -12,46 +12,12 @@ that does not mention its key.
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass(frozen=True)
-class Fate:
-    """What one key does (`does`), where (`acts_in`), and the test that exercises it."""
-
-    does: str
-    acts_in: str
-    shown_by: str
-
-
-def key(
-    default: Any,
-    *,
-    does: str,
-    acts_in: str,
-    shown_by: str,
-    shown_default: str | None = None,
-) -> Any:
-    """A config field with a default, carrying its fate. `default` is a value or a `field(...)` /
-    `bounded(...)` (whose metadata is kept); `shown_default` describes a default computed at load
-    (an environment variable's), which the reference shows instead of this machine's value."""
-    meta = fate(does, acts_in, shown_by)
-    if shown_default is not None:
-        meta["shown_default"] = shown_default
-    if isinstance(default, dataclasses.Field):
-        default.metadata = types.MappingProxyType({**default.metadata, **meta})
-        return default
-    return field(default=default, metadata=meta)
-
-
-def fate(does: str, acts_in: str, shown_by: str) -> dict[str, Any]:
-    """Field metadata holding a key's fate; a required field declares it as
-    `field(metadata=fate(...))`, so type checkers still see it has no default."""
-    return {"fate": Fate(does, acts_in, shown_by)}
+from rft.config.fate import Fate
+from rft.config.schema import RftConfig
 
 
 def key_fates() -> dict[str, Fate]:
@@ -60,8 +26,6 @@ def key_fates() -> dict[str, Fate]:
 
 
 def _fated_fields() -> Iterator[tuple[str, str, Fate | None]]:
-    from rft.config.schema import RftConfig
-
     for name, path, f in _walk_fields(RftConfig, "", set()):
         yield name, path, f.metadata.get("fate")
 
@@ -74,8 +38,6 @@ def config_fields() -> Iterator[tuple[str, str]]:
 
 def config_sections() -> Iterator[tuple[str, type[Any]]]:
     """(an example dotted path, the dataclass) for every section, the top level first."""
-    from rft.config.schema import RftConfig
-
     yield "", RftConfig
     yield from _sections(RftConfig, "", set())
 
@@ -125,8 +87,6 @@ def implemented_keys() -> list[tuple[str, Fate]]:
 
 def ignored_keys() -> list[tuple[str, str]]:
     """(example key path, the warning's reason) for every key rft accepts without acting on."""
-    from rft.config.schema import RftConfig
-
     out: list[tuple[str, str]] = []
     _ignored(RftConfig, "", out, set())
     return out

@@ -1,8 +1,11 @@
-"""Loading a run config: YAML + OmegaConf interpolation + dotlist overrides -> checked RftConfig.
+"""Reading a run config: YAML + OmegaConf interpolation + dotlist overrides -> checked RftConfig.
 
-`load_config` is the one way a config enters rft. Problems raise ConfigValidationError naming the
-key path, the file and line (or the override), what was given and what was expected. Unknown keys
-and Trinity-RFT keys that rft ignores only warn (ConfigWarning), so carried-over YAML still loads.
+`read_config` binds the keys, fills derived defaults and applies the pure cross-key rules, then
+runs the `stages` its caller passes: the checks of the registered parts a config selects live
+above this layer (`rft.catalog.load_config`, the one way a config enters rft, passes them).
+Problems raise ConfigValidationError naming the key path, the file and line (or the override),
+what was given and what was expected. Unknown keys and Trinity-RFT keys that rft ignores only warn
+(ConfigWarning), so carried-over YAML still loads.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue
+from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue, Notice
 from rft.config.derived import check_consistency, fill_derived, value_notices
 from rft.config.key_locator import KeyLocator
-from rft.config.parts import check_parts, import_plugins
-from rft.config.run_length import check_run_length
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
 # Trinity-RFT keys that moved: the old place is read into the new one (the new one wins).
 MOVED_SECTIONS: dict[str, str] = {"algorithm.optimizer": "trainer.optim"}
+
+
+# A load stage after binding: (the config, the config file's folder) -> (issues, notices). Its
+# issues stop the load before the next stage runs; its notices are warned once all stages passed.
+LoadStage = Callable[[RftConfig, Path | None], tuple[list[Issue], list[Notice]]]
 
 
 class ConfigWarning(UserWarning):
@@ -78,20 +84,18 @@ class _Source:
         return [Problem(i.path, i.message, self.where(i.path)) for i in issues]
 
 
-def load_config(
+def read_config(
     path: str | Path,
     overrides: Sequence[str] = (),
     *,
+    stages: Sequence[LoadStage],
     before_parts: Callable[[RftConfig], None] | None = None,
-    trains_offline: bool = False,
 ) -> RftConfig:
     """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
 
     `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
-    `before_parts` sees the bound config before plugins and the registries' modules are imported
-    (they import torch): the place to act on settings read when a library starts (env_vars).
-    `trains_offline` (`rft train --from-topic`) leaves out the run-length rules: an offline
-    trainer reads an existing topic, so neither the taskset nor the staleness bound applies.
+    `before_parts` sees the bound config before the `stages` run (they import the registries'
+    modules, and those import torch): the place to act on settings read when a library starts.
     """
     file = Path(path)
     try:
@@ -109,34 +113,31 @@ def load_config(
     if not isinstance(base, DictConfig):
         raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
     source = _Source(str(file), text, overrides)
-    return _build(
-        base,
-        source,
-        overrides,
-        base_dir=file.parent,
-        before_parts=before_parts,
-        trains_offline=trains_offline,
-    )
+    return _build(base, source, overrides, stages, base_dir=file.parent, before_parts=before_parts)
 
 
-def config_from_dict(
-    data: Mapping[str, Any], overrides: Sequence[str] = (), source: str = "<dict>"
+def read_config_dict(
+    data: Mapping[str, Any],
+    overrides: Sequence[str] = (),
+    source: str = "<dict>",
+    *,
+    stages: Sequence[LoadStage],
 ) -> RftConfig:
-    """Like `load_config`, for a config already in memory (interpolations still resolve)."""
+    """Like `read_config`, for a config already in memory (interpolations still resolve)."""
     try:
         base = OmegaConf.create(dict(data))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: cannot be read as a config: {exc}") from exc
-    return _build(base, _Source(source, None, overrides), overrides)
+    return _build(base, _Source(source, None, overrides), overrides, stages)
 
 
 def _build(
     base: DictConfig,
     source: _Source,
     overrides: Sequence[str],
+    stages: Sequence[LoadStage],
     base_dir: Path | None = None,
     before_parts: Callable[[RftConfig], None] | None = None,
-    trains_offline: bool = False,
 ) -> RftConfig:
     merged = _apply_overrides(base, overrides)
     try:
@@ -157,7 +158,7 @@ def _build(
     binder = ConfigBinder()
     cfg = binder.bind(RftConfig, raw)
     for notice in binder.notices:
-        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
+        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=4)
     if binder.issues or cfg is MISSING_VALUE:
         raise ConfigValidationError(source.place(binder.issues))
     fill_derived(cfg)
@@ -166,15 +167,14 @@ def _build(
         raise ConfigValidationError(source.place(issues))
     if before_parts is not None:
         before_parts(cfg)
-    issues = import_plugins(cfg, base_dir)
-    issues += check_parts(cfg)
-    if issues:
-        raise ConfigValidationError(source.place(issues))
-    issues, length_notices = ([], []) if trains_offline else check_run_length(cfg)
-    if issues:
-        raise ConfigValidationError(source.place(issues))
-    for notice in value_notices(cfg) + length_notices:
-        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=3)
+    notices: list[Notice] = []
+    for stage in stages:
+        issues, said = stage(cfg, base_dir)
+        if issues:
+            raise ConfigValidationError(source.place(issues))
+        notices += said
+    for notice in value_notices(cfg) + notices:
+        warnings.warn(f"{source.where(notice.path)}: {notice.message}", ConfigWarning, stacklevel=4)
     return cfg
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rft.config.binding import Alias, type_name
-from rft.config.key_fates import Fate
+from rft.config.fate import Fate
 
 PAGE_PATH = "docs/configuration.md"
 

@@ -23,8 +23,8 @@ bound that drops the batches the steps need.
   group (each runs its own total_steps) the others may make up for drops: a warning. With no
   bound (fully_async or trainer_driven without η) nothing limits how stale batches get: a warning.
 
-`check_run_length` is the one place these rules reach up for the count (producers) and the bound
-(rft.synchronizer), lazily as rft.config.parts does; the rules themselves are pure.
+The rules here are pure; `rft.catalog.run_length` takes the count (producers) and the bound
+(rft.synchronizer) and applies them when a config loads.
 """
 
 from __future__ import annotations
@@ -154,36 +154,3 @@ def staleness_supply(cfg: RftConfig, bound: int | None) -> tuple[list[Issue], li
             f"{STALENESS_KEY} >= {bound}",
         )
     ], []
-
-
-def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
-    """Both rules for `cfg` (not for mode bench, which never trains)."""
-    if cfg.mode == "bench":
-        return [], []
-    from producers.task_selectors import is_online
-    from producers.taskset_reader import count_tasks
-    from rft.errors import ConfigError
-    from rft.synchronizer import build_sync_style
-
-    issues: list[Issue] = []
-    notices: list[Notice] = []
-    taskset = cfg.buffer.explorer_input.taskset
-    if (
-        taskset is not None
-        and counts_tasks(cfg)
-        and not is_online(taskset.task_selector.selector_type)
-    ):
-        rows = count_tasks(taskset)
-        if rows is not None:
-            found, said = task_supply(cfg, rows)
-            issues += found
-            notices += said
-    sync = cfg.synchronizer
-    try:
-        style = build_sync_style(
-            sync.sync_style, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness
-        )
-    except ConfigError:
-        return issues, notices  # check_parts names it
-    found, said = staleness_supply(cfg, style.staleness_bound)
-    return issues + found, notices + said

@@ -1,10 +1,10 @@
 """The typed run config: one dataclass per section, with Trinity-RFT key names and meanings.
 
 Values are checked once by the loader (types, bounds, allowed values, and every name that selects a
-registered part against its registry: `rft.config.parts`) and derived defaults are filled there; the
+registered part against its registry: `rft.catalog.parts`) and derived defaults are filled there; the
 rest of rft trusts these objects. Trinity-RFT keys that do not apply to rft are listed in each
 section's IGNORED_KEYS: a carried-over YAML loads, with a warning per such key saying what happens
-instead. Each field declares its fate with `key(...)` (`rft.config.key_fates`): what it does, the code that
+instead. Each field declares its fate with `key(...)` (`rft.config.fate`): what it does, the code that
 acts on it and the test that shows it; the reference page docs/configuration.md is generated from it.
 """
 
@@ -20,7 +20,7 @@ import yaml
 
 from rft.config.binding import Alias, bounded
 from rft.config.connections import StackSettings
-from rft.config.key_fates import fate, key
+from rft.config.fate import fate, key
 
 Mode = Literal["both", "explore", "train", "bench"]
 DType = Literal["float32", "bfloat16", "float16", "auto"]
@@ -42,7 +42,7 @@ _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
 # where keys are acted on (each field's `key(acts_in=...)`)
 _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
-_PARTS = "rft/config/parts.py"
+_PARTS = "rft/catalog/parts.py"
 _EXPLORER = "consumers/explorer.py"
 _EXPLORER_SYNC = "consumers/explorer_sync.py"
 _TRAINER = "consumers/trainer.py"
@@ -439,13 +439,13 @@ class TasksetConfig:
     split: str = key(
         "train",
         does="split read from a dataset folder",
-        acts_in="producers/hf_dataset_reader.py",
+        acts_in="rft/datasets/hf_dataset_reader.py",
         shown_by="tests/unit/test_taskset_readers.py",
     )
     subset_name: str | None = key(
         None,
         does="subset folder of a dataset repo",
-        acts_in="producers/hf_dataset_reader.py",
+        acts_in="rft/datasets/hf_dataset_reader.py",
         shown_by="tests/unit/test_taskset_readers.py",
     )
     format: FormatConfig = field(default_factory=FormatConfig)
@@ -764,19 +764,19 @@ class RolloutModelConfig:
     gpu_memory_utilization: float = key(
         bounded(0.9, gt=0, le=1),
         does="the vllm engine's share of GPU memory (weights, KV cache, graphs)",
-        acts_in=_PLAN,
+        acts_in="rft/engines/rollout.py",
         shown_by="tests/unit/test_vllm_engine.py",
     )
     enforce_eager: bool = key(
         False,
         does="vllm: no CUDA graphs; hf: no static-cache + torch.compile path on a GPU",
-        acts_in=_PLAN,
+        acts_in="rft/engines/rollout.py",
         shown_by="tests/unit/test_vllm_engine.py",
     )
     enable_prefix_caching: bool = key(
         True,
         does="vllm: KV blocks of shared prompt prefixes reused",
-        acts_in=_PLAN,
+        acts_in="rft/engines/rollout.py",
         shown_by="tests/unit/test_vllm_engine.py",
     )
     max_model_len: int | None = key(
@@ -784,6 +784,12 @@ class RolloutModelConfig:
         does="alias of model.max_model_len, the one bound for rollouts and training (a different value is refused at load); the vllm engine's bound",
         acts_in=_DERIVED,
         shown_by="tests/unit/test_vllm_engine.py",
+    )
+    engine_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="the engine's own settings: the keys its ROLLOUT_ENGINES entry reads (`args`); others are refused at load",
+        acts_in=_PARTS,
+        shown_by="tests/unit/test_config_parts.py",
     )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
@@ -1031,10 +1037,9 @@ class TrainerConfig:
 
     @property
     def engine_name(self) -> str:
-        """The TRAINER_ENGINES entry this section selects: `trainer_type`, except that the
-        sharding strategy fsdp2 turns the torch engine into the fsdp2 engine."""
-        if self.trainer_type == "torch" and self.trainer_strategy == "fsdp2":
-            return "fsdp2"
+        """The TRAINER_ENGINES entry this section selects. Once loaded, `trainer_type`: the load
+        (rft.catalog) hands it over to the engine its entry names for `trainer_strategy`
+        (`sharded_by`: the torch engine, sharded with fsdp2, is the fsdp2 engine)."""
         return self.trainer_type
 
 

@@ -23,7 +23,7 @@ from rft.engines.engine_ready import announce_ready
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.weights import export_state_dict, load_weights_into
 from rft.errors import ConfigError, EngineError
-from rft.registry import Registry
+from rft.registry import Registry, Requirement
 
 
 @dataclass(frozen=True)
@@ -449,22 +449,41 @@ def _stop_string_cut(
     return None
 
 
-@ROLLOUT_ENGINES.register("hf")
+VLLM_VERSION = "0.26.0"  # the release `engine_type: vllm` is written and measured against
+VLLM_INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
+
+# What each engine reads from `explorer.rollout_model` (plus the training taskset's temperature),
+# passed as RolloutEngineConfig.options with its `engine_args` (the keys listed as its `args`);
+# `tensor_parallel`: one engine spans tensor_parallel_size GPUs.
+HF_READS = ("enforce_eager",)
+VLLM_READS = (
+    "enforce_eager",
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "max_model_len",
+    "seed",
+    "temperature",
+)
+
+
+@ROLLOUT_ENGINES.register("hf", reads=HF_READS, tensor_parallel=False)
 def hf_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     """transformers generate on CPU or one GPU (config.model.device)."""
     return HFRolloutEngine.from_config(config)
 
 
-@ROLLOUT_ENGINES.register("vllm")
-def vllm_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
-    """vLLM on the explorer's GPUs (`rft.engines.vllm_engine`; vLLM imported only here)."""
-    from rft.engines.vllm_engine import VLLMRolloutEngine
-
-    return VLLMRolloutEngine.from_config(config)
-
-
-VLLM_VERSION = "0.26.0"  # the release `engine_type: vllm` is written and measured against
-VLLM_INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
-
-# Optional packages an engine needs, checked when the config loads: (import name, install command)
-ENGINE_PACKAGES: dict[str, tuple[str, str]] = {"vllm": ("vllm", VLLM_INSTALL_COMMAND)}
+ROLLOUT_ENGINES.lazy(
+    "vllm",
+    "rft.engines.vllm_engine:vllm_rollout_engine",
+    requires=[Requirement("vllm", VLLM_INSTALL_COMMAND)],
+    check="rft.engines.vllm_engine:exact_logprob_issues",
+    reads=VLLM_READS,
+    tensor_parallel=True,
+)
+ROLLOUT_ENGINES.lazy(
+    "replay",
+    "rft.engines.replay_engine:replay_rollout_engine",
+    check="rft.engines.replay_engine:recording_issues",
+    args=("path",),
+)

@@ -708,7 +708,8 @@ placement.devices[0] in the master dtype (float32 unless float64)."""
 TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
 
 
-@TRAINER_ENGINES.register("torch")
+# `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
+@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"})
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:
@@ -721,12 +722,6 @@ def torch_trainer_engine(
     return TorchTrainerEngine(model, config, tokenizer=tokenizer)
 
 
-@TRAINER_ENGINES.register("fsdp2")
-def fsdp2_trainer_engine(
-    model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
-) -> TrainerEngine:
-    """FSDP2 (torch fully_shard) over placement.world_size ranks: gloo on the CPU, NCCL on GPUs
-    (`rft.engines.fsdp_engine`)."""
-    from rft.engines.fsdp_engine import build_fsdp2_engine
-
-    return build_fsdp2_engine(model, tokenizer, config, placement)
+# `many_ranks`: the engine runs over trainer.world_size ranks (one GPU each on GPUs); an engine
+# without it runs one rank in the trainer's process.
+TRAINER_ENGINES.lazy("fsdp2", "rft.engines.fsdp_engine:build_fsdp2_engine", many_ranks=True)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rft.config.binding import Issue
 from rft.engines.models import ModelSpec, materialize_model_dir
 from rft.engines.rollout import (
     VLLM_INSTALL_COMMAND,
@@ -312,3 +313,42 @@ def _check_device(spec: ModelSpec, tensor_parallel_size: int) -> None:
             f"explorer.rollout_model.tensor_parallel_size {tensor_parallel_size}: only "
             f"{torch.cuda.device_count()} GPU(s) visible"
         )
+
+
+def vllm_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
+    """The `vllm` entry of ROLLOUT_ENGINES: vLLM on the explorer's GPUs."""
+    return VLLMRolloutEngine.from_config(config)
+
+
+def exact_logprob_issues(cfg: Any) -> list[Issue]:
+    """The `vllm` entry's load-time check: the engine reports exact logprobs for a sampling setup
+    only (the configured temperature picks its mode); refuse at load what would fail every step."""
+    model = cfg.model
+    issues = []
+    inputs = cfg.buffer.explorer_input
+    tasksets = [("buffer.explorer_input.taskset", inputs.taskset)] + [
+        (f"buffer.explorer_input.eval_tasksets[{i}]", t) for i, t in enumerate(inputs.eval_tasksets)
+    ]
+    train = inputs.taskset.rollout_args if inputs.taskset is not None else None
+    mode = logprobs_mode_for(train.temperature if train is not None else 1.0)
+    for path, taskset in tasksets:
+        if taskset is None:
+            continue
+        args = taskset.rollout_args
+        params = SamplingParams(
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=max(0, args.top_k),
+            repetition_penalty=model.repetition_penalty,
+            min_tokens=model.min_response_tokens,
+        )
+        why = inexact_logprobs(mode, params)
+        if why is not None:
+            issues.append(
+                Issue(
+                    f"{path}.rollout_args",
+                    f"engine_type vllm cannot report exact logprobs for {why}; use engine_type "
+                    "hf, or sample at temperature 1.0",
+                )
+            )
+    return issues

@@ -8,8 +8,6 @@ A backend (confluent-kafka, kafka-python, or a user's own) implements `TopicAdmi
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +16,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
-from rft.errors import BrokerUnavailableError, ConfigError, FencedError, TransportError
+from rft.errors import BrokerUnavailableError, FencedError, TransportError
 from rft.events.record_size import refuse_oversized
 from rft.registry import Registry
 from rft.stack.outage_window import kafka_outage_window as kafka_outage_window  # re-exported
@@ -448,30 +446,21 @@ KAFKA_BACKENDS: Registry[BackendFactory] = Registry("stack.kafka.client")
 
 # Built-in backends live in modules that import their client library; they load on first use so
 # that choosing one never requires the other to be installed.
-_BUILTIN_BACKEND_MODULES = {
-    "confluent": "rft.events.kafka_confluent",
-    "kafka-python": "rft.events.kafka_python",
-}
+KAFKA_BACKENDS.lazy("confluent", "rft.events.kafka_confluent:confluent_backend")
+KAFKA_BACKENDS.lazy("kafka-python", "rft.events.kafka_python:kafka_python_backend")
 
 
 def kafka_backend(settings: KafkaSettings) -> KafkaBackend:
     """The backend named by `settings.client`, bound to `settings`."""
-    module = _BUILTIN_BACKEND_MODULES.get(settings.client)
-    if module is not None and settings.client not in KAFKA_BACKENDS:
-        importlib.import_module(module)
     return KAFKA_BACKENDS.get(settings.client)(settings)
 
 
 def backend_names() -> list[str]:
-    return sorted(set(KAFKA_BACKENDS.names()) | set(_BUILTIN_BACKEND_MODULES))
+    return KAFKA_BACKENDS.names()
 
 
 def known_backend(name: str) -> str:
     """`name` when it selects a backend (built-in or registered), without importing its client;
     otherwise ConfigError naming the known ones and the closest match."""
-    known = backend_names()
-    if name in known:
-        return name
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown stack.kafka.client {name!r}{hint} (known: {', '.join(known)})")
+    KAFKA_BACKENDS.entry(name)
+    return name

@@ -11,12 +11,11 @@ from collections import Counter
 from typing import Any
 
 from rft.rewards.arithmetic_expression import ExpressionError, parse_expression
-from rft.rewards.registry import REWARD_FUNCTIONS, RewardInfo, RewardInputError, payload_field
+from rft.rewards.registry import RewardInfo, RewardInputError, payload_field
 
 _ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 
 
-@REWARD_FUNCTIONS.register("countdown_reward")
 def countdown_reward(
     response_text: str,
     task_payload: dict[str, Any],

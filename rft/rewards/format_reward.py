@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from rft.errors import ConfigError
-from rft.rewards.registry import REWARD_FUNCTIONS, RewardInfo
+from rft.rewards.registry import RewardInfo
 
 FORMAT_STYLES: dict[str, re.Pattern[str]] = {
     "boxed": re.compile(r"\\boxed\{[^{}]+\}"),
@@ -21,7 +21,6 @@ FORMAT_STYLES: dict[str, re.Pattern[str]] = {
 }
 
 
-@REWARD_FUNCTIONS.register("format_reward")
 def format_reward(
     response_text: str,
     task_payload: dict[str, Any],

@@ -11,12 +11,11 @@ import re
 from typing import Any
 
 from rft.rewards.number_parsing import answer_value, last_number
-from rft.rewards.registry import REWARD_FUNCTIONS, RewardInfo, RewardInputError, payload_field
+from rft.rewards.registry import RewardInfo, RewardInputError, payload_field
 
 _FINAL_ANSWER = re.compile(r"\\boxed\{([^{}]*)\}|answer\s*(?:is|:)\s*(.+)", re.IGNORECASE)
 
 
-@REWARD_FUNCTIONS.register("math_reward")
 def math_reward(
     response_text: str,
     task_payload: dict[str, Any],
@@ -45,7 +44,6 @@ def math_reward(
     return (correct_reward if correct else wrong_reward), info
 
 
-@REWARD_FUNCTIONS.register("accuracy_reward")
 def accuracy_reward(
     response_text: str,
     task_payload: dict[str, Any],

@@ -25,6 +25,11 @@ class RewardInputError(TasksetError):
 
 
 REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward_fn")
+# the built-in rewards, imported when first looked up
+REWARD_FUNCTIONS.lazy("math_reward", "rft.rewards.math_reward:math_reward")
+REWARD_FUNCTIONS.lazy("accuracy_reward", "rft.rewards.math_reward:accuracy_reward")
+REWARD_FUNCTIONS.lazy("countdown_reward", "rft.rewards.countdown_reward:countdown_reward")
+REWARD_FUNCTIONS.lazy("format_reward", "rft.rewards.format_reward:format_reward")
 
 
 def payload_field(task_payload: dict[str, Any], key: str, reward_name: str) -> Any:

@@ -1,6 +1,6 @@
 """Reached addresses: the service addresses this machine's rft processes have reached before.
 
-First contact (rft/stack/first_contact.py) must tell a config error from an outage without
+First contact (rft/contact/first_contact.py) must tell a config error from an outage without
 reaching the service: a typo'd or never-started address fails in seconds, while a process that
 a supervisor restarts in the middle of a broker or object-store outage must wait within the
 outage window like the processes that were already running. The difference is history: an

@@ -12,7 +12,6 @@ A launcher is a class registered with `@LAUNCHERS.register(name)`, built without
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from rft.config.binding import Issue, Notice
 from rft.config.derived import trainer_gpus
 from rft.config.schema import RftConfig
 from rft.engines.engine_ready import ENGINE_READY_FILE_ENV
+from rft.engines.rollout import ROLLOUT_ENGINES
 from rft.registry import Registry
 from rft.supervisor.failure import Failure
 from rft.supervisor.process_group import ProcessGroup
@@ -109,8 +109,8 @@ class LocalLauncher:
                 )
             )
         rollout = cfg.explorer.rollout_model
-        # vllm spreads one engine over tensor_parallel_size GPUs; hf computes on one device
-        tp_used = rollout.engine_type == "vllm"
+        # an engine with `tensor_parallel` spreads over tensor_parallel_size GPUs; others use one
+        tp_used = ROLLOUT_ENGINES.trait(rollout.engine_type, "tensor_parallel", False)
         if rollout.engine_num > 1 or (rollout.tensor_parallel_size > 1 and not tp_used):
             notices.append(
                 Notice(
@@ -179,69 +179,8 @@ def wait_for_engine(group: ProcessGroup, ready: Path, poll_s: float = 0.5) -> bo
     return True
 
 
-@LAUNCHERS.register("ray")
-class RayLauncher:
-    """The trainer ranks and one explorer per rollout engine as Ray actors (`ray_group`)."""
-
-    def check(self, cfg: RftConfig) -> list[Issue]:
-        from rft.supervisor.ray_placement import placement_issues
-
-        issues = []
-        if importlib.util.find_spec("ray") is None:
-            issues.append(
-                Issue(
-                    "cluster.launcher",
-                    f"'ray' needs the ray package: pip install '{RAY_REQUIREMENT}' "
-                    "(or the rft[ray] extra)",
-                )
-            )
-        if feeds_online(cfg):
-            issues.append(
-                Issue(
-                    "buffer.explorer_input.taskset.task_selector.selector_type",
-                    "an online selector's task feeder is started by the local launcher only; "
-                    "not yet under cluster.launcher: ray (run `rft feed` beside the run)",
-                )
-            )
-        return issues + placement_issues(cfg)
-
-    def notices(self, cfg: RftConfig) -> list[Notice]:
-        from rft.supervisor.ray_placement import plan_placement, trainer_world_size
-
-        notices = []
-        if cfg.mode != "both":
-            notices.append(
-                Notice(
-                    "cluster.launcher",
-                    f"mode {cfg.mode!r} runs in the `rft` process itself; the ray launcher "
-                    "places processes for mode both only",
-                )
-            )
-        placement = plan_placement(cfg)
-        if placement.idle_gpus > 0:
-            notices.append(
-                Notice(
-                    "cluster.gpu_per_node",
-                    f"{placement.idle_gpus} of the {placement.total_gpus} GPUs stay idle: the "
-                    f"rollout engines take {placement.rollout_gpus} and the trainer, "
-                    f"{trainer_world_size(cfg)} rank(s), {placement.trainer_gpus}",
-                )
-            )
-        if cfg.explorer.rollout_model.engine_num > 1:
-            notices.append(
-                Notice(
-                    "explorer.rollout_model.engine_num",
-                    f"{cfg.explorer.rollout_model.engine_num} explorer processes, one per engine, "
-                    "share the explorer group's tasks; each counts its own steps and stops when "
-                    "the tasks run out",
-                )
-            )
-        return notices
-
-    def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup:
-        from rft.supervisor.ray_group import RayGroup
-
-        return RayGroup.launch(cfg, command, log_dir)
+# Ray is imported only when chosen: its launcher, placement and actors live in their own modules.
+LAUNCHERS.lazy("ray", "rft.supervisor.ray_launcher:RayLauncher")
 
 
 def launcher_for(cfg: RftConfig) -> Launcher:

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from rft.events.models import Task
-from rft.workflows.registry import WORKFLOWS
 from rft.workflows.workflow import Workflow, format_object
 
 COUNTDOWN_SYSTEM_PROMPT = (
@@ -23,7 +22,6 @@ COUNTDOWN_QUESTION = (
 )
 
 
-@WORKFLOWS.register("countdown_workflow")
 class CountdownWorkflow(Workflow):
     """Countdown puzzles (numbers + target)."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rft.workflows.registry import WORKFLOWS
 from rft.workflows.workflow import Workflow
 
 MATH_SYSTEM_PROMPT = (
@@ -13,7 +12,6 @@ MATH_SYSTEM_PROMPT = (
 )
 
 
-@WORKFLOWS.register("math_workflow")
 class MathWorkflow(Workflow):
     """Math questions; the answer lives in the `response_key` column."""
 

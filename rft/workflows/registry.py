@@ -14,3 +14,7 @@ if TYPE_CHECKING:
     from rft.workflows.workflow import Workflow
 
 WORKFLOWS: Registry[type[Workflow]] = Registry("workflow")
+# the built-in workflows, imported when first looked up
+WORKFLOWS.lazy("math_workflow", "rft.workflows.math_workflow:MathWorkflow")
+WORKFLOWS.lazy("simple_workflow", "rft.workflows.simple_workflow:SimpleWorkflow")
+WORKFLOWS.lazy("countdown_workflow", "rft.workflows.countdown_workflow:CountdownWorkflow")

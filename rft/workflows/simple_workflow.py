@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from rft.workflows.registry import WORKFLOWS
 from rft.workflows.workflow import Workflow
 
 
-@WORKFLOWS.register("simple_workflow")
 class SimpleWorkflow(Workflow):
     """One user turn from `prompt_key` (plus the format's system prompt, if any)."""
 

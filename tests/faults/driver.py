@@ -33,7 +33,7 @@ import yaml
 from consumers.run_check import RunCheck, RunChecker
 from consumers.run_plan import RunPlan
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.errors import FENCED_EXIT_CODE
 from rft.events.models import now_ms

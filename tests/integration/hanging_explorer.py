@@ -24,7 +24,7 @@ from pathlib import Path
 
 from consumers.explorer import Explorer
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter

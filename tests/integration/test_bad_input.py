@@ -39,7 +39,7 @@ from producers.task_publisher import (
     publish_tasksets,
 )
 from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.config.schema import AuxiliaryBufferConfig
 from rft.engines.models import ModelSpec, build_byte_tokenizer

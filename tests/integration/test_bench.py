@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.engines.models import load_model
 from rft.events.models import Metric, Task

@@ -29,7 +29,7 @@ import yaml
 from consumers.run_plan import RunPlan
 from consumers.run_status import read_run_status
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import KafkaSettings, StackSettings
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import EventReader

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from rft.config.connections import KafkaSettings, StackSettings
+from rft.contact.first_contact import require_kafka, require_object_store
 from rft.errors import OutageError, UnreachableAddressError
-from rft.stack.first_contact import require_kafka, require_object_store
 from rft.stack.outage_window import forget_outages
 from rft.stack.reached_addresses import remember_reached
 from rft.storage import S3ObjectStore

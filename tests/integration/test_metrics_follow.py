@@ -18,7 +18,8 @@ from consumers.metric_follower import BackgroundMetricFollower
 from consumers.run_plan import RunPlan
 from consumers.trainer_loop import SHORT_EXIT_CODE
 from producers.metric_emitter import MetricEmitter
-from rft.config import RftConfig, load_config
+from rft.catalog import load_config
+from rft.config import RftConfig
 from rft.config.connections import StackSettings
 from rft.events.models import Metric
 from rft.events.topics import ensure_topics

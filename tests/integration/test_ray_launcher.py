@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, WeightVersion
 from tests.integration.test_rft_loop import STEPS, check_honest_versions, read_all, run_config

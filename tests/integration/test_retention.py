@@ -18,7 +18,7 @@ import yaml
 
 from consumers.run_plan import RunPlan
 from consumers.versions_in_use import versions_in_use
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience
 from rft.events.reader import EventReader

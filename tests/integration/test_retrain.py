@@ -24,7 +24,7 @@ import yaml
 
 from consumers.run_plan import RunPlan
 from consumers.topic_range import RangeReader
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, WeightVersion
 from rft.events.topics import TopicNames, ensure_topics

@@ -20,7 +20,8 @@ import yaml
 
 from consumers.run_plan import RunPlan
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import RftConfig, load_config
+from rft.catalog import load_config
+from rft.config import RftConfig
 from rft.config.connections import StackSettings
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import load_model

@@ -27,7 +27,7 @@ import yaml
 from consumers.run_check import RunChecker, read_topic
 from consumers.run_plan import RunPlan
 from rft.buffer.replay_buffer import ReplaySettings
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import (
     Experience,

@@ -21,7 +21,7 @@ from consumers.run_plan import RunPlan
 from consumers.run_status import format_status, newest_statuses, read_run_status
 from consumers.trainer_loop import SHORT_EXIT_CODE
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter

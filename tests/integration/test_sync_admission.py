@@ -22,7 +22,7 @@ import yaml
 from consumers.explorer import Explorer
 from consumers.run_plan import RunPlan
 from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.events.models import Experience, Metric, WeightVersion

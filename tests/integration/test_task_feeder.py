@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from consumers.run_plan import RunPlan
-from producers.task_feeder import TaskFeeder, parse_online_task_id
+from consumers.task_feeder import TaskFeeder, parse_online_task_id
 from producers.taskset_reader import load_taskset
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import EventReader

@@ -25,7 +25,7 @@ from producers.task_publisher import (
     load_run_tasksets,
     publish_atomically,
 )
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, Task
 from rft.events.reader import EventReader

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.events.models import Experience, Task, WeightVersion
 from rft.events.reader import Envelope, EventReader

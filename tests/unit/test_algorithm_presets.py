@@ -21,7 +21,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.presets import ALGORITHM_TYPES, resolve_algorithm
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError
 from rft.errors import ConfigError
 

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from consumers.bench import BenchReport, select_versions
+from rft.catalog import load_config
 from rft.cli.bench_cmd import parse_versions
-from rft.config import load_config
 from rft.errors import ConfigError
 
 

@@ -12,7 +12,8 @@ import pytest
 from consumers.run_plan import RunPlan
 from consumers.trainer import Trainer, trainer_engine_config
 from producers.taskset_reader import load_taskset
-from rft.config import ConfigValidationError, ConfigWarning, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError, ConfigWarning
 from rft.config.connections import KafkaSettings
 from rft.errors import RftError
 from rft.events.transport import kafka_backend

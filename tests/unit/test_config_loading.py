@@ -11,14 +11,8 @@ import yaml
 
 from consumers.experience_mirror import mirror_target
 from consumers.run_plan import RunPlan
-from rft.config import (
-    ConfigValidationError,
-    ConfigWarning,
-    RftConfig,
-    StackSettings,
-    config_from_dict,
-    load_config,
-)
+from rft.catalog import config_from_dict, load_config
+from rft.config import ConfigValidationError, ConfigWarning, RftConfig, StackSettings
 from tests.unit.config_samples import MINIMAL
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "arithmetic"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.config import ConfigValidationError, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError
 from rft.workflows import WORKFLOWS
 from tests.unit.config_samples import MINIMAL
 
@@ -165,3 +166,12 @@ def test_trinity_runner_num_sets_tasks_in_flight_per_engine(tmp_path: Path) -> N
 def test_betas_need_two_numbers(tmp_path: Path) -> None:
     with pytest.raises(ConfigValidationError, match="needs two numbers"):
         load_config(write(tmp_path, MINIMAL), ["trainer.optim.betas=0.9"])
+
+
+def test_engine_args_an_engine_does_not_read_are_refused_at_load(tmp_path: Path) -> None:
+    key = "explorer.rollout_model.engine_args"
+    with pytest.raises(ConfigValidationError) as err:
+        load_config(write(tmp_path, MINIMAL), [f"{key}.path=recorded.jsonl"])
+    message = str(err.value)
+    assert f"`{key}.path` is not read by engine 'hf' (it reads: nothing)" in message
+    assert f"override '{key}.path=recorded.jsonl'" in message

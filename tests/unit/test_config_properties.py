@@ -10,13 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rft.config import (
-    AlgorithmConfig,
-    ConfigValidationError,
-    ConfigWarning,
-    config_from_dict,
-    load_config,
-)
+from rft.catalog import config_from_dict, load_config
+from rft.config import AlgorithmConfig, ConfigValidationError, ConfigWarning
 from rft.config.key_locator import KeyLocator
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rft.config import ConfigValidationError, ConfigWarning, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError, ConfigWarning
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from consumers import experience_mirror as mirror_module
 from consumers.experience_mirror import ExperienceMirror, experience_mirror, mirror_target
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.errors import ConfigError
 from rft.events.codec import EventCodec
 from rft.events.models import Experience

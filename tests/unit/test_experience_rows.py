@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consumers.experience_export import experience_table
-from consumers.experience_rows import (
+from rft.errors import ReplayError
+from rft.events.models import Experience
+from rft.replay.experience_rows import (
     EXPERIENCE_COLUMNS,
     FIELD_KINDS,
     ExportRow,
@@ -26,8 +28,6 @@ from consumers.experience_rows import (
     to_json_object,
     to_sql_row,
 )
-from rft.errors import ReplayError
-from rft.events.models import Experience
 from tests.unit.event_strategies import experiences
 
 

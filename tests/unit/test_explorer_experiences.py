@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from consumers.explorer import Explorer
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import HFRolloutEngine, SamplingParams

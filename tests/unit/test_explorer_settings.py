@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from consumers.explorer import Explorer
-from rft.config import RftConfig, load_config
+from rft.catalog import load_config
+from rft.config import RftConfig
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 from tests.unit.test_workflows import CannedEngine

@@ -14,7 +14,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, build_sampler
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig, SamplingParams
 from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainBatch, TrainerPlacement
@@ -175,11 +175,11 @@ def test_trainer_engine_template(tmp_path: Path) -> None:
         response_ids=[[8, 9]],
         old_logprobs=[[0.0, 0.0]],
         action_mask=[[1, 1]],
-        advantages=[1.0],
+        advantages=torch.tensor([1.0]),
     )
 
     def loss_fn(logprob, entropy, tensors):  # type: ignore[no-untyped-def]
-        mask = tensors["action_mask"]
+        mask = tensors.action_mask
         return -(logprob * mask).sum() / mask.sum(), {}
 
     metrics = engine.train_step(batch, loss_fn)

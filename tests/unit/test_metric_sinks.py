@@ -21,7 +21,7 @@ from consumers.metric_sinks import (
     format_metric,
     sink_settings,
 )
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.errors import ConfigError, MetricSinkError
 from rft.events.models import Metric
 from tests.unit.config_samples import MINIMAL

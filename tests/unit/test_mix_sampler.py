@@ -18,7 +18,7 @@ from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext, open_expert_
 from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.sample_strategy import build_sampler
 from rft.buffer.sampler import SamplerCounters
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.schema import AuxiliaryBufferConfig, FormatConfig
 from rft.engines.models import build_byte_tokenizer
 from rft.errors import ConfigError, TasksetError

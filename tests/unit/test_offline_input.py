@@ -23,9 +23,10 @@ from consumers.offline_input import (
     without_staleness,
 )
 from consumers.topic_range import RangeBound
+from rft.catalog import load_config
 from rft.cli.main import build_parser
 from rft.cli.train_cmd import offline_source
-from rft.config import RftConfig, load_config
+from rft.config import RftConfig
 from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError
 from tests.unit.experience_log import experience

@@ -177,7 +177,7 @@ def test_backoff_grows_and_is_capped(attempt: int) -> None:
 
 
 def test_outage_timeout_is_loaded_and_must_be_positive(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from rft.config import load_config
+    from rft.catalog import load_config
     from rft.errors import ConfigError
     from tests.unit.config_samples import MINIMAL
 

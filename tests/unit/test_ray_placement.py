@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rft.config import ConfigValidationError, ConfigWarning, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError, ConfigWarning
 from rft.config.schema import (
     BufferConfig,
     ClusterConfig,
@@ -167,7 +168,7 @@ def test_ray_is_imported_only_to_launch(tmp_path: Path) -> None:
     (tmp_path / "run.yaml").write_text(MINIMAL)
     code = (
         "import sys\n"
-        "from rft.config import load_config\n"
+        "from rft.catalog import load_config\n"
         "from rft.supervisor.run_supervisor import RunSupervisor\n"
         f"load_config({str(tmp_path / 'run.yaml')!r}, ['cluster.launcher=ray'])\n"
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 
@@ -9,7 +15,10 @@ from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
 from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec
 from rft.errors import ConfigError
-from rft.registry import Registry
+from rft.registry import Registry, Requirement
+
+# the keywords difflib.get_close_matches takes, as argument_issues lists them
+ACCEPTED = ", ".join(sorted(inspect.signature(difflib.get_close_matches).parameters))
 
 
 def test_unknown_name_raises_config_error_with_suggestion_and_known_names() -> None:
@@ -106,3 +115,51 @@ def test_built_loss_runs_end_to_end() -> None:
     loss.backward()
     assert metrics["loss"] == pytest.approx(-1.0)
     assert lp.grad is not None
+
+
+def test_a_lazy_entry_is_imported_on_first_get_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "rft_lazy_part.py").write_text("def part():\n    return 'loaded'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg: Registry[Any] = Registry("thing")
+    reg.lazy("lazy", "rft_lazy_part:part", speed="fast")
+    assert "lazy" in reg and reg.trait("lazy", "speed") == "fast"
+    assert reg.trait("lazy", "colour", "none") == "none"
+    assert "rft_lazy_part" not in sys.modules  # declared, looked at, not imported
+    assert reg.get("lazy")() == "loaded"
+    assert "rft_lazy_part" in sys.modules
+    # the module registering the same object itself fills the entry instead of clashing
+    reg.register("lazy")(sys.modules["rft_lazy_part"].part)
+    with pytest.raises(ConfigError, match="already registered to rft_lazy_part:part"):
+        reg.lazy("lazy", "rft_lazy_part:other")
+
+
+def test_a_missing_package_is_named_with_its_install_command() -> None:
+    reg: Registry[Any] = Registry("explorer.rollout_model.engine_type")
+    need = Requirement("rft_no_such_package_x", "pip install rft-no-such-package-x")
+    reg.lazy("ghost", "rft_no_such_package_x.engine:Engine", requires=[need])
+    assert reg.entry("ghost").missing_packages() == [need]
+    with pytest.raises(ConfigError) as info:
+        reg.get("ghost")
+    assert str(info.value) == (
+        "explorer.rollout_model.engine_type 'ghost' needs the rft_no_such_package_x package, "
+        "which is not installed: pip install rft-no-such-package-x"
+    )
+
+
+def test_an_entry_checks_what_its_registry_hands_it() -> None:
+    reg: Registry[Any] = Registry("thing")
+
+    def positive(value: int) -> list[str]:
+        return [] if value > 0 else [f"must be > 0, got {value}"]
+
+    reg.add("checked", object(), check=positive)
+    reg.lazy("by_path", "difflib:get_close_matches", check="rft.registry:argument_issues")
+    assert reg.entry("checked").issues(-1) == ["must be > 0, got -1"]
+    assert reg.entry("checked").issues(3) == []
+    assert reg.entry("by_path").issues("x", reg.get("by_path"), ["cutoff", "colour"]) == [
+        ("x.colour", f"is not an argument of get_close_matches (accepts: {ACCEPTED})")
+    ]
+    with pytest.raises(ConfigError, match="did you mean 'checked'"):
+        reg.entry("chekced")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from consumers.run_plan import RunPlan
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError, ConfigWarning
 from tests.unit.config_samples import MINIMAL
 

@@ -12,7 +12,7 @@ import torch
 
 from consumers.run_plan import PLACED_DEVICE_ENV, RunPlan
 from consumers.trainer import master_dtype
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.engines.models import ModelSpec, load_model
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL

@@ -18,7 +18,8 @@ from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, build_sampler, sampler_choice
 from rft.buffer.sampler import SamplerCounters
 from rft.buffer.staleness import StalenessPolicy
-from rft.config import ConfigValidationError, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 from tests.unit.experience_log import GroupSpec, write_log

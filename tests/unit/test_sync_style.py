@@ -89,7 +89,7 @@ def test_only_fully_async_loads_between_rollouts() -> None:
 
 
 def test_eta_below_the_publishing_interval_is_refused_at_load(tmp_path) -> None:
-    from rft.config import load_config
+    from rft.catalog import load_config
     from rft.config.loader import ConfigValidationError
 
     path = tmp_path / "run.yaml"

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from producers.task_publisher import epoch_order, publish_tasksets
 from producers.task_selectors import ONLINE_TASK_SELECTORS, TASK_SELECTORS, selector_part
 from producers.taskset_reader import BadTasksetError, load_taskset
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError
 from rft.config.schema import FormatConfig, TaskSelectorConfig, TasksetConfig
 from rft.errors import ConfigError

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from producers.taskset_reader import BadTasksetError, load_taskset
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.config.schema import FormatConfig, TasksetConfig
 from rft.errors import ConfigError, TasksetError
 from rft.rewards import REWARD_FUNCTIONS

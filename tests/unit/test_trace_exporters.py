@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, SpanKind
 
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.errors import ConfigError
 from rft.tracing.file_exporter import read_span_records, span_record
 from rft.tracing.propagation import extract_trace_context, inject_trace_headers

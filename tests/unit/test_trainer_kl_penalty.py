@@ -12,7 +12,7 @@ import torch
 
 from consumers.trainer import Trainer
 from rft.algorithms.objective import Advantages
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import (

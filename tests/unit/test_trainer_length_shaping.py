@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from consumers.trainer import Trainer
-from rft.config import load_config
+from rft.catalog import load_config
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from tests.unit.config_samples import MINIMAL

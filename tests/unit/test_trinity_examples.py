@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from consumers.run_plan import RunPlan
-from rft.config import ConfigWarning, load_config
+from rft.catalog import load_config
+from rft.config import ConfigWarning
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trinity_async_gsm8k"
 

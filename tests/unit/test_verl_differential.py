@@ -30,7 +30,8 @@ from rft.algorithms.kl import KL_ESTIMATORS
 from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.algorithms.presets import resolve_algorithm
-from rft.config import ConfigValidationError, load_config
+from rft.catalog import load_config
+from rft.config import ConfigValidationError
 from rft.engines.logprobs import logprobs_and_entropy_from_logits
 from tests.unit.config_samples import MINIMAL
 

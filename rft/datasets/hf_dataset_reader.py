@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from producers.arrow_reader import read_arrow_ipc, read_parquet
-from producers.json_reader import read_json
-from producers.jsonl_reader import read_jsonl
-from producers.taskset_rows import BadRow, TasksetRow
+from rft.datasets.arrow_reader import read_arrow_ipc, read_parquet
+from rft.datasets.json_reader import read_json
+from rft.datasets.jsonl_reader import read_jsonl
+from rft.datasets.rows import BadRow, TasksetRow
 from rft.errors import TasksetError
 
 log = logging.getLogger(__name__)

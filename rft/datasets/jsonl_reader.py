@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from producers.taskset_rows import BadRow, TasksetRow
+from rft.datasets.rows import BadRow, TasksetRow
 from rft.errors import TasksetError
 
 

@@ -15,6 +15,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -277,3 +278,23 @@ def from_sql_row(row: Mapping[str, Any], where: str) -> Experience:
             except ValueError as exc:
                 raise ReplayError(f"{where}: column {name} is not JSON: {exc}") from exc
     return from_json_object(obj, where)
+
+
+def sql_url(destination: str) -> str:
+    """A SQLAlchemy URL as given, or a SQLite URL for a plain file path."""
+    return destination if "://" in destination else f"sqlite:///{Path(destination).expanduser()}"
+
+
+def jsonl_experiences(path: Path) -> Iterator[Experience]:
+    """The experiences of a JSONL export, in file order (blank lines skipped); a bad line is a
+    ReplayError naming `file:line`."""
+    with path.open(encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                obj = json.loads(line)
+            except ValueError as exc:
+                raise ReplayError(f"{where}: not JSON: {exc}") from exc
+            yield from_json_object(obj, where)

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from producers.taskset_rows import BadRow, NotJsonError, TasksetRow, json_payload
+from rft.datasets.rows import BadRow, NotJsonError, TasksetRow, json_payload
 from rft.errors import TasksetError
 
 if TYPE_CHECKING:

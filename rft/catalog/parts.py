@@ -1,11 +1,13 @@
 """Load-time checks of every config value that names a registered part, against its registry.
 
 A misspelt advantage fn, workflow or rollout engine must fail when the config loads, in the process
-the user started, with the registry's close-match hint, not minutes later in a child process. This
-module is the one place the config layer reaches up to the registries, and it imports them inside
-`check_parts` only: the registries' modules import torch and transformers, and `rft.config` must
-stay importable without them. Parts a user registers in a module listed under `plugins` are
-imported first (`import_plugins`), so they can be selected like built-in ones.
+the user started, with the registry's close-match hint, not minutes later in a child process. Each
+selected entry also says what it needs: its optional packages (with the install command) and its
+own checks of the config (`Entry.issues`), and, for trainer engines, whether they run over ranks
+(`many_ranks`: the default trainer.world_size and the rank rule follow from it). The registries'
+modules are imported inside `check_parts` only (they import torch and transformers). Parts a user
+registers in a module listed under `plugins` are imported first (`import_plugins`), so they can be
+selected like built-in ones.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from rft.config.binding import Issue, join
+from rft.config.binding import Issue, Notice
+from rft.config.derived import trainer_gpus
 from rft.config.schema import RftConfig, TasksetConfig
 from rft.errors import ConfigError
-from rft.registry import Registry, unknown_arguments
+from rft.registry import Entry, Registry, argument_issues
 
 PLUGINS_ENV = "RFT_PLUGINS"  # more plugin modules, separated by commas
 
@@ -111,26 +114,34 @@ class _Checker:
         """The part `name` selects in `registry`, or None with an Issue at `path`."""
         return self.look(path, lambda: registry.get(name, key=key))
 
-    def args(self, path: str, fn: Any, args: Mapping[str, Any], fixed: frozenset[str]) -> None:
-        """`args` must be keyword arguments that `fn` accepts (beyond its fixed parameters)."""
-        if fn is None or not args:
-            return
-        unknown, accepted = unknown_arguments(fn, args, fixed)
-        for name in unknown:
+    def entry(self, path: str, registry: Registry[Any], name: str, *checked: Any) -> Any:
+        """The entry `name` selects, with its missing packages and its own checks of `checked`
+        said (at `path` and at the keys its checks name); None with an Issue when unknown."""
+        entry: Entry[Any] | None = self.look(path, lambda: registry.entry(name))
+        if entry is None:
+            return None
+        for req in entry.missing_packages():
             self.issues.append(
                 Issue(
-                    join(path, name),
-                    f"is not an argument of {getattr(fn, '__name__', fn)} "
-                    f"(accepts: {', '.join(accepted) or 'nothing'})",
+                    path,
+                    f"{name!r} needs the {req.package} package, which is not installed: "
+                    f"{req.install}",
                 )
             )
+        self.issues += entry.issues(*checked)  # a check imports none of the entry's packages
+        return entry
+
+    def args(self, path: str, fn: Any, args: Mapping[str, Any], fixed: frozenset[str]) -> None:
+        """`args` must be keyword arguments that `fn` accepts (beyond its fixed parameters)."""
+        if fn is not None and args:
+            self.issues += [Issue(k, m) for k, m in argument_issues(path, fn, args, fixed)]
 
 
 def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
     from consumers.metric_sinks import SinkConfigError, check_sinks
-    from producers.generators import TASK_GENERATORS
     from producers.task_selectors import selector_part
+    from producers.taskset_reader import TASKSET_SOURCES
     from rft.algorithms.advantages import ADVANTAGE_FN
     from rft.algorithms.aggregation import LOSS_AGG_MODES
     from rft.algorithms.entropy import ENTROPY_LOSS_FN
@@ -140,7 +151,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.buffer.expert_source import EXPERT_SOURCES
     from rft.buffer.priority_fns import PRIORITY_FNS
     from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, sampler_choice
-    from rft.engines.rollout import ENGINE_PACKAGES, ROLLOUT_ENGINES
+    from rft.engines.rollout import ROLLOUT_ENGINES
     from rft.engines.trainer import LR_SCHEDULES, TRAINER_ENGINES
     from rft.events.transport import known_backend
     from rft.rewards import REWARD_FUNCTIONS
@@ -236,22 +247,25 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             taskset.task_selector.kwargs,
             frozenset({"num_rows", "epoch", "seed", "features"}),
         )
-        if taskset.storage_type == "generator":
-            generator = c.name(f"{path}.path", TASK_GENERATORS, taskset.path)
-            c.args(f"{path}.generator_args", generator, taskset.generator_args, frozenset())
+        c.entry(f"{path}.storage_type", TASKSET_SOURCES, taskset.storage_type, taskset, path)
 
     rollout = cfg.explorer.rollout_model
-    if c.name("explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type):
-        package = ENGINE_PACKAGES.get(rollout.engine_type)
-        if package is not None and importlib.util.find_spec(package[0]) is None:
-            c.issues.append(
-                Issue(
-                    "explorer.rollout_model.engine_type",
-                    f"engine {rollout.engine_type!r} needs the {package[0]} package, which is "
-                    f"not installed: {package[1]}",
+    engine = c.entry(
+        "explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg
+    )
+    if engine is not None:  # engine_args: the settings the engine's entry says it reads
+        reads = engine.trait("args", ())
+        for key in rollout.engine_args:
+            if key not in reads:
+                c.issues.append(
+                    Issue(
+                        f"explorer.rollout_model.engine_args.{key}",
+                        f"is not read by engine {rollout.engine_type!r} "
+                        f"(it reads: {', '.join(reads) or 'nothing'})",
+                    )
                 )
-            )
-    c.name("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name)
+    if c.entry("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name, cfg):
+        c.issues += trainer_rank_issues(cfg)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     sync = cfg.synchronizer
     if c.name("synchronizer.sync_style", SYNC_STYLES, sync.sync_style) is not None:
@@ -277,3 +291,68 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     if uri is not None:
         c.name("stack.object_store.uri", OBJECT_STORES, urlparse(uri).scheme)
     return c.issues
+
+
+def fill_parts(cfg: RftConfig) -> None:
+    """Values that follow from the entries a config selects, in place: the trainer engine that
+    runs the chosen one with Trinity's `trainer_strategy` (its entry's `sharded_by`), and
+    trainer.world_size: the GPUs left after rollout for an engine that runs over ranks (on
+    GPUs), else 1."""
+    from rft.engines.trainer import TRAINER_ENGINES
+
+    trainer = cfg.trainer
+    if trainer.trainer_strategy is not None and trainer.trainer_type in TRAINER_ENGINES:
+        sharded_by = TRAINER_ENGINES.trait(trainer.trainer_type, "sharded_by", {})
+        trainer.trainer_type = sharded_by.get(trainer.trainer_strategy, trainer.trainer_type)
+    if trainer.world_size is None and trainer.engine_name in TRAINER_ENGINES:
+        many = TRAINER_ENGINES.trait(trainer.engine_name, "many_ranks", False)
+        sharded = many and cfg.cluster.gpu_per_node > 0
+        trainer.world_size = max(1, trainer_gpus(cfg)) if sharded else 1
+
+
+def trainer_rank_issues(cfg: RftConfig) -> list[Issue]:
+    """trainer.world_size: one rank for an engine that does not run over ranks; on GPUs, one GPU
+    per rank."""
+    from rft.engines.trainer import TRAINER_ENGINES
+
+    trainer = cfg.trainer
+    ranks = trainer.world_size or 1
+    if ranks > 1 and not TRAINER_ENGINES.trait(trainer.engine_name, "many_ranks", False):
+        return [
+            Issue(
+                "trainer.world_size",
+                f"{ranks} ranks, but the {trainer.engine_name} engine runs one; set "
+                "trainer.trainer_type: fsdp2 (or trainer_strategy: fsdp2) to shard over several",
+            )
+        ]
+    gpus = cfg.cluster.gpu_per_node
+    if gpus > 0 and ranks > max(1, trainer_gpus(cfg)):
+        rollout = cfg.explorer.rollout_model
+        return [
+            Issue(
+                "trainer.world_size",
+                f"{ranks} ranks need a GPU each, but cluster.gpu_per_node {gpus} leaves "
+                f"{trainer_gpus(cfg)} after rollout (engine_num {rollout.engine_num} x "
+                f"tensor_parallel_size {rollout.tensor_parallel_size})",
+            )
+        ]
+    return []
+
+
+def launcher_notices(cfg: RftConfig) -> list[Notice]:
+    """What the configured launcher says about placing this config's processes."""
+    from rft.supervisor.launchers import LAUNCHERS
+
+    try:
+        launcher = LAUNCHERS.get(cfg.cluster.launcher)
+    except ConfigError:
+        return []  # check_parts has said so
+    return launcher().notices(cfg)
+
+
+def parts_stage(cfg: RftConfig, base_dir: Path | None) -> tuple[list[Issue], list[Notice]]:
+    """The load stage of the parts: plugins imported, entry defaults filled, entries checked."""
+    issues = import_plugins(cfg, base_dir)
+    fill_parts(cfg)
+    issues += check_parts(cfg)
+    return issues, ([] if issues else launcher_notices(cfg))

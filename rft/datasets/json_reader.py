@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
-from producers.jsonl_reader import read_jsonl
-from producers.taskset_rows import BadRow, NotJsonError, TasksetRow, json_payload
+from rft.datasets.jsonl_reader import read_jsonl
+from rft.datasets.rows import BadRow, NotJsonError, TasksetRow, json_payload
 from rft.errors import TasksetError
 
 _SPACE = " \t\r\n"  # the whitespace JSON allows between tokens

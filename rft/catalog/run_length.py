@@ -1,0 +1,52 @@
+"""The load stage of the run-length rules (rft.config.run_length): it counts the taskset's tasks
+(producers' readers and generators) and asks the sync style for its staleness bound.
+
+`check_run_length` imports them when it runs: their modules import torch, and
+`load_config(before_parts=...)` acts on settings that must precede that import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rft.config.binding import Issue, Notice
+from rft.config.run_length import counts_tasks, staleness_supply, task_supply
+from rft.config.schema import RftConfig
+from rft.errors import ConfigError
+
+
+def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
+    """Both rules for `cfg` (not for mode bench, which never trains)."""
+    if cfg.mode == "bench":
+        return [], []
+    from producers.task_selectors import is_online
+    from producers.taskset_reader import count_tasks
+    from rft.synchronizer import build_sync_style
+
+    issues: list[Issue] = []
+    notices: list[Notice] = []
+    taskset = cfg.buffer.explorer_input.taskset
+    if (
+        taskset is not None
+        and counts_tasks(cfg)
+        and not is_online(taskset.task_selector.selector_type)
+    ):
+        rows = count_tasks(taskset)
+        if rows is not None:
+            found, said = task_supply(cfg, rows)
+            issues += found
+            notices += said
+    sync = cfg.synchronizer
+    try:
+        style = build_sync_style(
+            sync.sync_style, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness
+        )
+    except ConfigError:
+        return issues, notices  # check_parts names it
+    found, said = staleness_supply(cfg, style.staleness_bound)
+    return issues + found, notices + said
+
+
+def run_length_stage(cfg: RftConfig, base_dir: Path | None) -> tuple[list[Issue], list[Notice]]:
+    """`check_run_length` as a load stage."""
+    return check_run_length(cfg)
