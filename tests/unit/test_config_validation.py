@@ -8,6 +8,7 @@ import pytest
 
 from rft.catalog import load_config
 from rft.config import ConfigValidationError, ConfigWarning
+from rft.engines.rollout import ROLLOUT_ENGINES
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 
@@ -225,7 +226,8 @@ def test_rollout_engines_without_an_implementation_are_refused_at_load(tmp_path:
     for engine in ("openai", "sglang"):
         err = error_for(tmp_path, MINIMAL, (f"explorer.rollout_model.engine_type={engine}",))
         assert "`explorer.rollout_model.engine_type`" in str(err)
-        assert "known: hf, vllm" in str(err)
+        assert f"known: {', '.join(ROLLOUT_ENGINES.names())}" in str(err)
+        assert engine not in ROLLOUT_ENGINES
 
 
 def test_rollout_max_tokens_may_not_exceed_max_response_tokens(tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rft.algorithms.objective import LossBatch
 from rft.engines.models import load_model
 from rft.engines.trainer import (
     LR_SCHEDULES,
@@ -46,11 +47,13 @@ def test_optimizer_follows_the_linear_schedule() -> None:
         response_ids=[[4, 5]],
         old_logprobs=[[0.0, 0.0]],
         action_mask=[[1, 1]],
-        advantages=[1.0],
+        advantages=torch.tensor([1.0]),
     )
 
-    def loss(logprob: torch.Tensor, entropy: torch.Tensor, t: dict) -> tuple[torch.Tensor, dict]:
-        return -(logprob * t["action_mask"]).sum() / t["action_mask"].sum(), {}
+    def loss(
+        logprob: torch.Tensor, entropy: torch.Tensor | None, t: LossBatch
+    ) -> tuple[torch.Tensor, dict]:
+        return -(logprob * t.action_mask).sum() / t.action_mask.sum(), {}
 
     lrs = [engine.train_step(batch, loss)["lr"] for _ in range(4)]
     assert lrs == pytest.approx([1.0, 0.75, 0.5, 0.25])
