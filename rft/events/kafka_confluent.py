@@ -270,57 +270,39 @@ class ConfluentTopicAdmin(CoreTopicAdmin):
                 f"failed after {timeout_s:g}s): {_error_text(exc)}"
             ) from exc
 
-    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-        if not specs:
-            return []
-        existing = set(self._metadata(timeout_s).topics)
-        wanted = [s for s in specs if s.name not in existing]
+    def _create_now(self, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
+        futures = self._admin.create_topics(
+            [
+                NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.configs))
+                for s in specs
+            ],
+            operation_timeout=timeout_s,
+            request_timeout=timeout_s,
+        )
         created: list[str] = []
-        if wanted:
-            futures = self._admin.create_topics(
-                [
-                    NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.configs))
-                    for s in wanted
-                ],
-                operation_timeout=timeout_s,
-                request_timeout=timeout_s,
-            )
-            for name, future in futures.items():
-                try:
-                    future.result(timeout=timeout_s)
-                    created.append(name)
-                except KafkaException as exc:
-                    if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                        continue  # another process created it between our check and request
-                    raise TransportError(
-                        f"cannot create topic {name!r} on {self._settings.bootstrap_servers}: "
-                        f"{_error_text(exc)}"
-                    ) from exc
-        self._wait_for_leaders([s.name for s in specs], timeout_s)
-        return sorted(created)
-
-    def _wait_for_leaders(self, names: Sequence[str], timeout_s: float) -> None:
-        # A created topic is usable only once every partition has a leader in the metadata.
-        deadline = time.monotonic() + timeout_s
-        pending = list(names)
-        while pending:
-            topics = self._metadata(timeout_s).topics
-            pending = [
-                n
-                for n in pending
-                if n not in topics
-                or topics[n].error is not None
-                or not topics[n].partitions
-                or any(p.leader < 0 for p in topics[n].partitions.values())
-            ]
-            if not pending:
-                return
-            if time.monotonic() > deadline:
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout_s)
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue  # another process created it between our check and request
                 raise TransportError(
-                    f"topics {pending} have no leader after {timeout_s:g}s on "
-                    f"{self._settings.bootstrap_servers}"
-                )
-            time.sleep(0.1)
+                    f"cannot create topic {name!r} on {self._settings.bootstrap_servers}: "
+                    f"{_error_text(exc)}"
+                ) from exc
+        return created
+
+    def _leaderless(self, names: Sequence[str], timeout_s: float) -> list[str]:
+        topics = self._metadata(timeout_s).topics
+        return [
+            n
+            for n in names
+            if n not in topics
+            or topics[n].error is not None
+            or not topics[n].partitions
+            or any(p.leader < 0 for p in topics[n].partitions.values())
+        ]
 
     def list_topics(self, timeout_s: float = 10.0) -> list[str]:
         return sorted(t for t in self._metadata(timeout_s).topics if not t.startswith("__"))

@@ -33,6 +33,7 @@ from rft.events.transport import (
     StuckCallError,
     TopicAdmin,
     TopicPartitionOffset,
+    TopicSpec,
     TransactionError,
     bounded_call,
     fenced_message,
@@ -132,10 +133,19 @@ def _seek_text(spec: SeekSpec) -> str:
 
 
 class CoreTopicAdmin(_Translating, TopicAdmin):
-    """The admin parts that read the same for every client: offset lookups and their answers."""
+    """The admin parts that read the same for every client: topic creation and its wait for
+    leaders, offset lookups and their answers."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
+
+    @abstractmethod
+    def _create_now(self, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
+        """Create the topics; the names created (one that exists already is skipped)."""
+
+    @abstractmethod
+    def _leaderless(self, names: Sequence[str], timeout_s: float) -> list[str]:
+        """Those of `names` the metadata does not show yet with a leader for every partition."""
 
     @abstractmethod
     def _partitions(self, topics: Sequence[str], timeout_s: float) -> list[Partition]:
@@ -154,6 +164,30 @@ class CoreTopicAdmin(_Translating, TopicAdmin):
             raise TransportError(
                 f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
             )
+
+    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
+        if not specs:
+            return []
+        existing = set(self.list_topics(timeout_s))
+        wanted = [s for s in specs if s.name not in existing]
+        created = self._create_now(wanted, timeout_s) if wanted else []
+        self._wait_for_leaders([s.name for s in specs], timeout_s)
+        return sorted(created)
+
+    def _wait_for_leaders(self, names: Sequence[str], timeout_s: float) -> None:
+        # A created topic is usable only once every partition has a leader in the metadata,
+        # which lags behind the broker's answer to the create request.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pending = self._leaderless(names, timeout_s)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"topics {pending} have no leader after {timeout_s:g}s on "
+                    f"{self._settings.bootstrap_servers}"
+                )
+            time.sleep(0.1)
 
     def partition_bounds(
         self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False

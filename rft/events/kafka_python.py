@@ -188,13 +188,9 @@ class KafkaPythonTopicAdmin(CoreTopicAdmin):
                 ) from exc
         return self._client
 
-    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-        if not specs:
-            return []
-        existing = set(self.list_topics(timeout_s))
-        wanted = [s for s in specs if s.name not in existing]
+    def _create_now(self, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
         created: list[str] = []
-        for spec in wanted:
+        for spec in specs:
             try:
                 self._admin(timeout_s).create_topics(
                     {
@@ -214,15 +210,21 @@ class KafkaPythonTopicAdmin(CoreTopicAdmin):
                     f"cannot create topic {spec.name!r} on {self._settings.bootstrap_servers}: "
                     f"{exc!r}"
                 ) from exc
+        return created
+
+    def _leaderless(self, names: Sequence[str], timeout_s: float) -> list[str]:
         try:
-            self._admin(timeout_s).wait_for_topics(
-                [s.name for s in specs], timeout_ms=int(timeout_s * 1000)
-            )
-        except KafkaError as exc:
-            raise TransportError(
-                f"topics {[s.name for s in specs]} not ready after {timeout_s:g}s: {exc!r}"
-            ) from exc
-        return sorted(created)
+            described = {t["name"]: t for t in self._admin(timeout_s).describe_topics(list(names))}
+        except KafkaError:
+            return list(names)  # metadata not answered yet: none is known to be ready
+        return [
+            n
+            for n in names
+            if n not in described
+            or described[n].get("error_code")
+            or not described[n]["partitions"]
+            or any(p.get("error_code") or p["leader_id"] < 0 for p in described[n]["partitions"])
+        ]
 
     def list_topics(self, timeout_s: float = 10.0) -> list[str]:
         try:
