@@ -1,8 +1,10 @@
 """The confluent-kafka (librdkafka) backend of the event plane: the only module importing it.
 
-Wraps AdminClient, Producer and Consumer behind `rft.events.transport`'s interfaces. Clients are
-created on first use; every client error leaves this module as TransportError with the broker,
-topic and partition it concerns.
+Owns librdkafka's client calls, its settings and defaults, and how its errors read (which codes
+mean fenced, unavailable, settling): AdminClient, Producer and Consumer under the policy that
+`rft.events.kafka_core` writes once for every backend (seeks, rejoin, transactions, outage
+window, close and flush). Every client error leaves as TransportError with the broker, topic and
+partition it concerns.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The kafka-python backend of the event plane: the only module importing `kafka`.
 
-Wraps KafkaAdminClient, KafkaProducer and KafkaConsumer behind `rft.events.transport`'s
-interfaces. Config keys arrive Java-style (`linger.ms`) and are mapped to kafka-python's names
-(`linger_ms`); a key no kafka-python client knows is a ConfigError naming it.
+Owns kafka-python's client calls, its settings and defaults, and how its errors read:
+KafkaAdminClient, KafkaProducer and KafkaConsumer under the policy that `rft.events.kafka_core`
+writes once for every backend. Config keys arrive Java-style (`linger.ms`) and are mapped to
+kafka-python's names (`linger_ms`); a key no kafka-python client knows is a ConfigError naming it.
 """
 
 from __future__ import annotations
