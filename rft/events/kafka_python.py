@@ -1,15 +1,15 @@
 """The kafka-python backend of the event plane: the only module importing `kafka`.
 
-Wraps KafkaAdminClient, KafkaProducer and KafkaConsumer behind `rft.events.transport`'s
-interfaces. Config keys arrive Java-style (`linger.ms`) and are mapped to kafka-python's names
-(`linger_ms`); a key no kafka-python client knows is a ConfigError naming it.
+Owns kafka-python's client calls, its settings and defaults, and how its errors read:
+KafkaAdminClient, KafkaProducer and KafkaConsumer under the policy that `rft.events.kafka_core`
+writes once for every backend. Config keys arrive Java-style (`linger.ms`) and are mapped to
+kafka-python's names (`linger_ms`); a key no kafka-python client knows is a ConfigError naming it.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -30,32 +30,32 @@ from kafka.errors import ProducerFencedError as ProducerFencedError_
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
 from rft.config.connections import KafkaSettings
-from rft.errors import BrokerUnavailableError, ConfigError, TransportError
+from rft.errors import ConfigError, TransportError
+from rft.events.kafka_core import (
+    ClientErrors,
+    CoreBackend,
+    CoreRecordConsumer,
+    CoreRecordProducer,
+    CoreTopicAdmin,
+    OffsetQuery,
+    Partition,
+    SeekSpec,
+    group_config,
+    undelivered_expiry_ms,
+)
 from rft.events.transport import (
-    DEFAULT_UNREACHABLE_TIMEOUT_S,
     KAFKA_BACKENDS,
-    ConsumerFencedError,
     GroupDescription,
     GroupMember,
     Headers,
     KafkaBackend,
-    PartitionBounds,
     PartitionInfo,
-    ProducerFencedError,
     Record,
-    RecordConsumer,
-    RecordProducer,
-    StuckCallError,
-    TopicAdmin,
     TopicInfo,
     TopicPartitionOffset,
     TopicSpec,
-    TransactionError,
-    bounded_call,
     commit_metadata_text,
-    fenced_message,
     group_state_name,
-    kafka_outage_window,
 )
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,28 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "max.partition.fetch.bytes": 16 * 1024 * 1024,
     "reconnect.backoff.max.ms": 5000,
 }
+
+
+class _KafkaPythonErrors(ClientErrors):
+    types = (KafkaError,)
+
+    def unavailable(self, exc: BaseException) -> bool:
+        return isinstance(exc, KafkaTimeoutError)
+
+    def producer_fenced(self, exc: BaseException) -> bool:
+        return isinstance(exc, (ProducerFencedError_, InvalidProducerEpochError))
+
+    def consumer_fenced(self, exc: BaseException) -> bool:
+        return isinstance(exc, FencedInstanceIdError)
+
+    def requires_abort(self, exc: BaseException) -> bool:
+        return not isinstance(exc, KafkaTimeoutError)
+
+    def retriable(self, exc: BaseException) -> bool:
+        return isinstance(exc, KafkaTimeoutError)
+
+
+ERRORS = _KafkaPythonErrors()
 
 _KNOWN_KEYS = (
     set(KafkaProducer.DEFAULT_CONFIG)
@@ -143,9 +165,11 @@ def _assignors(value: Any) -> tuple[Any, ...]:
     return tuple(_ASSIGNORS[n] for n in names)
 
 
-class KafkaPythonTopicAdmin(TopicAdmin):
+class KafkaPythonTopicAdmin(CoreTopicAdmin):
+    errors = ERRORS
+
     def __init__(self, settings: KafkaSettings) -> None:
-        self._settings = settings
+        super().__init__(settings)
         self._client: KafkaAdminClient | None = None
 
     def _admin(self, timeout_s: float) -> KafkaAdminClient:
@@ -165,13 +189,9 @@ class KafkaPythonTopicAdmin(TopicAdmin):
                 ) from exc
         return self._client
 
-    def create_topics(self, specs: Sequence[TopicSpec], timeout_s: float = 30.0) -> list[str]:
-        if not specs:
-            return []
-        existing = set(self.list_topics(timeout_s))
-        wanted = [s for s in specs if s.name not in existing]
+    def _create_now(self, specs: Sequence[TopicSpec], timeout_s: float) -> list[str]:
         created: list[str] = []
-        for spec in wanted:
+        for spec in specs:
             try:
                 self._admin(timeout_s).create_topics(
                     {
@@ -191,15 +211,21 @@ class KafkaPythonTopicAdmin(TopicAdmin):
                     f"cannot create topic {spec.name!r} on {self._settings.bootstrap_servers}: "
                     f"{exc!r}"
                 ) from exc
+        return created
+
+    def _leaderless(self, names: Sequence[str], timeout_s: float) -> list[str]:
         try:
-            self._admin(timeout_s).wait_for_topics(
-                [s.name for s in specs], timeout_ms=int(timeout_s * 1000)
-            )
-        except KafkaError as exc:
-            raise TransportError(
-                f"topics {[s.name for s in specs]} not ready after {timeout_s:g}s: {exc!r}"
-            ) from exc
-        return sorted(created)
+            described = {t["name"]: t for t in self._admin(timeout_s).describe_topics(list(names))}
+        except KafkaError:
+            return list(names)  # metadata not answered yet: none is known to be ready
+        return [
+            n
+            for n in names
+            if n not in described
+            or described[n].get("error_code")
+            or not described[n]["partitions"]
+            or any(p.get("error_code") or p["leader_id"] < 0 for p in described[n]["partitions"])
+        ]
 
     def list_topics(self, timeout_s: float = 10.0) -> list[str]:
         try:
@@ -217,11 +243,9 @@ class KafkaPythonTopicAdmin(TopicAdmin):
             )
         except KafkaError as exc:
             raise TransportError(f"cannot describe topics {list(names)}: {exc!r}") from exc
-        missing = [n for n in names if n not in described or described[n].get("error_code")]
-        if missing:
-            raise TransportError(
-                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
-            )
+        self._refuse_missing(
+            [n for n in names if n not in described or described[n].get("error_code")]
+        )
         topic_configs = _topic_configs(configs)
         out = []
         for n in names:
@@ -253,56 +277,31 @@ class KafkaPythonTopicAdmin(TopicAdmin):
         except KafkaError as exc:
             raise TransportError(f"cannot delete topics {list(names)}: {exc!r}") from exc
 
-    def _partitions(self, topics: Sequence[str], timeout_s: float) -> list[TopicPartition]:
-        try:
+    def _partitions(self, topics: Sequence[str], timeout_s: float) -> list[Partition]:
+        with self._calling(f"cannot describe topics {list(topics)}"):
             described = {t["name"]: t for t in self._admin(timeout_s).describe_topics(list(topics))}
-        except KafkaError as exc:
-            raise TransportError(f"cannot describe topics {list(topics)}: {exc!r}") from exc
-        missing = [t for t in topics if t not in described or described[t].get("error_code")]
-        if missing:
-            raise TransportError(
-                f"no such topic(s) on {self._settings.bootstrap_servers}: {', '.join(missing)}"
-            )
+        self._refuse_missing(
+            [t for t in topics if t not in described or described[t].get("error_code")]
+        )
         return [
-            TopicPartition(t, p)
+            (t, p)
             for t in topics
             for p in sorted(q["partition_index"] for q in described[t]["partitions"])
         ]
 
     def _list_offsets(
-        self, specs: Mapping[TopicPartition, Any], timeout_s: float, committed: bool = False
-    ) -> dict[tuple[str, int], int]:
-        if not specs:
+        self, queries: Mapping[Partition, OffsetQuery], timeout_s: float, committed: bool = False
+    ) -> dict[Partition, int]:
+        if not queries:
             return {}
+        specs = {TopicPartition(t, p): _offset_spec(q) for (t, p), q in queries.items()}
         level = "read_committed" if committed else "read_uncommitted"
-        try:
+        where = ", ".join(f"{t}[{p}]" for t, p in queries)
+        with self._calling(f"cannot list offsets of {where}"):
             found = self._admin(timeout_s).list_partition_offsets(
-                dict(specs), isolation_level=level, timeout_ms=int(timeout_s * 1000)
+                specs, isolation_level=level, timeout_ms=int(timeout_s * 1000)
             )
-        except KafkaError as exc:
-            where = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in specs)
-            raise TransportError(f"cannot list offsets of {where}: {exc!r}") from exc
         return {(tp.topic, tp.partition): found[tp].offset for tp in specs}
-
-    def partition_bounds(
-        self, topics: Sequence[str], timeout_s: float = 10.0, committed: bool = False
-    ) -> list[PartitionBounds]:
-        tps = self._partitions(topics, timeout_s)
-        low = self._list_offsets({tp: OffsetSpec.EARLIEST for tp in tps}, timeout_s)
-        high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s, committed)
-        return [
-            PartitionBounds(tp.topic, tp.partition, low[key], high[key])
-            for tp in tps
-            for key in [(tp.topic, tp.partition)]
-        ]
-
-    def offsets_for_timestamp(
-        self, topics: Sequence[str], timestamp_ms: int, timeout_s: float = 10.0
-    ) -> dict[tuple[str, int], int]:
-        tps = self._partitions(topics, timeout_s)
-        found = self._list_offsets({tp: int(timestamp_ms) for tp in tps}, timeout_s)
-        high = self._list_offsets({tp: OffsetSpec.LATEST for tp in tps}, timeout_s)
-        return {key: offset if offset >= 0 else high[key] for key, offset in found.items()}
 
     def list_groups(self, timeout_s: float = 10.0) -> list[str]:
         try:
@@ -363,6 +362,14 @@ class KafkaPythonTopicAdmin(TopicAdmin):
             client.close()
 
 
+def _offset_spec(query: OffsetQuery) -> Any:
+    if query == "earliest":
+        return OffsetSpec.EARLIEST
+    if query == "latest":
+        return OffsetSpec.LATEST
+    return int(query)
+
+
 def _assigned(assignment: Any) -> tuple[tuple[str, int], ...]:
     """(topic, partition) pairs of a decoded member assignment; () when it could not be decoded."""
     if not isinstance(assignment, Mapping):
@@ -386,54 +393,36 @@ def _topic_configs(described: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     }
 
 
-class KafkaPythonRecordProducer(RecordProducer):
+class KafkaPythonRecordProducer(CoreRecordProducer[KafkaProducer]):
+    errors = ERRORS
+    # kafka-python's transactional sender can fail to find its coordinator for minutes after a
+    # broker restart (see CoreRecordProducer._give_up_if_stalled)
+    transactional_stall_s = TRANSACTIONAL_STALL_S
+
     def __init__(
         self,
         settings: KafkaSettings,
         transactional_id: str | None,
         config: Mapping[str, Any] | None,
     ) -> None:
-        self._settings = settings
-        self._transactional_id = transactional_id
+        super().__init__(settings, transactional_id)
         self._config = _client_config(
             KafkaProducer.DEFAULT_CONFIG, settings, PRODUCER_DEFAULTS, config
         )
         if transactional_id is not None:
             self._config["transactional_id"] = transactional_id
         if "delivery.timeout.ms" not in {**settings.extra, **(config or {})}:
-            # Queued records must outlive an outage the window rides out (kafka-python expires
-            # them after 120 s by default: a trainer lost a metric, and another its announcement,
-            # and exited, after a 12 s outage it took kafka-python two minutes to recover from)
-            self._config["delivery_timeout_ms"] = int((settings.outage_timeout + 60) * 1000)
-        self._client: KafkaProducer | None = None
-        self._initialised = False
-        self._failures: list[str] = []
+            self._config["delivery_timeout_ms"] = undelivered_expiry_ms(settings)
         self._fenced: str | None = None  # a delivery refused because a newer producer took over
-        self._stuck = False  # a call blocked past its bound: the client is replaced at abort
-        self._undelivered_since: float | None = None  # first of consecutive timed-out flushes
 
-    @property
-    def _producer(self) -> KafkaProducer:
-        if self._client is None:
-            try:
-                self._client = KafkaProducer(**self._config)
-            except KafkaError as exc:
-                raise TransportError(
-                    f"cannot create Kafka producer for {self._settings.bootstrap_servers}: {exc!r}"
-                ) from exc
-        return self._client
+    def _open(self) -> KafkaProducer:
+        return KafkaProducer(**self._config)
 
-    def _raise_failures(self) -> None:
-        if self._fenced is not None:
-            raise ProducerFencedError(
-                fenced_message(
-                    self._transactional_id, self._settings.bootstrap_servers, self._fenced
-                )
-            )
-        if self._failures:
-            first, count = self._failures[0], len(self._failures)
-            self._failures = []
-            raise TransportError(f"{first} ({count} record(s) failed)")
+    def _fence_detail(self) -> str | None:
+        return self._fenced
+
+    def _forget_fatal(self) -> None:
+        self._fenced = None
 
     @property
     def max_record_bytes(self) -> int:
@@ -444,162 +433,68 @@ class KafkaPythonRecordProducer(RecordProducer):
     def record_limit_setting(self) -> str:
         return "max.request.size"
 
-    def produce(
+    def _send_now(
         self,
+        client: KafkaProducer,
         topic: str,
         value: bytes,
-        key: bytes | None = None,
-        headers: Headers | None = None,
-        partition: int | None = None,
+        key: bytes | None,
+        headers: Headers | None,
+        partition: int | None,
     ) -> None:
-        self.check_size(topic, value, key, headers)
-        producer = self._producer
-        self._raise_failures()
-        try:
-            future = producer.send(
-                topic, value=value, key=key, headers=headers or None, partition=partition
-            )
-        except KafkaError as exc:
-            raise TransportError(
-                f"cannot produce to {topic}[{partition if partition is not None else 'any'}]: "
-                f"{exc!r}"
-            ) from exc
+        future = client.send(
+            topic, value=value, key=key, headers=headers or None, partition=partition
+        )
 
         def failed(exc: BaseException) -> None:
             if isinstance(exc, TransactionAbortedError):
                 return  # records of an aborted transaction are discarded on purpose
             if isinstance(exc, (ProducerFencedError_, InvalidProducerEpochError)):
                 self._fenced = f"delivery to {topic}: {exc!r}"
-            where = f"{topic}[{partition if partition is not None else 'any'}]"
-            self._failures.append(f"delivery to {where} failed: {exc!r}")
+            self._delivery_failed(topic, partition, repr(exc))
 
         future.add_errback(failed)
 
-    def flush(self, timeout_s: float = 30.0) -> None:
-        if self._client is None:
-            return
+    def _flush_now(self, client: KafkaProducer, timeout_s: float) -> str | None:
         try:
-            self._client.flush(timeout=timeout_s)
-        except KafkaError as exc:
-            timed_out = isinstance(exc, KafkaTimeoutError)
-            now = time.monotonic()
-            if timed_out and self._transactional_id is not None:
-                self._undelivered_since = self._undelivered_since or now
-                if now - self._undelivered_since > TRANSACTIONAL_STALL_S:
-                    # After a broker restart kafka-python's transactional sender can go on
-                    # failing to find its coordinator long after the broker is back (seen for
-                    # 300 s after a 12 s outage): the producer is given up, its transaction
-                    # aborted, and the caller's step done again on a new one.
-                    self._undelivered_since, self._stuck = None, True
-                    raise StuckCallError(
-                        f"transactional producer {self._transactional_id!r} delivered nothing "
-                        f"to {self._settings.bootstrap_servers} for {TRANSACTIONAL_STALL_S:g}s"
-                    ) from exc
-            # a flush that timed out leaves the records queued: the call may be repeated
-            error = BrokerUnavailableError if timed_out else TransportError
-            raise error(
-                f"records not acknowledged by {self._settings.bootstrap_servers} within "
-                f"{timeout_s:g}s: {exc!r}"
-            ) from exc
-        self._undelivered_since = None
-        self._raise_failures()
+            client.flush(timeout=timeout_s)
+        except KafkaTimeoutError:
+            return "records"  # still queued: the call may be repeated
+        return None
 
-    def _transactional(self, step: str, action: Callable[[KafkaProducer], None]) -> None:
-        if self._transactional_id is None:
-            raise TransportError(f"{step} needs a producer opened with a transactional_id")
-        if self._fenced is not None:  # no step of a fenced producer can succeed
-            self._raise_failures()
-        producer = self._producer
-        try:
-            if not self._initialised:
-                producer.init_transactions()
-                self._initialised = True
-            action(producer)
-        except (ProducerFencedError_, InvalidProducerEpochError) as exc:
-            raise ProducerFencedError(
-                fenced_message(
-                    self._transactional_id,
-                    self._settings.bootstrap_servers,
-                    f"transaction {step}: {exc!r}",
-                )
-            ) from exc
-        except KafkaError as exc:
-            raise TransactionError(
-                f"transaction {step} failed for transactional_id {self._transactional_id!r} on "
-                f"{self._settings.bootstrap_servers}: {exc!r}",
-                requires_abort=not getattr(exc, "fatal", False)
-                and not isinstance(exc, KafkaTimeoutError),
-                retriable=isinstance(exc, KafkaTimeoutError),
-            ) from exc
-        self._raise_failures()
+    def _init_now(self, client: KafkaProducer) -> None:
+        client.init_transactions()
 
-    def begin_transaction(self) -> None:
-        self._transactional("begin", lambda p: p.begin_transaction())
+    def _begin_now(self, client: KafkaProducer) -> None:
+        client.begin_transaction()
 
-    def send_offsets_to_transaction(
-        self, offsets: Sequence[TopicPartitionOffset], group_metadata: Any, timeout_s: float = 30.0
+    def _send_offsets_now(
+        self,
+        client: KafkaProducer,
+        offsets: Sequence[TopicPartitionOffset],
+        group_metadata: Any,
+        timeout_s: float,
     ) -> None:
         mapping = {
             TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
             for o in offsets
         }
-        # kafka-python waits for this call without a timeout, and retries a group that is
-        # rebalancing forever: after an outage the group waits for this very process to rejoin,
-        # which it cannot while blocked here. A producer stuck in it is given up (abort).
+        client.send_offsets_to_transaction(mapping, group_metadata)
+
+    def _commit_now(self, client: KafkaProducer, timeout_s: float) -> None:
+        client.commit_transaction()
+
+    def _abort_now(self, client: KafkaProducer, timeout_s: float) -> None:
+        client.abort_transaction()
+
+    def _discard(self, client: KafkaProducer, stuck: bool) -> None:
         try:
-            bounded_call(
-                f"transaction send_offsets for transactional_id {self._transactional_id!r} on "
-                f"{self._settings.bootstrap_servers}",
-                lambda: self._transactional(
-                    "send_offsets", lambda p: p.send_offsets_to_transaction(mapping, group_metadata)
-                ),
-                timeout_s,
-            )
-        except StuckCallError:
-            self._stuck = True
-            raise
+            client.close(timeout=0)  # a fenced or stuck client flushes nothing
+        except KafkaError as exc:
+            log.warning("closing the given-up producer %r: %r", self._transactional_id, exc)
 
-    def commit_transaction(self, timeout_s: float = 30.0) -> None:
-        self._transactional("commit", lambda p: p.commit_transaction())
-
-    def reclaim(self) -> None:
-        client, self._client = self._client, None
-        self._initialised, self._stuck, self._fenced, self._failures = False, False, None, []
-        if client is not None:
-            try:
-                client.close(timeout=0)  # a fenced client flushes nothing
-            except KafkaError as exc:
-                log.warning("closing the fenced producer %r: %r", self._transactional_id, exc)
-
-    def abort_transaction(self, timeout_s: float = 30.0) -> None:
-        self._failures = []  # records of an aborted transaction are discarded on purpose
-        if not self._stuck:
-            self._transactional("abort", lambda p: p.abort_transaction())
-            return
-        # A producer stuck in a call takes no more calls. A new producer with the same
-        # transactional_id fences it when it initialises, and the broker aborts the transaction
-        # it left open: the abort this call promises.
-        log.warning(
-            "transactional producer %r is unusable (stuck in a call); replacing it: its open "
-            "transaction is aborted when the new one initialises",
-            self._transactional_id,
-        )
-        client, self._client = self._client, None
-        self._initialised, self._stuck = False, False
-        if client is not None:
-            try:
-                client.close(timeout=0)
-            except KafkaError as exc:
-                log.warning("closing the stuck producer %r: %r", self._transactional_id, exc)
-
-    def close(self) -> None:
-        if self._client is not None:
-            try:
-                if self._fenced is None and not self._stuck:  # an unusable client flushes nothing
-                    self.flush()
-            finally:
-                client, self._client = self._client, None
-                client.close(timeout=5)
+    def _close_client(self, client: KafkaProducer) -> None:
+        client.close(timeout=5)
 
 
 class _SeekOnAssign(ConsumerRebalanceListener):
@@ -607,19 +502,20 @@ class _SeekOnAssign(ConsumerRebalanceListener):
         self._owner = owner
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self._owner._revoked |= {(tp.topic, tp.partition) for tp in revoked}
+        self._owner._revoked_now((tp.topic, tp.partition) for tp in revoked)
 
     def on_partitions_lost(self, lost: Any) -> None:
-        self._owner._revoked |= {(tp.topic, tp.partition) for tp in lost}
+        self._owner._revoked_now((tp.topic, tp.partition) for tp in lost)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self._owner._apply_pending(list(assigned))
+        specs = self._owner._assigned_now((tp.topic, tp.partition) for tp in assigned)
+        if specs:
+            self._owner._seek_assigned(specs)
 
 
-_SeekSpec = tuple[str, int]  # ("offset", n) | ("beginning", 0) | ("timestamp", ms)
+class KafkaPythonRecordConsumer(CoreRecordConsumer[KafkaConsumer]):
+    errors = ERRORS
 
-
-class KafkaPythonRecordConsumer(RecordConsumer):
     def __init__(
         self,
         settings: KafkaSettings,
@@ -629,98 +525,50 @@ class KafkaPythonRecordConsumer(RecordConsumer):
         config: Mapping[str, Any] | None,
         unreachable_timeout_s: float | None,
     ) -> None:
-        self._settings = settings
-        self._topics = list(topics)
-        self._group_id = group_id
+        super().__init__(settings, group_id, topics, unreachable_timeout_s)
         self._config = _client_config(
             KafkaConsumer.DEFAULT_CONFIG,
             settings,
-            {
-                **CONSUMER_DEFAULTS,
-                "group.id": group_id,
-                "auto.offset.reset": "earliest" if from_beginning else "latest",
-            },
+            {**CONSUMER_DEFAULTS, **group_config(group_id, from_beginning)},
             config,
         )
-        self._window = kafka_outage_window(settings, unreachable_timeout_s)
         # the constructor blocks until bootstrapped: bound it like any other silence
         self._config.setdefault("bootstrap_timeout_ms", int(self._window.timeout_s * 1000))
-        self._client: KafkaConsumer | None = None
-        self._pending_seeks: dict[tuple[str, int], _SeekSpec] = {}
-        self._pending_all: _SeekSpec | None = None
-        self._revoked: set[tuple[str, int]] = set()
 
-    @property
-    def _consumer(self) -> KafkaConsumer:
-        if self._client is None:
-            try:
-                client = KafkaConsumer(**self._config)
-                client.subscribe(self._topics, listener=_SeekOnAssign(self))
-            except KafkaError as exc:
-                raise TransportError(
-                    f"cannot subscribe to {self._topics} on {self._settings.bootstrap_servers}: "
-                    f"{exc!r}"
-                ) from exc
-            self._client = client
-        return self._client
+    def _open(self) -> KafkaConsumer:
+        client = KafkaConsumer(**self._config)
+        client.subscribe(self._topics, listener=_SeekOnAssign(self))
+        return client
 
-    def _apply_pending(self, assigned: list[TopicPartition]) -> None:
-        spec_all, self._pending_all = self._pending_all, None
-        specs = {}
-        for tp in assigned:
-            spec = self._pending_seeks.pop((tp.topic, tp.partition), None) or spec_all
-            if spec is not None:
-                specs[tp] = spec
-        self._seek_partitions(specs)
+    def _seek_now(self, client: KafkaConsumer, specs: Mapping[tuple[str, int], SeekSpec]) -> None:
+        tps = {TopicPartition(t, p): spec for (t, p), spec in specs.items()}
+        by_time = {tp: v for tp, (kind, v) in tps.items() if kind == "timestamp"}
+        found = client.offsets_for_times(by_time, timeout_ms=10_000) if by_time else {}
+        for tp, (kind, value) in tps.items():
+            if kind == "offset":
+                client.seek(tp, value)
+            elif kind == "beginning":
+                client.seek_to_beginning(tp)
+            elif found.get(tp) is not None:
+                client.seek(tp, found[tp].offset)
+            else:
+                client.seek_to_end(tp)
 
-    def _seek_partitions(self, specs: Mapping[TopicPartition, _SeekSpec]) -> None:
-        consumer = self._consumer
-        try:
-            by_time = {tp: v for tp, (kind, v) in specs.items() if kind == "timestamp"}
-            found = consumer.offsets_for_times(by_time, timeout_ms=10_000) if by_time else {}
-            for tp, (kind, value) in specs.items():
-                if kind == "offset":
-                    consumer.seek(tp, value)
-                elif kind == "beginning":
-                    consumer.seek_to_beginning(tp)
-                elif found.get(tp) is not None:
-                    consumer.seek(tp, found[tp].offset)
-                else:
-                    consumer.seek_to_end(tp)
-        except KafkaError as exc:
-            where = ", ".join(f"{tp.topic}[{tp.partition}]" for tp in specs)
-            raise TransportError(f"seek of {where} failed: {exc!r}") from exc
+    def _outage_suspected(self) -> bool:
+        return True  # the probe reads the client's own connection state: cheap on every poll
 
-    def _reachable(self) -> bool:
-        client = self._consumer._client  # noqa: SLF001 (connection state has no public API)
-        if client.bootstrap_connected():
-            return True
-        return any(client.connected(b.node_id) for b in client.cluster.brokers())
+    def _unreachable(self, client: KafkaConsumer) -> str | None:
+        state = client._client  # noqa: SLF001 (connection state has no public API)
+        if state.bootstrap_connected():
+            return None
+        if any(state.connected(b.node_id) for b in state.cluster.brokers()):
+            return None
+        return "no broker connection"
 
-    def _check_reachable(self) -> None:
-        if self._reachable():
-            self._window.succeeded()
-            return
-        self._window.failed("no broker connection")  # OutageError once past the window
+    def _fetch_now(self, client: KafkaConsumer, max_records: int, timeout_s: float) -> Any:
+        return client.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
 
-    def poll(self, max_records: int, timeout_s: float) -> list[Record]:
-        consumer = self._consumer
-        try:
-            batches = consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
-        except FencedInstanceIdError as exc:
-            raise ConsumerFencedError(
-                f"fenced: another process joined consumer group {self._group_id!r} "
-                f"with this one's group.instance.id and took over; this one commits nothing "
-                f"more ({exc!r})"
-            ) from exc
-        except KafkaError as exc:
-            raise TransportError(
-                f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: {exc!r}"
-            ) from exc
-        if not batches:
-            self._check_reachable()
-            return []
-        self._window.succeeded()
+    def _records(self, fetched: Any) -> list[Record]:
         return [
             Record(
                 topic=r.topic,
@@ -731,136 +579,54 @@ class KafkaPythonRecordConsumer(RecordConsumer):
                 headers=list(r.headers or []),
                 timestamp_ms=r.timestamp,
             )
-            for records in batches.values()
+            for records in fetched.values()
             for r in records
         ]
 
-    def commit(self, offsets: Sequence[TopicPartitionOffset]) -> None:
-        if not offsets:
-            return
-        mapping = {
-            TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
-            for o in offsets
-        }
-        try:
-            self._consumer.commit(offsets=mapping)
-        except KafkaError as exc:
-            where = ", ".join(f"{o.topic}[{o.partition}]@{o.offset}" for o in offsets)
-            raise TransportError(f"commit of {where} failed: {exc!r}") from exc
-
-    def committed(self, timeout_s: float = 10.0) -> list[TopicPartitionOffset]:
-        consumer = self._consumer
-        out = []
-        try:
-            for topic in self._topics:
-                for p in sorted(consumer.partitions_for_topic(topic) or ()):
-                    found = consumer.committed(
-                        TopicPartition(topic, p), metadata=True, timeout_ms=int(timeout_s * 1000)
-                    )
-                    if found is not None and found.offset >= 0:
-                        text = commit_metadata_text(found.metadata)
-                        out.append(TopicPartitionOffset(topic, p, found.offset, text))
-        except KafkaError as exc:
-            raise TransportError(
-                f"reading committed offsets of {self._topics} failed: {exc!r}"
-            ) from exc
-        return out
-
-    def group_metadata(self) -> Any:
-        return self._consumer.group_metadata()
-
-    def assignment(self) -> list[tuple[str, int]]:
-        return sorted((tp.topic, tp.partition) for tp in self._consumer.assignment())
-
-    def seek(self, topic: str, partition: int, offset: int) -> None:
-        if (topic, partition) in self.assignment():
-            self._seek_partitions({TopicPartition(topic, partition): ("offset", offset)})
-        else:
-            self._pending_seeks[(topic, partition)] = ("offset", offset)
-
-    def _seek_all(self, spec: _SeekSpec) -> None:
-        assigned = self._consumer.assignment()
-        if assigned:
-            self._seek_partitions({tp: spec for tp in assigned})
-        else:
-            self._pending_all = spec
-
-    def seek_to_beginning(self, partitions: Sequence[tuple[str, int]] | None = None) -> None:
-        if partitions is None:
-            self._seek_all(("beginning", 0))
-            return
-        held = set(self.assignment())
-        for topic, partition in partitions:
-            if (topic, partition) in held:
-                self._seek_partitions({TopicPartition(topic, partition): ("beginning", 0)})
-            else:
-                self._pending_seeks[(topic, partition)] = ("beginning", 0)
-
-    def seek_to_timestamp(self, timestamp_ms: int) -> None:
-        self._seek_all(("timestamp", timestamp_ms))
-
-    def take_revoked(self) -> set[tuple[str, int]]:
-        revoked, self._revoked = self._revoked, set()
-        return revoked
-
-    def rejoin(self) -> None:
-        if self._client is not None:
-            self._revoked |= set(self.assignment())
-        self.close()
-        self._pending_seeks.clear()
-        self._pending_all = None
-
-    def positions(self) -> dict[tuple[str, int], int]:
-        consumer = self._consumer
-        out = {}
-        try:
-            for tp in consumer.assignment():
-                offset = consumer.position(tp, timeout_ms=10_000)
-                if offset is not None and offset >= 0:
-                    out[(tp.topic, tp.partition)] = offset
-        except KafkaError as exc:
-            raise TransportError(f"cannot read positions in {self._topics}: {exc!r}") from exc
-        return out
-
-    def close(self) -> None:
-        if self._client is not None:
-            client, self._client = self._client, None
-            try:
-                client.close(autocommit=False, timeout_ms=5000)
-            except KafkaError as exc:
-                log.warning("closing Kafka consumer of %s: %r", self._topics, exc)
-
-
-class KafkaPythonBackend(KafkaBackend):
-    """kafka-python clients for one cluster."""
-
-    def admin(self) -> TopicAdmin:
-        return KafkaPythonTopicAdmin(self.settings)
-
-    def producer(
-        self, transactional_id: str | None = None, config: Mapping[str, Any] | None = None
-    ) -> RecordProducer:
-        return KafkaPythonRecordProducer(self.settings, transactional_id, config)
-
-    def consumer(
-        self,
-        group_id: str,
-        topics: Sequence[str],
-        from_beginning: bool = True,
-        config: Mapping[str, Any] | None = None,
-        unreachable_timeout_s: float | None = DEFAULT_UNREACHABLE_TIMEOUT_S,
-        prefetch_bytes: int | None = None,
-    ) -> RecordConsumer:
-        if prefetch_bytes is not None:
-            # kafka-python holds what one fetch returned: bound that fetch
-            config = {
-                "fetch.max.bytes": max(prefetch_bytes, 1 << 20),
-                "max.partition.fetch.bytes": max(prefetch_bytes // 4, 1 << 20),
-                **(config or {}),
+    def _commit_now(self, client: KafkaConsumer, offsets: Sequence[TopicPartitionOffset]) -> None:
+        client.commit(
+            offsets={
+                TopicPartition(o.topic, o.partition): OffsetAndMetadata(o.offset, o.metadata, -1)
+                for o in offsets
             }
-        return KafkaPythonRecordConsumer(
-            self.settings, group_id, topics, from_beginning, config, unreachable_timeout_s
         )
+
+    def _committed_now(self, client: KafkaConsumer, timeout_s: float) -> list[TopicPartitionOffset]:
+        out = []
+        for topic in self._topics:
+            for p in sorted(client.partitions_for_topic(topic) or ()):
+                found = client.committed(
+                    TopicPartition(topic, p), metadata=True, timeout_ms=int(timeout_s * 1000)
+                )
+                if found is not None and found.offset >= 0:
+                    text = commit_metadata_text(found.metadata)
+                    out.append(TopicPartitionOffset(topic, p, found.offset, text))
+        return out
+
+    def _group_metadata_now(self, client: KafkaConsumer) -> Any:
+        return client.group_metadata()
+
+    def _assignment_now(self, client: KafkaConsumer) -> list[tuple[str, int]]:
+        return [(tp.topic, tp.partition) for tp in client.assignment()]
+
+    def _positions_now(self, client: KafkaConsumer) -> dict[tuple[str, int], int]:
+        out = {}
+        for tp in client.assignment():
+            offset = client.position(tp, timeout_ms=10_000)
+            if offset is not None and offset >= 0:
+                out[(tp.topic, tp.partition)] = offset
+        return out
+
+    def _close_client(self, client: KafkaConsumer) -> None:
+        client.close(autocommit=False, timeout_ms=5000)
+
+
+class KafkaPythonBackend(CoreBackend):
+    """kafka-python clients for one cluster (prefetch: it holds what one fetch returned)."""
+
+    admin_type = KafkaPythonTopicAdmin
+    producer_type = KafkaPythonRecordProducer
+    consumer_type = KafkaPythonRecordConsumer
 
 
 @KAFKA_BACKENDS.register("kafka-python")

@@ -3,7 +3,8 @@
 A backend (confluent-kafka, kafka-python, or a user's own) implements `TopicAdmin`,
 `RecordProducer` and `RecordConsumer` over raw bytes; the typed layer (`EventWriter`,
 `EventReader`) is written once against these. `kafka_backend(settings)` picks the backend named by
-`KafkaSettings.client` through `KAFKA_BACKENDS`; built-in backends are imported on first use.
+`KafkaSettings.client` through `KAFKA_BACKENDS`; built-in backends are imported on first use, and
+share their policy through `rft.events.kafka_core`.
 """
 
 from __future__ import annotations
