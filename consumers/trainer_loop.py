@@ -433,11 +433,11 @@ class TrainerLoop:
             self.claims.hold(self.clients.writer)
 
     def recovered_from_fence(self, exc: FencedError) -> bool:
-        """After a fence in a publish: True when it was the broker's own (no other process
+        """After a fence in a publish or a step's metrics: True when it was the broker's own (no other process
         claimed the run since) and the producer was replaced; False for a takeover."""
         if self.claims is None or self.claims.taken_over():
             return False
-        log.warning("publish of v%d: %s", self.step, exc)
+        log.warning("trainer at step %d: %s", self.step, exc)
         self.claims.reclaim(self.clients.writer)
         return True
 
@@ -497,10 +497,7 @@ class TrainerLoop:
         fault_point("trainer.after_step")
         values |= batch_metrics(batch, self.previous_counters)
         values["wait_time_s"] = wait_s
-        # in a transaction of its own: a fenced trainer learns it here, at the next step
-        self.clients.writer.begin()
-        self.clients.metrics.emit(self.step, values)
-        self.clients.writer.commit()
+        self.emit_step_metrics(values)
         self.commit_for_monitoring()
         self.summary.experiences += len(batch.rows)
         for row in batch.rows:
@@ -513,6 +510,28 @@ class TrainerLoop:
         self.summary.step_seconds.append(values["step_time_s"])
         self.previous_counters = batch.counters
         self.wait_started = time.monotonic()
+
+    def emit_step_metrics(self, values: dict[str, float]) -> None:
+        """The step's metrics, in a transaction of its own: a fenced trainer learns it here, at the
+        next step. Kafka failing it in an outage (a stalled producer given up, a transaction the
+        broker aborted) aborts it and writes it again, for as long as the outage window allows,
+        as `publish` does: a step's metrics are not worth the trainer's life."""
+        writer = self.clients.writer
+        while True:
+            try:
+                writer.begin()
+                self.clients.metrics.emit(self.step, values)
+                writer.commit()
+                return
+            except FencedError as exc:
+                if not self.recovered_from_fence(exc):
+                    raise
+            except TransportError as exc:
+                self.abort_transaction(exc, "the step's metrics")
+                if writer.window is None:
+                    raise
+                writer.window.failed(f"step {self.step}'s metrics: {exc}")
+                log.warning("step %d's metrics failed (%s): written again", self.step, exc)
 
     def settle(self) -> None:
         """Tell the ledger what the sampler let go."""
@@ -546,7 +565,7 @@ class TrainerLoop:
                 again = True
             except TransportError as exc:
                 again = True
-                self.abort_announcement(exc)
+                self.abort_transaction(exc, "the announcement")
                 window = self.clients.writer.window
                 if window is None:
                     raise
@@ -622,7 +641,7 @@ class TrainerLoop:
                     )
                 fault_point("trainer.before_announce")  # the manifest exists, not yet announced
             except BaseException as exc:
-                self.abort_announcement(exc)
+                self.abort_transaction(exc, "the announcement")
                 raise
             self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
 
@@ -687,15 +706,15 @@ class TrainerLoop:
             writer.send(self.clients.weights_topic, event, key=b"weights")
         writer.flush()
 
-    def abort_announcement(self, cause: BaseException) -> None:
-        """Abort a staged announcement after a failed publish; a fenced producer cannot (and
-        need not: its transaction is void)."""
+    def abort_transaction(self, cause: BaseException, what: str) -> None:
+        """Abort the writer's open transaction after `cause`; a fenced producer cannot (and need
+        not: its transaction is void)."""
         if not self.clients.writer.in_transaction or isinstance(cause, FencedError):
             return
         try:
             self.clients.writer.abort()
         except TransportError as exc:
-            log.warning("could not abort the announcement's transaction: %s", exc)
+            log.warning("could not abort the transaction of %s: %s", what, exc)
 
     def announce_resumed(self, announced: Collection[int]) -> None:
         """Announce the version a restart resumed from if it is not among `announced` (the
