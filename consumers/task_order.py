@@ -36,6 +36,7 @@ from contextlib import ExitStack
 
 from rft.config.connections import KafkaSettings
 from rft.config.stream_start import StreamStart
+from rft.errors import TransportError
 from rft.events.models import Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import TopicAdmin, kafka_backend
@@ -154,22 +155,13 @@ class PartitionEnds:
         positions = reader.positions()
         for tp in positions:
             self._starts.pop(tp, None)  # read from since: the position is the truth
-        with ExitStack() as stack:
-            admin: TopicAdmin | None = None
-
-            def open_admin() -> TopicAdmin:
-                nonlocal admin
-                if admin is None:
-                    admin = stack.enter_context(kafka_backend(self._kafka).admin())
-                return admin
-
-            if fresh or not partitions <= self._ends.keys():
-                topics = sorted({t for t, _ in partitions})
-                for b in open_admin().partition_bounds(topics, committed=True):
-                    self._ends[(b.topic, b.partition)] = b.high
-            unknown = partitions - positions.keys() - self._starts.keys()
-            if unknown:
-                self._starts |= self._start_offsets(open_admin(), unknown)
+        try:
+            self._learn_bounds(partitions, positions.keys(), fresh)
+        except TransportError as exc:
+            # Kafka is away (an outage the reader's own polls ride out and bound): no partition
+            # is known finished now, so no task goes ahead of one it may have to wait for
+            log.warning("which task partitions are finished is unknown now: %s", exc)
+            return set()
         floors = self._starts | positions
         now = self._clock()
         out = set()
@@ -195,6 +187,28 @@ class PartitionEnds:
                 )
                 out.add(tp)
         return out
+
+    def _learn_bounds(
+        self, partitions: set[Partition], positioned: Collection[Partition], fresh: bool
+    ) -> None:
+        """The committed ends of `partitions` (all again when `fresh`) and the start offsets of
+        those with no position yet, from an admin client opened only when needed."""
+        with ExitStack() as stack:
+            admin: TopicAdmin | None = None
+
+            def open_admin() -> TopicAdmin:
+                nonlocal admin
+                if admin is None:
+                    admin = stack.enter_context(kafka_backend(self._kafka).admin())
+                return admin
+
+            if fresh or not partitions <= self._ends.keys():
+                topics = sorted({t for t, _ in partitions})
+                for b in open_admin().partition_bounds(topics, committed=True):
+                    self._ends[(b.topic, b.partition)] = b.high
+            unknown = partitions - set(positioned) - self._starts.keys()
+            if unknown:
+                self._starts |= self._start_offsets(open_admin(), unknown)
 
     def _start_offsets(self, admin: TopicAdmin, partitions: set[Partition]) -> dict[Partition, int]:
         """Where the reader starts partitions it has read nothing of: the group's committed

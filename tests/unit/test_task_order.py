@@ -6,13 +6,18 @@ rebalance or a rewind is read again and handed out once, in order."""
 from __future__ import annotations
 
 import random
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.task_order import Partition, TaskMerge
+from consumers.task_order import Partition, PartitionEnds, TaskMerge
+from rft.config.connections import KafkaSettings
+from rft.config.stream_start import parse_stream_start
 from rft.events.models import Metric, Task
 from rft.events.reader import Envelope
 
@@ -279,3 +284,16 @@ def test_finished_is_asked_fresh_only_after_new_records() -> None:
     merge.add([envelope(Task("b", "s", 0, 1, {}, position=1), 1, 0)])
     out = merge.take(2, both, lambda ps, fresh: set(ps))
     assert positions(out) == [1, 3]
+
+
+@pytest.mark.parametrize("client", ["confluent", "kafka-python"])
+def test_with_kafka_away_no_partition_is_known_finished(client: str) -> None:
+    """An admin call that fails in an outage leaves every partition unfinished for now (tasks keep
+    their order) instead of ending the explorer."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}", client=client)
+    ends = PartitionEnds(kafka, "g", parse_stream_start("earliest"))
+    reader = SimpleNamespace(positions=lambda: {})
+    assert ends.finished(reader, {("tasks", 0), ("tasks", 1)}, fresh=True) == set()  # type: ignore[arg-type]
