@@ -42,7 +42,7 @@ format: setup
 	$(BIN)/ruff check --fix .
 
 typecheck: setup
-	$(BIN)/mypy rft producers consumers
+	$(BIN)/mypy rft
 
 bench: setup
 	$(BIN)/python bench/event_plane.py

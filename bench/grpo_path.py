@@ -143,9 +143,9 @@ def grpo_batch(seed: int = 0) -> Any:
 def profile_step(root: str) -> PathProfile:
     import torch
 
-    from consumers.train_step import StepTrainer
     from rft.algorithms.objective import build_loss
     from rft.algorithms.presets import resolve_algorithm
+    from rft.consumers.trainer.train_step import StepTrainer
     from rft.engines.models import load_model
     from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
 
@@ -180,10 +180,12 @@ def main() -> None:
     args = parser.parse_args()
     root = str(Path(args.root).resolve())
     sys.path.insert(0, root)
-    import consumers.train_step
+    import rft.consumers.trainer.train_step
 
-    if not consumers.train_step.__file__.startswith(root + os.sep):
-        raise SystemExit(f"consumers.train_step came from {consumers.train_step.__file__}")
+    if not rft.consumers.trainer.train_step.__file__.startswith(root + os.sep):
+        raise SystemExit(
+            f"rft.consumers.trainer.train_step came from {rft.consumers.trainer.train_step.__file__}"
+        )
     profile = profile_step(root)
     files = sorted({rel for rel, _, _ in profile.functions})
     print(f"root: {root}")

@@ -49,13 +49,13 @@ ROOT_PACKAGES = ("rft", "producers", "consumers", "schemas", "infra")
 # Bottom to top, as in pyproject's [tool.importlinter] layers contract. A module belongs to the
 # first layer (from the top) one of whose prefixes it starts with; other rft modules are library.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("rft.errors", "schemas"),
+    ("rft.errors", "schemas", "rft.schemas"),
     ("rft.registry",),
     ("rft.config",),
     ("rft",),  # the library: rft.<concept>
-    ("producers",),
-    ("consumers",),
-    ("rft.catalog", "rft.supervisor", "rft.cli", "infra"),
+    ("producers", "rft.producers"),
+    ("consumers", "rft.consumers"),
+    ("rft.catalog", "rft.supervisor", "rft.cli", "infra", "rft.infra"),
 )
 
 
@@ -73,15 +73,22 @@ def layer_of(module: str) -> int:
 
 
 def module_files(root: Path) -> dict[str, Path]:
-    """Module name -> file, for every .py file under the root packages."""
+    """Module name -> file, for every .py file under the root packages. A top-level folder that
+    `rft/` links to (rft/consumers -> ../consumers) ships as `rft.<folder>` and is named so; the
+    links themselves are not walked twice."""
     modules = {}
     for package in ROOT_PACKAGES:
         base = root / package
-        if not base.is_dir():
+        if not base.is_dir() or base.is_symlink():
             continue
+        prefix = [package]
+        if package != "rft" and (root / "rft" / package).is_symlink():
+            prefix = ["rft", package]
         for path in sorted(base.rglob("*.py")):
-            rel = path.relative_to(root).with_suffix("")
-            parts = list(rel.parts)
+            rel = path.relative_to(base).with_suffix("")
+            if package == "rft" and (base / rel.parts[0]).is_symlink():
+                continue
+            parts = prefix + list(rel.parts)
             if parts[-1] == "__init__":
                 parts.pop()
             modules[".".join(parts)] = path

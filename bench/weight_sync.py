@@ -42,7 +42,7 @@ PROMPT = [{"role": "user", "content": "What is 12 + 30?"}]
 
 
 def follower(args: argparse.Namespace, topic: str, ready: Any, results: Any) -> None:
-    from consumers.weight_follower import WeightFollower
+    from rft.consumers.explorer.weight_follower import WeightFollower
 
     spec = ModelSpec(args.model, dtype=args.dtype, device=args.device)
     options = {"gpu_memory_utilization": 0.4} if args.engine == "vllm" else {}

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from producers.taskset_reader import load_taskset
 from rft.config import RftConfig
 from rft.config.derived import OWN_EXPERIENCES, TRAINER_EXPERIENCES, own_experience_topic
 from rft.config.stream_start import StreamStart, parse_stream_start
 from rft.events.topics import TopicNames, ensure_topics
+from rft.producers.taskset_reader import load_taskset
 from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import open_object_store
 

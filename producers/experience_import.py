@@ -1,6 +1,6 @@
 """Import of exported experiences (Parquet, JSONL, SQL) back into an experience topic.
 
-An export written by `consumers.experience_export` becomes Experience events again, equal field
+An export written by `rft.consumers.replay.export` becomes Experience events again, equal field
 by field to the ones exported, keyed by task id as explorers key them (a rollout group stays in
 one partition). Readers stream: one batch of rows in memory at a time. Add a format with
 `@IMPORT_FORMATS.register("name")` on a class of `ImportReader`'s shape.

@@ -1,13 +1,13 @@
 """`TaskPublisher`: turns loaded tasksets into Task events on the tasks (or eval-tasks) topic.
 
 Training tasksets are written `epochs` times, each epoch in the order of the taskset's task
-selector (`producers.task_selectors`: sequential, a seeded shuffle, seeded random draws, an
+selector (`rft.producers.task_selectors`: sequential, a seeded shuffle, seeded random draws, an
 offline easy-to-hard curriculum); eval tasksets once, in file order. A training taskset with an
-online selector (difficulty_based) is left to the task feeder (`consumers.task_feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
+online selector (difficulty_based) is left to the task feeder (`rft.consumers.tasks.feeder`). Task ids are `<taskset>:<epoch>:<index>` (index = the row's position
 in the file; a row drawn again in one epoch gets `.<k>` appended), and each task's key is its id.
 Keys spread a taskset over the topic's partitions, so each task also carries its `position` in
 the published sequence (0, 1, ... over all epochs): explorers merge their partitions by it
-(`consumers.task_order`) and explore in the selector's order.
+(`rft.consumers.tasks.order`) and explore in the selector's order.
 Each task is sent inside its own root `task.publish` span, so its trace starts here.
 """
 
@@ -22,8 +22,6 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from producers.task_selectors import TASK_SELECTORS, is_online
-from producers.taskset_reader import LoadedTaskset, load_taskset
 from rft.config.connections import KafkaSettings
 from rft.config.schema import RftConfig
 from rft.datasets.rows import BadRow
@@ -32,6 +30,8 @@ from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
 from rft.events.writer import EventWriter
+from rft.producers.task_selectors import TASK_SELECTORS, is_online
+from rft.producers.taskset_reader import LoadedTaskset, load_taskset
 from rft.tracing.spans import publish_span
 
 

@@ -10,7 +10,7 @@ places:
   **kwargs) -> row positions`, where `features[i]` holds row i's values of the selector's
   `feature_keys` (None when it names none).
 - ONLINE_TASK_SELECTORS (difficulty_based) choose each batch from the rewards observed so far, so
-  they cannot publish ahead: the task feeder (`consumers.task_feeder`, `rft feed`) publishes their
+  they cannot publish ahead: the task feeder (`rft.consumers.tasks.feeder`, `rft feed`) publishes their
   tasks batch by batch while it reads the experience topic. Signature: a class
   `cls(num_rows, seed, features, **kwargs)` with `select(count, round) -> positions` and
   `observe(position, reward)`; its state must depend only on the multiset of observations (not

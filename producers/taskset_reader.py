@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from producers.generators import TASK_GENERATORS
 from rft.config.binding import Issue
 from rft.config.schema import TasksetConfig
 from rft.datasets.files import file_rows
 from rft.datasets.rows import BadRow, TasksetRow
 from rft.errors import ConfigError, TasksetError
+from rft.producers.generators import TASK_GENERATORS
 from rft.registry import Registry, argument_issues
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows import WORKFLOWS
@@ -95,7 +95,7 @@ class LoadedTaskset:
     repeat_times: int
     rollout_args: dict[str, Any]
     is_eval: bool
-    selector: str = "sequential"  # a name in producers.task_selectors' registries
+    selector: str = "sequential"  # a name in rft.producers.task_selectors' registries
     selector_args: dict[str, Any] = field(default_factory=dict)
     # per row (aligned with `rows`): its values of task_selector.feature_keys; None without keys
     selector_features: list[tuple[float, ...]] | None = None

@@ -6,6 +6,6 @@ Add one with `@TASK_GENERATORS.register("name")` on `fn(*, seed, num_tasks, **ar
 
 from __future__ import annotations
 
-from producers.generators.registry import TASK_GENERATORS, GeneratedTaskset
+from rft.producers.generators.registry import TASK_GENERATORS, GeneratedTaskset
 
 __all__ = ["TASK_GENERATORS", "GeneratedTaskset"]

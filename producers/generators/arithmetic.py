@@ -13,8 +13,8 @@ import hashlib
 import random
 from collections.abc import Callable
 
-from producers.generators.registry import GeneratedTaskset
 from rft.errors import ConfigError
+from rft.producers.generators.registry import GeneratedTaskset
 
 OPERATIONS: dict[str, Callable[[int, int], int]] = {
     "+": lambda a, b: a + b,

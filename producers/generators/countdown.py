@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 
-from producers.generators.registry import GeneratedTaskset
 from rft.errors import ConfigError
+from rft.producers.generators.registry import GeneratedTaskset
 
 MAX_ATTEMPTS_PER_TASK = 1000
 

@@ -28,5 +28,5 @@ TaskGenerator = Callable[..., GeneratedTaskset]
 
 TASK_GENERATORS: Registry[TaskGenerator] = Registry("generator")
 # the built-in generators, imported when first looked up
-TASK_GENERATORS.lazy("arithmetic", "producers.generators.arithmetic:arithmetic")
-TASK_GENERATORS.lazy("countdown", "producers.generators.countdown:countdown")
+TASK_GENERATORS.lazy("arithmetic", "rft.producers.generators.arithmetic:arithmetic")
+TASK_GENERATORS.lazy("countdown", "rft.producers.generators.countdown:countdown")

@@ -139,9 +139,6 @@ class _Checker:
 
 def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
-    from consumers.metric_sinks import SinkConfigError, check_sinks
-    from producers.task_selectors import selector_part
-    from producers.taskset_reader import TASKSET_SOURCES
     from rft.algorithms.advantages import ADVANTAGE_FN
     from rft.algorithms.aggregation import LOSS_AGG_MODES
     from rft.algorithms.entropy import ENTROPY_LOSS_FN
@@ -151,9 +148,12 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.buffer.expert_source import EXPERT_SOURCES
     from rft.buffer.priority_fns import PRIORITY_FNS
     from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, sampler_choice
+    from rft.consumers.metrics.sinks import SinkConfigError, check_sinks
     from rft.engines.rollout import ROLLOUT_ENGINES
     from rft.engines.trainer import LR_SCHEDULES, TRAINER_ENGINES
     from rft.events.transport import known_backend
+    from rft.producers.task_selectors import selector_part
+    from rft.producers.taskset_reader import TASKSET_SOURCES
     from rft.rewards import REWARD_FUNCTIONS
     from rft.storage.object_store import OBJECT_STORES
     from rft.supervisor.launchers import LAUNCHERS

@@ -19,8 +19,8 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
     """Both rules for `cfg` (not for mode bench, which never trains)."""
     if cfg.mode == "bench":
         return [], []
-    from producers.task_selectors import is_online
-    from producers.taskset_reader import count_tasks
+    from rft.producers.task_selectors import is_online
+    from rft.producers.taskset_reader import count_tasks
     from rft.synchronizer import build_sync_style
 
     issues: list[Issue] = []

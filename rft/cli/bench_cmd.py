@@ -56,8 +56,8 @@ def run_bench(cfg: RftConfig, args: argparse.Namespace, versions: list[int] | No
     """Bring the local stack up if the config points at it, bench, print the table."""
     from pathlib import Path
 
-    from consumers.bench import Bench
     from rft.cli.explore_cmd import start_tracing
+    from rft.consumers.ops.bench import Bench
     from rft.supervisor.run_supervisor import RunSupervisor
 
     bench = Bench(cfg, versions=versions)

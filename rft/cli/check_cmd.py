@@ -1,6 +1,6 @@
 """`rft check --config X.yaml`: read a run's whole log and checkpoint store, count anomalies.
 
-Prints the table of `consumers.run_check`: tasks published, experiences committed, trained,
+Prints the table of `rft.consumers.ops.run_check`: tasks published, experiences committed, trained,
 dropped (stale or filtered) and not reached, versions (and those retention pruned: their
 announcements carry what they trained), dead letters; then each anomaly count
 (experiences lost, trained twice, tasks never explored or explored twice, versions announced
@@ -32,9 +32,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.run_check import RunChecker
-    from consumers.run_plan import RunPlan
     from rft.catalog import load_config
+    from rft.consumers.ops.run_check import RunChecker
+    from rft.consumers.run_plan import RunPlan
 
     cfg = load_config(args.config, args.override)
     kafka = cfg.stack.kafka

@@ -61,8 +61,8 @@ def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
     checks do, right after): some of them (OMP_NUM_THREADS, CUDA_VISIBLE_DEVICES,
     HF_HUB_OFFLINE) are read only when a library starts.
     """
-    from consumers.explorer_env import apply_env_vars
     from rft.catalog import load_config
+    from rft.consumers.explorer.env_vars import apply_env_vars
 
     # the load's registry checks import torch: the variables are set before that
     return load_config(path, overrides, before_parts=lambda c: apply_env_vars(c.explorer.env_vars))
@@ -70,7 +70,7 @@ def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_explorer_config(args.config, args.override)
-    from consumers.explorer import Explorer
+    from rft.consumers.explorer.explorer import Explorer
 
     start_tracing("explorer", cfg)
     explorer = Explorer(cfg, explorer_id=args.explorer_id, idle_timeout_s=args.idle_timeout)

@@ -1,7 +1,7 @@
 """`rft feed --config X.yaml`: the task feeder of a training taskset with an online selector.
 
 It publishes the taskset's tasks batch by batch as the selector chooses them from the rewards on
-the experience topic (consumers.task_feeder), and ends when the run's tasks are all published.
+the experience topic (rft.consumers.tasks.feeder), and ends when the run's tasks are all published.
 A restarted feeder resumes exactly where its last committed batch left off. `rft run` starts it
 beside the explorer and trainer when the config's selector is online.
 """
@@ -25,9 +25,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.task_feeder import TaskFeeder
-    from producers.taskset_reader import load_taskset
     from rft.catalog import load_config
+    from rft.consumers.tasks.feeder import TaskFeeder
+    from rft.producers.taskset_reader import load_taskset
 
     cfg = load_config(args.config, args.override)
     start_tracing("feeder", cfg)

@@ -38,8 +38,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.run_plan import RunPlan
     from rft.catalog import load_config
+    from rft.consumers.run_plan import RunPlan
     from rft.storage.checkpoint_gc import collect_orphans, collect_strays, parse_duration
 
     ttl_s = parse_duration(args.ttl)

@@ -83,10 +83,10 @@ rollout_throughput.png and trainer_step_time.png, one colour per run. Runs are n
 
 
 def run_follow(args: argparse.Namespace) -> int:
-    from consumers.metric_follower import MetricFollower, default_follower, follower_group
-    from consumers.metric_sinks import MetricFanout
-    from consumers.run_plan import RunPlan
     from rft.catalog import load_config
+    from rft.consumers.metrics.follower import MetricFollower, default_follower, follower_group
+    from rft.consumers.metrics.sinks import MetricFanout
+    from rft.consumers.run_plan import RunPlan
 
     cfg = load_config(args.config, args.override)
     plan = RunPlan(cfg)
@@ -121,18 +121,18 @@ def run_plot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     try:
-        from consumers.metric_plots import write_plots
+        from rft.consumers.metrics.plots import write_plots
     except ModuleNotFoundError as exc:
         if exc.name != "matplotlib":
             raise
         raise ConfigError("rft metrics plot needs matplotlib: pip install matplotlib") from None
-    from consumers.metric_series import read_metric_series
+    from rft.consumers.metrics.series import read_metric_series
 
     runs = []  # (kafka settings, metrics topic, run id)
     out_default = Path("rft-plots")
     if args.config:
-        from consumers.run_plan import RunPlan
         from rft.catalog import load_config
+        from rft.consumers.run_plan import RunPlan
 
         for path in args.config:
             cfg = load_config(path, args.override)

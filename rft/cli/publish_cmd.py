@@ -60,12 +60,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # heavy imports stay out of `rft --help`
-    from producers.task_publisher import load_run_tasksets, publish_atomically
-    from producers.taskset_reader import load_taskset
     from rft.cli.explore_cmd import start_tracing
     from rft.config.connections import KafkaSettings
     from rft.contact.first_contact import require_kafka
     from rft.events.topics import TopicNames, ensure_topics
+    from rft.producers.task_publisher import load_run_tasksets, publish_atomically
+    from rft.producers.taskset_reader import load_taskset
 
     if bool(args.path) == bool(args.config):
         raise ConfigError("give a taskset PATH or --config RUN.yaml (one of the two)")
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         epochs = args.epochs or config.buffer.total_epochs
         tasksets = load_run_tasksets(config, on_bad_rows=args.on_bad_rows)
         topic_names = [topics.tasks, topics.eval_tasks]
-        from consumers.run_plan import RunPlan
+        from rft.consumers.run_plan import RunPlan
 
         partitions = RunPlan(config).topic_partitions
     else:

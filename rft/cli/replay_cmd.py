@@ -142,8 +142,8 @@ class _Run:
 
 def _resolve_run(args: argparse.Namespace) -> _Run:
     if args.config:
-        from consumers.run_plan import RunPlan
         from rft.catalog import load_config
+        from rft.consumers.run_plan import RunPlan
 
         cfg = load_config(args.config, args.override)
         plan = RunPlan(cfg)
@@ -167,8 +167,12 @@ def _source_topic(args: argparse.Namespace, run: _Run) -> str:
 
 def range_and_filter(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     """(start RangeBound, end RangeBound, ExperienceFilter) from add_range_arguments' options."""
-    from consumers.experience_filter import ExperienceFilter
-    from consumers.topic_range import RangeBound, parse_partition_offsets, parse_timestamp
+    from rft.consumers.replay.filter import ExperienceFilter
+    from rft.consumers.replay.topic_range import (
+        RangeBound,
+        parse_partition_offsets,
+        parse_timestamp,
+    )
 
     def bound(offsets: str | None, when: str | None, prefix: str) -> RangeBound:
         return RangeBound(
@@ -196,7 +200,7 @@ def _say(text: str) -> None:
 
 
 def _text_decoder(args: argparse.Namespace, run: _Run) -> Any:
-    from consumers.run_plan import RunPlan
+    from rft.consumers.run_plan import RunPlan
     from rft.engines.models import ModelSpec, load_model
 
     if args.tokenizer:
@@ -214,9 +218,9 @@ def _text_decoder(args: argparse.Namespace, run: _Run) -> Any:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from consumers.experience_export import EXPORT_FORMATS, export_experiences, format_for
-    from consumers.replay_progress import ReplayProgress
-    from consumers.topic_range import RangeReader
+    from rft.consumers.replay.export import EXPORT_FORMATS, export_experiences, format_for
+    from rft.consumers.replay.progress import ReplayProgress
+    from rft.consumers.replay.topic_range import RangeReader
 
     run = _resolve_run(args)
     topic = _source_topic(args, run)
@@ -242,14 +246,14 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from consumers.experience_export import format_for
-    from consumers.replay_progress import ReplayProgress
-    from producers.experience_import import (
+    from rft.consumers.replay.export import format_for
+    from rft.consumers.replay.progress import ReplayProgress
+    from rft.events.writer import EventWriter
+    from rft.producers.experience_import import (
         IMPORT_FORMATS,
         import_experiences,
         prepare_target_topic,
     )
-    from rft.events.writer import EventWriter
 
     run = _resolve_run(args)
     topic = run.topics.resolve(args.topic) if run.topics else args.topic
@@ -271,16 +275,16 @@ def run_import(args: argparse.Namespace) -> int:
 
 
 def run_rescore(args: argparse.Namespace) -> int:
-    from consumers.experience_rescore import (
+    from rft.consumers.replay.progress import ReplayProgress
+    from rft.consumers.replay.rescore import (
         Rescorer,
         TaskIndex,
         rescore_experiences,
         task_topics_for,
     )
-    from consumers.replay_progress import ReplayProgress
-    from consumers.topic_range import RangeReader
-    from producers.experience_import import prepare_target_topic
+    from rft.consumers.replay.topic_range import RangeReader
     from rft.events.writer import EventWriter
+    from rft.producers.experience_import import prepare_target_topic
 
     try:
         reward_args = json.loads(args.reward_args)

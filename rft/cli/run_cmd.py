@@ -27,8 +27,8 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.explorer_env import apply_env_vars
     from rft.catalog import load_config
+    from rft.consumers.explorer.env_vars import apply_env_vars
 
     def explorer_env(cfg: Any) -> None:  # before the load's registry checks import torch
         if cfg.mode == "explore":
@@ -64,8 +64,8 @@ def run(args: argparse.Namespace) -> int:
 def run_side(cfg: Any, args: argparse.Namespace) -> int:
     """Mode explore / train: that side in this process, its metrics fed to the configured sinks
     by a follower thread beside it (mode both leaves the sinks to the supervisor)."""
-    from consumers.metric_follower import MODE_COMPONENTS, BackgroundMetricFollower
     from rft.cli import explore_cmd, train_cmd
+    from rft.consumers.metrics.follower import MODE_COMPONENTS, BackgroundMetricFollower
 
     if cfg.mode == "explore":
         args.explorer_id, args.idle_timeout = None, 60.0

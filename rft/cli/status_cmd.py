@@ -42,13 +42,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.run_status import format_status, read_run_status
+    from rft.consumers.ops.run_status import format_status, read_run_status
     from rft.storage.checkpoint_store import CheckpointStore
     from rft.storage.object_store import open_object_store
 
     if args.config:
-        from consumers.run_plan import RunPlan
         from rft.catalog import load_config
+        from rft.consumers.run_plan import RunPlan
 
         cfg = load_config(args.config, args.override)
         plan = RunPlan(cfg)

@@ -45,8 +45,8 @@ def register(subparsers: Any) -> None:
 
 def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
     """The OfflineSource that --from-topic and the range options name, or None without it."""
-    from consumers.offline_input import OfflineSource
-    from consumers.run_plan import RunPlan
+    from rft.consumers.run_plan import RunPlan
+    from rft.consumers.trainer.offline_input import OfflineSource
 
     if not hasattr(args, "from_offsets"):  # called by `rft run` (mode train): no such options
         return None
@@ -60,9 +60,9 @@ def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from consumers.run_plan import PLACED_DEVICE_ENV
-    from consumers.trainer import Trainer
     from rft.catalog import load_config
+    from rft.consumers.run_plan import PLACED_DEVICE_ENV
+    from rft.consumers.trainer.trainer import Trainer
 
     cfg = load_config(
         args.config, args.override, trains_offline=bool(getattr(args, "from_topic", None))
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             "--from-topic: offline training on several trainer ranks is not built yet"
         )
     if world_size > 1:  # one rank of a sharded trainer, started by a launcher (Ray)
-        from consumers.trainer_ranks import run_trainer_rank
+        from rft.consumers.trainer.ranks import run_trainer_rank
 
         ranked = run_trainer_rank(
             cfg,
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if summary.short:
-        from consumers.trainer_loop import SHORT_EXIT_CODE
+        from rft.consumers.trainer.loop import SHORT_EXIT_CODE
 
         print(f"rft train: {summary.stop_reason}", file=sys.stderr, flush=True)
         return SHORT_EXIT_CODE

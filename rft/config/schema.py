@@ -43,11 +43,11 @@ _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
 _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
 _PARTS = "rft/catalog/parts.py"
-_EXPLORER = "consumers/explorer.py"
-_EXPLORER_SYNC = "consumers/explorer_sync.py"
-_TRAINER = "consumers/trainer.py"
+_EXPLORER = "consumers/explorer/explorer.py"
+_EXPLORER_SYNC = "consumers/explorer/sync.py"
+_TRAINER = "consumers/trainer/trainer.py"
 _PRESETS = "rft/algorithms/presets.py"
-_SINKS = "consumers/metric_sinks.py"
+_SINKS = "consumers/metrics/sinks.py"
 _WORKFLOW = "rft/workflows/workflow.py"
 _READER = "producers/taskset_reader.py"
 _STRATEGY = "rft/buffer/sample_strategy.py"
@@ -385,7 +385,7 @@ class RolloutArgs:
 class TaskSelectorConfig:
     """`task_selector` of a taskset: which rows become tasks, in what order.
 
-    `selector_type` names a part of `producers.task_selectors` (Trinity-RFT's names): offline
+    `selector_type` names a part of `rft.producers.task_selectors` (Trinity-RFT's names): offline
     ones (sequential, shuffle, random, offline_easy2hard) order each epoch in the publisher; the
     online difficulty_based chooses batch by batch from observed rewards in the task feeder.
     `feature_keys` names numeric row columns the selector reads (offline_easy2hard sorts by
@@ -571,25 +571,25 @@ class ExperienceBufferConfig:
     Trinity-RFT's `queue` and `sql` it is a SQLAlchemy URL, never a topic: experiences still flow
     through the run's topic, and with `sql` the trainer also mirrors each one it reads into the
     table `name` of that database (default: a SQLite file in the run's job directory;
-    `consumers.experience_mirror`).
+    `rft.consumers.replay.mirror`).
     """
 
     name: str = key(
         "experience_buffer",
         does="table name of the sql mirror",
-        acts_in="consumers/experience_mirror.py",
+        acts_in="consumers/replay/mirror.py",
         shown_by="tests/unit/test_experience_mirror.py",
     )
     storage_type: ExperienceStorage = key(
         "kafka",
         does="kafka/queue: the topic; sql: the topic plus a SQL mirror",
-        acts_in="consumers/experience_mirror.py",
+        acts_in="consumers/replay/mirror.py",
         shown_by="tests/unit/test_config_loading.py",
     )
     path: str | None = key(
         None,
         does="kafka: a topic name (checked); sql: the mirror's SQLAlchemy URL",
-        acts_in="consumers/experience_mirror.py",
+        acts_in="consumers/replay/mirror.py",
         shown_by="tests/unit/test_config_loading.py",
     )
     max_read_timeout: float = key(
@@ -677,7 +677,7 @@ class TrainerInputConfig:
     experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
     max_staleness: int | None = key(
         bounded(None, ge=0),
-        does="rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience made by version v is dropped (and counted) when its batch would train at a version > v + max_staleness (None: any age; 0: only the current version); set with sample_strategy default it selects staleness_control; rft train --from-topic sets both aside with a warning (consumers/offline_input.py)",
+        does="rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience made by version v is dropped (and counted) when its batch would train at a version > v + max_staleness (None: any age; 0: only the current version); set with sample_strategy default it selects staleness_control; rft train --from-topic sets both aside with a warning (consumers/trainer/offline_input.py)",
         acts_in=_STRATEGY,
         shown_by="tests/unit/test_config_effects.py",
     )
@@ -842,7 +842,7 @@ class ExplorerConfig:
     env_vars: dict[str, str] = key(
         field(default_factory=dict),
         does="set in the explorer process before torch starts",
-        acts_in="consumers/explorer_env.py",
+        acts_in="consumers/explorer/env_vars.py",
         shown_by="tests/unit/test_explorer_settings.py",
     )
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
@@ -861,7 +861,7 @@ class ExplorerConfig:
     bench_on_latest_checkpoint: bool = key(
         False,
         does="mode bench evaluates only the newest version, not each one",
-        acts_in="consumers/bench.py",
+        acts_in="consumers/ops/bench.py",
         shown_by="tests/unit/test_bench.py",
     )
     tasks_from: str = key(
@@ -976,7 +976,7 @@ class TrainerConfig:
     save_interval: int = key(
         bounded(100, ge=1),
         does="steps between versions that carry optimizer state (trainer_state/)",
-        acts_in="consumers/trainer_checkpoint.py",
+        acts_in="consumers/trainer/checkpoint.py",
         shown_by="tests/unit/test_trainer_checkpoint.py",
     )
     grad_clip: float = key(
@@ -1110,9 +1110,9 @@ class SynchronizerConfig:
 class MonitorConfig:
     """`monitor`: the sinks that metrics from the `metrics` topic are written to.
 
-    `monitor_type` names sinks of `consumers.metric_sinks.METRIC_SINKS` (one name or a list);
+    `monitor_type` names sinks of `rft.consumers.metrics.sinks.METRIC_SINKS` (one name or a list);
     `monitor_args` holds their settings, per sink (`{tensorboard: {log_dir: ...}}`) or, with one
-    sink, flat. `consumers.metric_sinks.check_sinks` checks both. `trace_exporter`, `trace_args`
+    sink, flat. `rft.consumers.metrics.sinks.check_sinks` checks both. `trace_exporter`, `trace_args`
     and `trace_content` set the OpenTelemetry spans of every process (`rft.tracing.setup`).
     """
 

@@ -1,8 +1,8 @@
 """Trainer engines: the `TrainerEngine` protocol, the `TRAINER_ENGINES` registry and the `torch`
 engine (optimizer steps on a transformers model in one process).
 
-`TrainerEngine` is what the trainer loop (`consumers.trainer`) and the checkpointer
-(`consumers.trainer_checkpoint`) use, whatever the engine: one optimizer step per batch, the
+`TrainerEngine` is what the trainer loop (`rft.consumers.trainer.trainer`) and the checkpointer
+(`rft.consumers.trainer.checkpoint`) use, whatever the engine: one optimizer step per batch, the
 reference model's logprobs, weights out (HF directory / safetensors, in the rollout dtype) and in,
 and the training state. `TRAINER_ENGINES` builds one from a loaded model, its tokenizer, a
 `TorchTrainerConfig` and a `TrainerPlacement` (how many ranks, on which devices); the config's

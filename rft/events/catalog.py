@@ -91,13 +91,13 @@ def default_schema_dir() -> Path:
     checkout = Path(__file__).resolve().parents[2] / "schemas"
     if any(checkout.glob("*.avsc")):
         return checkout
-    spec = importlib.util.find_spec("schemas")
+    spec = importlib.util.find_spec("rft.schemas")
     if spec is not None and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
             if any(Path(location).glob("*.avsc")):
                 return Path(location)
     raise SchemaCatalogError(
-        f"no *.avsc files found in {checkout} nor in an installed 'schemas' package"
+        f"no *.avsc files found in {checkout} nor in an installed 'rft.schemas' package"
     )
 
 

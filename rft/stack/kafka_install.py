@@ -42,7 +42,7 @@ _BROKER_JAR = re.compile(r"^kafka_\d+\.\d+-.+\.jar$")
 
 
 def broker_pom() -> Path:
-    return Path(str(resources.files("infra.kafka").joinpath("pom.xml")))
+    return Path(str(resources.files("rft.infra.kafka").joinpath("pom.xml")))
 
 
 def has_broker_jar(libs: Path) -> bool:

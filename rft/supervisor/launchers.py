@@ -50,7 +50,7 @@ class RunCommand:
 
 def feeds_online(cfg: RftConfig) -> bool:
     """Whether the training taskset's selector is online: a task feeder process publishes it."""
-    from producers.task_selectors import is_online
+    from rft.producers.task_selectors import is_online
 
     taskset = cfg.buffer.explorer_input.taskset
     return taskset is not None and is_online(taskset.task_selector.selector_type)

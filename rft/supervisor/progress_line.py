@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from consumers.replay_progress import format_eta
+from rft.consumers.replay.progress import format_eta
 from rft.events.models import Metric
 
 _CLEAR = "\r\x1b[K"

@@ -19,8 +19,8 @@ from typing import Any
 
 import psutil
 
-from consumers.run_plan import PLACED_DEVICE_ENV
 from rft.config import RftConfig
+from rft.consumers.run_plan import PLACED_DEVICE_ENV
 from rft.errors import LaunchError
 from rft.supervisor.failure import Failure, exited, last_lines
 from rft.supervisor.launchers import RunCommand

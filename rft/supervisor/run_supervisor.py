@@ -19,11 +19,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.metric_sinks import MetricFanout, check_sinks
-from consumers.run_plan import RunPlan
-from consumers.run_status import newest_statuses
-from consumers.trainer_loop import SHORT_EXIT_CODE
 from rft.config import RftConfig
+from rft.consumers.metrics.sinks import MetricFanout, check_sinks
+from rft.consumers.ops.run_status import newest_statuses
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.loop import SHORT_EXIT_CODE
 from rft.errors import RftError
 from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
@@ -128,12 +128,12 @@ class RunSupervisor:
                 print(f"rft run: started local stack: {', '.join(result.started)}", flush=True)
 
     def publish(self, republish: bool) -> None:
-        from producers.task_publisher import (
+        from rft.events.transport import kafka_backend
+        from rft.producers.task_publisher import (
             has_committed_tasks,
             load_run_tasksets,
             publish_atomically,
         )
-        from rft.events.transport import kafka_backend
 
         kafka = self.cfg.stack.kafka
         with kafka_backend(kafka).admin() as admin:

@@ -1,6 +1,6 @@
 """The fault driver: runs the RFT loop (tiny model) as separate processes on a real stack while it
 injects faults at moments drawn from a printed seed, restarts what a supervisor would restart,
-and hands the run to the checker (`consumers.run_check`), which reads the whole log afterwards.
+and hands the run to the checker (`rft.consumers.ops.run_check`), which reads the whole log afterwards.
 
 A fault kind is one function registered in `FAULTS` (`@FAULTS.register("name")`): it gets the
 running `LoopRun` and a seeded `random.Random`, waits for its moment (`run.wait_until`, which keeps
@@ -30,16 +30,16 @@ from pathlib import Path
 
 import yaml
 
-from consumers.run_check import RunCheck, RunChecker
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.ops.run_check import RunCheck, RunChecker
+from rft.consumers.run_plan import RunPlan
 from rft.errors import FENCED_EXIT_CODE
 from rft.events.models import now_ms
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.registry import Registry
 from rft.stack.local_stack import LocalStack
 

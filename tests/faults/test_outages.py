@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.stack.local_stack import LocalStack
 from rft.storage import CheckpointStore, S3ObjectStore
 from tests.integration.test_rft_loop import run_config

@@ -22,9 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.run_plan import RunPlan
 from rft.events.reader import Envelope, EventReader
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter

@@ -29,19 +29,13 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
-from consumers.weight_follower import WeightFollower
-from producers.task_publisher import (
-    TaskPublisher,
-    has_committed_tasks,
-    load_run_tasksets,
-    publish_tasksets,
-)
 from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.config.schema import AuxiliaryBufferConfig
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.explorer.weight_follower import WeightFollower
+from rft.consumers.run_plan import RunPlan
 from rft.engines.models import ModelSpec, build_byte_tokenizer
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.errors import RecordTooLargeError
@@ -51,6 +45,12 @@ from rft.events.reader import EventReader
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.transport import TopicSpec, kafka_backend
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import (
+    TaskPublisher,
+    has_committed_tasks,
+    load_run_tasksets,
+    publish_tasksets,
+)
 from rft.rewards import REWARD_FUNCTIONS
 from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import S3ObjectStore

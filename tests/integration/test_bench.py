@@ -14,9 +14,9 @@ import pytest
 import torch
 import yaml
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
 from rft.engines.models import load_model
 from rft.events.models import Metric, Task
 from tests.integration.test_rft_loop import read_all, run_config

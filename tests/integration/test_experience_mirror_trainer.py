@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from consumers.trainer import Trainer
 from rft.config.connections import StackSettings
+from rft.consumers.trainer.trainer import Trainer
 from rft.events.codec import EventCodec
 from rft.events.models import Experience
 from tests.integration.test_rft_loop import STEPS, published_run, read_all

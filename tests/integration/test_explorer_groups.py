@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from consumers.run_status import read_run_status
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import KafkaSettings, StackSettings
+from rft.consumers.ops.run_status import read_run_status
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from tests.integration.test_rft_loop import read_all, run_config
 
 pytestmark = pytest.mark.integration

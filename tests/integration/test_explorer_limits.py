@@ -13,16 +13,16 @@ import pytest
 import torch
 import yaml
 
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.run_plan import RunPlan
 from rft.events.codec import EventCodec
 from rft.events.models import DeadLetter, Experience, Metric, Task
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.rewards import REWARD_FUNCTIONS
 from tests.integration.test_rft_loop import read_all
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from consumers.explorer_sync import ExplorerSync, SyncTimeoutError
-from consumers.weight_follower import WeightFollower
 from rft.config.connections import StackSettings
 from rft.config.schema import SynchronizerConfig
+from rft.consumers.explorer.sync import ExplorerSync, SyncTimeoutError
+from rft.consumers.explorer.weight_follower import WeightFollower
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.events.models import ManifestEntry, SyncRequest, WeightVersion

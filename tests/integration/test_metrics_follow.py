@@ -14,16 +14,16 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from consumers.metric_follower import BackgroundMetricFollower
-from consumers.run_plan import RunPlan
-from consumers.trainer_loop import SHORT_EXIT_CODE
-from producers.metric_emitter import MetricEmitter
 from rft.catalog import load_config
 from rft.config import RftConfig
 from rft.config.connections import StackSettings
+from rft.consumers.metrics.follower import BackgroundMetricFollower
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.loop import SHORT_EXIT_CODE
 from rft.events.models import Metric
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.metric_emitter import MetricEmitter
 from tests.unit.config_samples import MINIMAL
 
 pytestmark = pytest.mark.integration

@@ -9,13 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from producers.task_publisher import (
-    TaskPublisher,
-    has_committed_tasks,
-    publish_atomically,
-    publish_tasksets,
-)
-from producers.taskset_reader import load_taskset
 from rft.cli.main import main
 from rft.config.connections import StackSettings
 from rft.config.schema import TasksetConfig
@@ -23,6 +16,13 @@ from rft.events.models import Task
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import (
+    TaskPublisher,
+    has_committed_tasks,
+    publish_atomically,
+    publish_tasksets,
+)
+from rft.producers.taskset_reader import load_taskset
 
 pytestmark = pytest.mark.integration
 
@@ -110,8 +110,8 @@ def test_cli_publishes_jsonl_and_skips_only_bad_rows(
 
 CRASHING_PUBLISHER = """
 import os, sys
-from producers.task_publisher import TaskPublisher, publish_tasksets
-from producers.taskset_reader import load_taskset
+from rft.producers.task_publisher import TaskPublisher, publish_tasksets
+from rft.producers.taskset_reader import load_taskset
 from rft.config.connections import KafkaSettings
 from rft.config.schema import TasksetConfig
 from rft.events.topics import TopicNames

@@ -21,9 +21,9 @@ import psutil
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, WeightVersion
 from tests.integration.test_rft_loop import STEPS, check_honest_versions, read_all, run_config
 

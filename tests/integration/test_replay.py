@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from consumers.topic_range import RangeReader
 from rft.config.connections import StackSettings
+from rft.consumers.replay.topic_range import RangeReader
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import Envelope
 from rft.events.topics import TopicNames, ensure_topics

@@ -11,16 +11,16 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.experience_export import EXPORT_FORMATS
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.config.schema import RftConfig
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.replay.export import EXPORT_FORMATS
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.replay.experience_rows import ExportRow
 from tests.integration.test_rft_loop import read_all
 

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from consumers.versions_in_use import versions_in_use
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.versions_in_use import versions_in_use
 from rft.events.models import Experience
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics

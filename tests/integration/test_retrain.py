@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from consumers.topic_range import RangeReader
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.replay.topic_range import RangeReader
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, WeightVersion
 from rft.events.topics import TopicNames, ensure_topics
 from rft.events.writer import EventWriter

@@ -18,11 +18,10 @@ import pytest
 import torch
 import yaml
 
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config import RftConfig
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import load_model
 from rft.engines.weights import load_weights_into, read_safetensors_dir
@@ -30,6 +29,7 @@ from rft.events.models import Experience, Metric, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,11 @@ import numpy as np
 import pytest
 import yaml
 
-from consumers.run_check import RunChecker, read_topic
-from consumers.run_plan import RunPlan
 from rft.buffer.replay_buffer import ReplaySettings
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.ops.run_check import RunChecker, read_topic
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import (
     Experience,
     ManifestEntry,

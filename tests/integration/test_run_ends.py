@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from consumers.run_status import format_status, newest_statuses, read_run_status
-from consumers.trainer_loop import SHORT_EXIT_CODE
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.ops.run_status import format_status, newest_statuses, read_run_status
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.loop import SHORT_EXIT_CODE
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from tests.integration.test_rft_loop import run_config
 
 pytestmark = pytest.mark.integration

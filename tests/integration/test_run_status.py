@@ -12,8 +12,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from consumers.explorer_progress import progress_metadata
 from rft.config.connections import StackSettings
+from rft.consumers.explorer.progress import progress_metadata
 from rft.errors import TasksetError
 from rft.events.models import DeadLetter, Experience, Metric, Task, WeightVersion
 from rft.events.reader import EventReader

@@ -19,16 +19,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
-from producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.run_plan import RunPlan
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.events.models import Experience, Metric, WeightVersion
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from tests.integration.test_explorer_sync import Weights
 
 pytestmark = pytest.mark.integration

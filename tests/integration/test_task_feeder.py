@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
-from consumers.task_feeder import TaskFeeder, parse_online_task_id
-from producers.taskset_reader import load_taskset
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.tasks.feeder import TaskFeeder, parse_online_task_id
 from rft.events.models import Experience, Metric, Task
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
+from rft.producers.taskset_reader import load_taskset
 
 pytestmark = pytest.mark.integration
 

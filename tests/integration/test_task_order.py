@@ -18,19 +18,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.explorer import Explorer
-from consumers.run_plan import RunPlan
-from producers.task_publisher import (
-    epoch_order,
-    load_run_tasksets,
-    publish_atomically,
-)
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, Task
 from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
+from rft.producers.task_publisher import (
+    epoch_order,
+    load_run_tasksets,
+    publish_atomically,
+)
 from tests.integration.test_rft_loop import read_all
 
 pytestmark = pytest.mark.integration

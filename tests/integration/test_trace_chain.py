@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config.connections import StackSettings
+from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, Task, WeightVersion
 from rft.events.reader import Envelope, EventReader
 from rft.events.topics import ensure_topics

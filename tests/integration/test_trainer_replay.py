@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.trainer_checkpoint import TrainerCheckpointer
 from rft.config.connections import StackSettings
+from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.events.models import Experience, Metric
 from rft.events.reader import EventReader
 from tests.integration.test_rft_loop import published_run, read_all

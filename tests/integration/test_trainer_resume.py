@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from consumers.trainer_loop import SHORT_EXIT_CODE
 from rft.config.connections import StackSettings
+from rft.consumers.trainer.loop import SHORT_EXIT_CODE
 from rft.events.reader import EventReader
 from tests.integration.test_rft_loop import STEPS, published_run
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from consumers.weight_follower import WeightFollower
 from rft.config.connections import StackSettings
+from rft.consumers.explorer.weight_follower import WeightFollower
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.errors import CheckpointError

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.bench import BenchReport, select_versions
 from rft.catalog import load_config
 from rft.cli.bench_cmd import parse_versions
+from rft.consumers.ops.bench import BenchReport, select_versions
 from rft.errors import ConfigError
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from consumers.run_plan import RunPlan
-from consumers.trainer import Trainer, trainer_engine_config
-from producers.taskset_reader import load_taskset
 from rft.catalog import load_config
 from rft.config import ConfigValidationError, ConfigWarning
 from rft.config.connections import KafkaSettings
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.trainer import Trainer, trainer_engine_config
 from rft.errors import RftError
 from rft.events.transport import kafka_backend
+from rft.producers.taskset_reader import load_taskset
 from rft.supervisor.run_supervisor import RunSupervisor
 from tests.unit.config_samples import MINIMAL
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from consumers.experience_mirror import mirror_target
-from consumers.run_plan import RunPlan
 from rft.catalog import config_from_dict, load_config
 from rft.config import ConfigValidationError, ConfigWarning, RftConfig, StackSettings
+from rft.consumers.replay.mirror import mirror_target
+from rft.consumers.run_plan import RunPlan
 from tests.unit.config_samples import MINIMAL
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "arithmetic"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from consumers.evaluation import eval_params, evaluate_tasksets
 from rft.config.schema import ModelConfig
+from rft.consumers.explorer.evaluation import eval_params, evaluate_tasksets
 from rft.events.models import Task
 from tests.unit.test_workflows import CannedEngine, make_task
 

@@ -12,10 +12,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumers import experience_mirror as mirror_module
-from consumers.experience_mirror import ExperienceMirror, experience_mirror, mirror_target
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
+from rft.consumers.replay import mirror as mirror_module
+from rft.consumers.replay.mirror import ExperienceMirror, experience_mirror, mirror_target
+from rft.consumers.run_plan import RunPlan
 from rft.errors import ConfigError
 from rft.events.codec import EventCodec
 from rft.events.models import Experience

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.experience_export import experience_table
+from rft.consumers.replay.export import experience_table
 from rft.errors import ReplayError
 from rft.events.models import Experience
 from rft.replay.experience_rows import (

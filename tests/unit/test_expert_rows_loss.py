@@ -13,12 +13,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.train_step import StepTrainer, train_batch_of
 from rft.algorithms.expert_rows import expert_row_loss
 from rft.algorithms.objective import build_loss
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.sampler import BatchRow, SampledBatch, SamplerCounters
+from rft.consumers.trainer.train_step import StepTrainer, train_batch_of
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from consumers.explorer import Explorer
 from rft.catalog import load_config
+from rft.consumers.explorer.explorer import Explorer
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import HFRolloutEngine, SamplingParams

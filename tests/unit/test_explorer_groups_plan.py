@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.explorer import drop_revoked
-from consumers.run_plan import RunPlan
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.sampler import BatchRow, SampledBatch, SamplerCounters
 from rft.catalog import load_config
 from rft.config import ConfigValidationError, ConfigWarning
 from rft.config.stream_start import StreamStart, parse_stream_start
+from rft.consumers.explorer.explorer import drop_revoked
+from rft.consumers.run_plan import RunPlan
 from rft.errors import ConfigError
 from rft.events.models import Experience, Task
 from rft.events.reader import Envelope

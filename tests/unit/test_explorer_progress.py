@@ -8,7 +8,7 @@ import logging
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.explorer_progress import progress_metadata, resumed_step
+from rft.consumers.explorer.progress import progress_metadata, resumed_step
 from rft.events.transport import TopicPartitionOffset
 
 

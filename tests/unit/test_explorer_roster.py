@@ -3,7 +3,7 @@ explorers' statuses (newest per process) and the tasks its groups left uncommitt
 
 from __future__ import annotations
 
-from consumers.explorer_roster import ExplorerRoster
+from rft.consumers.trainer.explorer_roster import ExplorerRoster
 from rft.events.models import ComponentStatus
 
 TOPIC = "p.n.experiences"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from consumers.explorer import Explorer
 from rft.catalog import load_config
 from rft.config import RftConfig
+from rft.consumers.explorer.explorer import Explorer
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 from tests.unit.test_workflows import CannedEngine
@@ -50,7 +50,7 @@ def test_explore_command_sets_env_vars_before_torch_starts(tmp_path: Path) -> No
         import os, sys
         from rft.cli.explore_cmd import load_explorer_config
         load_explorer_config({str(path)!r}, [])
-        from consumers.explorer import Explorer
+        from rft.consumers.explorer.explorer import Explorer
         import torch
         print(torch.get_num_threads(), os.environ["RFT_TEST_MARK"])
         """

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from consumers.metric_sinks import METRIC_SINKS, SinkContext
 from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, build_sampler
 from rft.catalog import load_config
+from rft.consumers.metrics.sinks import METRIC_SINKS, SinkContext
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig, SamplingParams
 from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainBatch, TrainerPlacement

@@ -27,8 +27,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from consumers.trainer_checkpoint import TrainerCheckpointer
 from rft.algorithms.objective import LossBatch, build_loss
+from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.engines.fsdp_ranks import free_port, init_rank
 from rft.engines.models import load_model
 from rft.engines.trainer import (

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers.generators import TASK_GENERATORS
 from rft.errors import ConfigError
+from rft.producers.generators import TASK_GENERATORS
 from rft.rewards import REWARD_FUNCTIONS
 
 arithmetic = TASK_GENERATORS.get("arithmetic")

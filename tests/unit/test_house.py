@@ -25,10 +25,14 @@ def house() -> ModuleType:
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
+    """The files, and the links rft/<folder> -> ../<folder> of the repository's own layout."""
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    for folder in ("producers", "consumers"):
+        if (root / folder).is_dir() and (root / "rft").is_dir():
+            (root / "rft" / folder).symlink_to(f"../{folder}")
     return root
 
 
@@ -63,17 +67,18 @@ def test_imports_up_a_layer_are_listed_and_imports_down_are_not(
             "rft/engines/__init__.py": "",
             "rft/engines/rollout.py": "from rft.config import y\n",
             "producers/__init__.py": "",
-            "producers/publish.py": "import consumers.explorer\nimport rft.engines.rollout\n",
+            "producers/publish.py": "import rft.consumers.explorer.explorer\nimport rft.engines.rollout\n",
             "consumers/__init__.py": "",
-            "consumers/explorer.py": "from producers import publish\n",
+            "consumers/explorer/__init__.py": "",
+            "consumers/explorer/explorer.py": "from rft.producers import publish\n",
         },
     )
     graph = house.import_graph(root)
     assert house.upward_imports(graph) == [
-        ("producers.publish", "consumers.explorer"),
         ("rft.config", "rft.engines.rollout"),
+        ("rft.producers.publish", "rft.consumers.explorer.explorer"),
     ]
-    assert house.layer_of("rft.catalog.parts") > house.layer_of("consumers.explorer")
+    assert house.layer_of("rft.catalog.parts") > house.layer_of("rft.consumers.explorer.explorer")
     assert house.layer_of("rft.registry") < house.layer_of("rft.config.schema")
 
 
@@ -135,7 +140,7 @@ def test_branches_on_registry_names_outside_the_entry_are_counted(
     assert facts.names_by_key["engine_type"] == {"hf", "vllm"}
     assert facts.names_by_key["engine_name"] == {"hf", "vllm"}
     found = house.name_branches(trees, facts)
-    assert all(b.module == "consumers.plan" for b in found)
+    assert all(b.module == "rft.consumers.plan" for b in found)
     assert [b.names for b in found] == [("vllm",), ("hf",), ("hf",), ("vllm",)]
     # the dict literal itself, in the registry's module, is no lookup
     assert house.measure(root)["branches"] == found

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from consumers.metric_series import MetricSeries
+from rft.consumers.metrics.series import MetricSeries
 from rft.events.models import Metric
 
 pytest.importorskip("matplotlib")
 
-from consumers.metric_plots import FIGURES, write_plots  # noqa: E402
+from rft.consumers.metrics.plots import FIGURES, write_plots  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 T0 = 1_767_225_600_000
@@ -86,7 +86,7 @@ def test_a_figure_without_data_is_skipped(tmp_path: Path) -> None:
 
 
 def test_against_step_values_of_one_step_are_averaged_and_against_time_kept_in_order() -> None:
-    from consumers.metric_plots import Line, _xy
+    from rft.consumers.metrics.plots import Line, _xy
 
     series = MetricSeries("r")
     line = Line("explorer", "reward_mean", "rollouts")

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from consumers.metric_sinks import (
+from rft.catalog import load_config
+from rft.consumers.metrics.sinks import (
     METRIC_SINKS,
     MetricFanout,
     SinkConfigError,
@@ -21,7 +22,6 @@ from consumers.metric_sinks import (
     format_metric,
     sink_settings,
 )
-from rft.catalog import load_config
 from rft.errors import ConfigError, MetricSinkError
 from rft.events.models import Metric
 from tests.unit.config_samples import MINIMAL

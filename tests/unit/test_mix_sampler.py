@@ -186,8 +186,8 @@ def test_mix_needs_its_named_buffer_and_a_ratio_in_range(
 def test_the_trainer_builds_mix_from_its_config(tmp_path: Path) -> None:
     from contextlib import ExitStack
 
-    from consumers.trainer import Trainer
     from rft.buffer.mix_sampler import MixSampler
+    from rft.consumers.trainer.trainer import Trainer
 
     path = tmp_path / "run.yaml"
     data = yaml.safe_load(MINIMAL)

@@ -1,4 +1,4 @@
-"""The offline trainer's rules (consumers.offline_input): the saved range, the step bound, the
+"""The offline trainer's rules (rft.consumers.trainer.offline_input): the saved range, the step bound, the
 set-aside staleness bound, and what filters do to rollout groups."""
 
 from __future__ import annotations
@@ -11,8 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumers.experience_filter import ExperienceFilter
-from consumers.offline_input import (
+from rft.catalog import load_config
+from rft.cli.main import build_parser
+from rft.cli.train_cmd import offline_source
+from rft.config import RftConfig
+from rft.config.connections import KafkaSettings
+from rft.consumers.replay.filter import ExperienceFilter
+from rft.consumers.replay.topic_range import RangeBound
+from rft.consumers.trainer.offline_input import (
     STATE_KEY,
     OfflineSource,
     admit_rule,
@@ -22,12 +28,6 @@ from consumers.offline_input import (
     spans_from_state,
     without_staleness,
 )
-from consumers.topic_range import RangeBound
-from rft.catalog import load_config
-from rft.cli.main import build_parser
-from rft.cli.train_cmd import offline_source
-from rft.config import RftConfig
-from rft.config.connections import KafkaSettings
 from rft.errors import ConfigError
 from tests.unit.experience_log import experience
 

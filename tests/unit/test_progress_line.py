@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from consumers.metric_sinks import ConsoleSink, MetricFanout, SinkContext
+from rft.consumers.metrics.sinks import ConsoleSink, MetricFanout, SinkContext
 from rft.events.models import Metric
 from rft.events.reader import Envelope
 from rft.supervisor.progress_line import ProgressLine, RunProgress

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from consumers.experience_export import EXPORT_FORMATS
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config import ConfigValidationError
+from rft.consumers.replay.export import EXPORT_FORMATS
+from rft.consumers.run_plan import RunPlan
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import RolloutEngineConfig, SamplingParams, create_rollout_engine
 from rft.errors import EngineError

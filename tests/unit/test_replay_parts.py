@@ -7,15 +7,15 @@ import io
 import numpy as np
 import pytest
 
-from consumers.experience_export import EXPORT_FORMATS, format_for
-from consumers.experience_filter import ExperienceFilter
-from consumers.experience_rescore import task_topics_for
-from consumers.replay_progress import ReplayProgress, format_eta
-from consumers.topic_range import parse_partition_offsets, parse_timestamp
-from producers.experience_import import IMPORT_FORMATS
+from rft.consumers.replay.export import EXPORT_FORMATS, format_for
+from rft.consumers.replay.filter import ExperienceFilter
+from rft.consumers.replay.progress import ReplayProgress, format_eta
+from rft.consumers.replay.rescore import task_topics_for
+from rft.consumers.replay.topic_range import parse_partition_offsets, parse_timestamp
 from rft.errors import ConfigError
 from rft.events.models import Experience
 from rft.events.topics import TopicNames
+from rft.producers.experience_import import IMPORT_FORMATS
 
 
 def exp(

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from consumers.explorer import Explorer
-from consumers.train_step import train_batch_of
 from rft.algorithms.objective import Advantages, build_loss
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.sampler import BatchRow
 from rft.catalog import load_config
+from rft.consumers.explorer.explorer import Explorer
+from rft.consumers.trainer.train_step import train_batch_of
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import HFRolloutEngine, Rollout, SamplingParams
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch

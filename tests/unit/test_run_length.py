@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError, ConfigWarning
+from rft.consumers.run_plan import RunPlan
 from tests.unit.config_samples import MINIMAL
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from consumers.run_plan import PLACED_DEVICE_ENV, RunPlan
-from consumers.trainer import master_dtype
 from rft.catalog import load_config
+from rft.consumers.run_plan import PLACED_DEVICE_ENV, RunPlan
+from rft.consumers.trainer.trainer import master_dtype
 from rft.engines.models import ModelSpec, load_model
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL

@@ -1,4 +1,4 @@
-"""TaskMerge (consumers.task_order): tasks spread over partitions come out in published order,
+"""TaskMerge (rft.consumers.tasks.order): tasks spread over partitions come out in published order,
 whatever order the partitions' records arrive in; a batch never leaves a gap in a partition, so
 committing the offset after each partition's last record skips nothing; what is dropped on a
 rebalance or a rewind is read again and handed out once, in order."""
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consumers.task_order import Partition, PartitionEnds, TaskMerge
 from rft.config.connections import KafkaSettings
 from rft.config.stream_start import parse_stream_start
+from rft.consumers.tasks.order import Partition, PartitionEnds, TaskMerge
 from rft.events.models import Metric, Task
 from rft.events.reader import Envelope
 

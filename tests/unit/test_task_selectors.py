@@ -15,14 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from producers.task_publisher import epoch_order, publish_tasksets
-from producers.task_selectors import ONLINE_TASK_SELECTORS, TASK_SELECTORS, selector_part
-from producers.taskset_reader import BadTasksetError, load_taskset
 from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError
 from rft.config.schema import FormatConfig, TaskSelectorConfig, TasksetConfig
 from rft.errors import ConfigError
 from rft.events.topics import TopicNames
+from rft.producers.task_publisher import epoch_order, publish_tasksets
+from rft.producers.task_selectors import ONLINE_TASK_SELECTORS, TASK_SELECTORS, selector_part
+from rft.producers.taskset_reader import BadTasksetError, load_taskset
 
 
 def rated_taskset(tmp: Path, rates: list[object], **selector: object) -> TasksetConfig:
@@ -205,7 +205,7 @@ def test_an_online_taskset_is_left_to_the_feeder_by_the_publisher(tmp_path: Path
         def flush(self):
             pass
 
-    from producers.task_publisher import TaskPublisher
+    from rft.producers.task_publisher import TaskPublisher
 
     sink = Sink()
     summary = publish_tasksets(

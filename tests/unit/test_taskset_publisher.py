@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from producers.task_publisher import TaskPublisher, epoch_order, publish_tasksets
-from producers.taskset_reader import load_taskset
 from rft.cli.main import main
 from rft.config.schema import FormatConfig, TaskSelectorConfig, TasksetConfig
 from rft.events.models import Task
 from rft.events.topics import TopicNames
+from rft.producers.task_publisher import TaskPublisher, epoch_order, publish_tasksets
+from rft.producers.taskset_reader import load_taskset
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
 

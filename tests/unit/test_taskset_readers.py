@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.taskset_reader import BadTasksetError, load_taskset
 from rft.catalog import load_config
 from rft.config.schema import FormatConfig, TasksetConfig
 from rft.errors import ConfigError, TasksetError
+from rft.producers.taskset_reader import BadTasksetError, load_taskset
 from rft.rewards import REWARD_FUNCTIONS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"

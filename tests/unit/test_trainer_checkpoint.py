@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from consumers.trainer_checkpoint import TrainerCheckpointer
+from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
 from rft.engines.weights import read_safetensors_dir

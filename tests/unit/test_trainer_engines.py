@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config import ConfigValidationError, ConfigWarning
+from rft.consumers.run_plan import RunPlan
 from rft.engines.fsdp_engine import Fsdp2TrainerEngine
 from rft.engines.models import load_model
 from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainerPlacement

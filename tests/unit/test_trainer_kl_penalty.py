@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from consumers.trainer import Trainer
 from rft.algorithms.objective import Advantages
 from rft.catalog import load_config
+from rft.consumers.trainer.trainer import Trainer
 from rft.engines.logprobs import token_logprobs
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import (

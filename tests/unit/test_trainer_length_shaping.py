@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from consumers.trainer import Trainer
 from rft.catalog import load_config
+from rft.consumers.trainer.trainer import Trainer
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from tests.unit.config_samples import MINIMAL

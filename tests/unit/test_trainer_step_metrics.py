@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from consumers.trainer_loop import TrainerLoop
+from rft.consumers.trainer.loop import TrainerLoop
 from rft.errors import OutageError
 from rft.events.transport import StuckCallError
 from rft.stack.outage_window import OutageWindow

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config import ConfigWarning
+from rft.consumers.run_plan import RunPlan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trinity_async_gsm8k"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from consumers.run_plan import RunPlan
 from rft.catalog import load_config
 from rft.config import ConfigValidationError
+from rft.consumers.run_plan import RunPlan
 from rft.engines.rollout import SamplingParams
 from rft.engines.vllm_engine import PROCESSED, RAW, inexact_logprobs, logprobs_mode_for
 from tests.unit.config_samples import MINIMAL

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from producers.status_announcer import FIRST_WAIT_LINE_S, WAIT_LINE_EVERY_S, WaitNotice
+from rft.producers.status_announcer import FIRST_WAIT_LINE_S, WAIT_LINE_EVERY_S, WaitNotice
 
 
 def test_a_short_wait_says_nothing(caplog: pytest.LogCaptureFixture) -> None:

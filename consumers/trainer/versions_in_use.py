@@ -3,15 +3,15 @@
 An explorer is live while its weights follower (group `<run>.weights.<explorer id>`) has members;
 it reports the version it holds in every experience it writes (`model_version`), which is what
 `rft status` shows as its loaded version. Read here from the tail of the experience topic, with
-`consumers.run_status`, only when a prune would delete something.
+`rft.consumers.ops.run_status`, only when a prune would delete something.
 """
 
 from __future__ import annotations
 
 import logging
 
-from consumers.run_status import read_run_status
 from rft.config.connections import KafkaSettings
+from rft.consumers.ops.run_status import read_run_status
 from rft.events.topics import TopicNames
 
 log = logging.getLogger(__name__)

@@ -25,13 +25,13 @@ each version is a `trainer.publish` span (under its last step, linked to all its
 carry.
 
 An online run ends short, at once, when the explorers can send nothing more (`InputEnd`: their
-statuses on the control topic, read into consumers.explorer_roster, and the experience topic read
+statuses on the control topic, read into rft.consumers.trainer.explorer_roster, and the experience topic read
 to its end) and no batch can form: the summary's `stop_reason` names why, with the step, the
 experiences left against the batch and those dropped, and `rft train` exits SHORT_EXIT_CODE. The
 idle timeout (`max_read_timeout`) remains for explorers that never say (crashed, or of another
 run). While it waits for a batch it says on what, at most every 30 s (log and control topic).
 
-An offline trainer (`rft train --from-topic`, consumers.offline_input) runs the same loop over a
+An offline trainer (`rft train --from-topic`, rft.consumers.trainer.offline_input) runs the same loop over a
 bounded range: its `admit` rule filters what is read, its range is saved with each version
 (`extra_state`), and the run ends when the range is exhausted and no batch is ready.
 
@@ -41,7 +41,7 @@ WeightVersion carries the same log (with the offsets settled ahead), so the weig
 it after retention (`trainer.max_checkpoints_to_keep`) prunes the version's files. A chain of
 versions from the newest back through its parents is then the durable record of what the run
 trained: steps lost with a killed trainer are not in it, and their redo is (the run checker,
-`consumers.run_check`, reads it).
+`rft.consumers.ops.run_check`, reads it).
 """
 
 from __future__ import annotations
@@ -56,16 +56,13 @@ from typing import Any, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 
-from consumers.experience_mirror import ExperienceMirror
-from consumers.explorer_roster import ExplorerRoster
-from consumers.train_step import StepTrainer
-from consumers.trained_log import trained_log_of
-from consumers.trainer_checkpoint import TrainerCheckpointer
-from producers.metric_emitter import MetricEmitter
-from producers.status_announcer import StatusAnnouncer, WaitNotice
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
+from rft.consumers.replay.mirror import ExperienceMirror
+from rft.consumers.trainer.checkpoint import TrainerCheckpointer
+from rft.consumers.trainer.explorer_roster import ExplorerRoster
+from rft.consumers.trainer.train_step import StepTrainer
 from rft.errors import FencedError, TransportError
 from rft.events.claims import Claims
 from rft.events.models import (
@@ -81,7 +78,10 @@ from rft.events.reader import Envelope, EventReader
 from rft.events.transport import TopicPartitionOffset, TransactionError
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
+from rft.producers.metric_emitter import MetricEmitter
+from rft.producers.status_announcer import StatusAnnouncer, WaitNotice
 from rft.storage.checkpoint_manifest import CheckpointManifest
+from rft.storage.trained_log import trained_log_of
 from rft.synchronizer import SyncStyle
 from rft.tracing.spans import (
     ANNOUNCE,
@@ -121,7 +121,7 @@ class TrainerSummary:
 
 class ExperienceSource(Protocol):
     """Where the loop reads experiences: the trainer's consumer group (an EventReader) online,
-    a range of a topic offline (consumers.offline_input)."""
+    a range of a topic offline (rft.consumers.trainer.offline_input)."""
 
     def poll(self, max_events: int = 500, timeout_s: float = 1.0) -> list[Envelope]: ...
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from consumers.topic_range import RangeReader
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.topic_range import RangeReader
 from rft.events.models import Metric
 
 

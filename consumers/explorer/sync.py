@@ -14,7 +14,7 @@ bound a request style also asks whenever it needs a version it lacks, or it woul
 
 A wait that lasts says what it waits on (the version, the weights topic, what the explorer holds)
 in the log and as a `waiting` status on the control topic, at most every 30 s
-(producers.status_announcer).
+(rft.producers.status_announcer).
 
 `fully_async` also loads a newly announced version between the rollout chunks of a step
 (`between_rollouts`); each chunk's tasks record the version they were sampled with.
@@ -26,13 +26,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from consumers.weight_follower import WeightFollower
-from producers.status_announcer import FIRST_WAIT_LINE_S, StatusAnnouncer, WaitNotice
 from rft.config.schema import SynchronizerConfig
+from rft.consumers.explorer.weight_follower import WeightFollower
 from rft.engines.rollout import RolloutEngine
 from rft.errors import RftError
 from rft.events.models import SyncRequest
 from rft.events.writer import EventWriter
+from rft.producers.status_announcer import FIRST_WAIT_LINE_S, StatusAnnouncer, WaitNotice
 from rft.synchronizer import SyncStyle
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from rft.config import RftConfig
 from rft.errors import ConfigError
 
 if TYPE_CHECKING:
-    from consumers.trainer import TrainerSummary
+    from rft.consumers.trainer.trainer import TrainerSummary
 
 
 def run_trainer_rank(
@@ -36,7 +36,7 @@ def run_trainer_rank(
     idle_timeout_s: float | None = None,
 ) -> TrainerSummary | None:
     """Run rank `rank` of the trainer; rank 0 returns the trainer's summary, the others None."""
-    from consumers.run_plan import RunPlan
+    from rft.consumers.run_plan import RunPlan
     from rft.engines.fsdp_ranks import init_rank, serve_rank
     from rft.engines.trainer import TRAINER_ENGINES
 
@@ -51,7 +51,7 @@ def run_trainer_rank(
     if rank != 0:
         serve_rank(rank, world_size, master_addr, master_port, device)
         return None
-    from consumers.trainer import Trainer
+    from rft.consumers.trainer.trainer import Trainer
 
     init_rank(0, world_size, master_addr, master_port, RunPlan(cfg).trainer_device)
     try:

@@ -3,7 +3,7 @@
 Which versions: every verified version in the run's checkpoint store plus version 0 (the base
 model); only the newest with `explorer.bench_on_latest_checkpoint: true`; or an explicit list.
 Each version is downloaded (sizes and sha256 verified against its manifest), loaded into one
-rollout engine and evaluated like an explorer evaluates (`consumers.evaluation`). Every evaluated
+rollout engine and evaluated like an explorer evaluates (`rft.consumers.explorer.evaluation`). Every evaluated
 version becomes one Metric event (component `bench`, step = version) on the `metrics` topic, and
 the report prints a table of accuracy by version and eval taskset. A version that fails
 verification is refused, named in the report, and gets no metric.
@@ -18,20 +18,20 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from consumers.evaluation import eval_params, evaluate_tasksets, read_eval_tasks
-from consumers.run_plan import RunPlan
-from consumers.weight_follower import load_version
-from producers.metric_emitter import MetricEmitter
-from producers.task_publisher import (
+from rft.config import RftConfig
+from rft.consumers.explorer.evaluation import eval_params, evaluate_tasksets, read_eval_tasks
+from rft.consumers.explorer.weight_follower import load_version
+from rft.consumers.run_plan import RunPlan
+from rft.engines.rollout import RolloutEngine, create_rollout_engine
+from rft.errors import CheckpointError, ConfigError
+from rft.events.writer import EventWriter
+from rft.producers.metric_emitter import MetricEmitter
+from rft.producers.task_publisher import (
     has_committed_tasks,
     load_run_tasksets,
     publish_atomically,
 )
-from producers.taskset_reader import load_taskset
-from rft.config import RftConfig
-from rft.engines.rollout import RolloutEngine, create_rollout_engine
-from rft.errors import CheckpointError, ConfigError
-from rft.events.writer import EventWriter
+from rft.producers.taskset_reader import load_taskset
 from rft.storage.checkpoint_store import BASE_VERSION
 
 log = logging.getLogger(__name__)

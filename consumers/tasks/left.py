@@ -9,8 +9,8 @@ end of a run, and empty once the group has taken everything) and their Task even
 
 from __future__ import annotations
 
-from consumers.topic_range import RangeReader
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.topic_range import RangeReader
 from rft.events.models import Task
 from rft.events.transport import kafka_backend
 

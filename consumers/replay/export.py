@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from consumers.experience_filter import ExperienceFilter
-from consumers.topic_range import RangeReader
+from rft.consumers.replay.filter import ExperienceFilter
+from rft.consumers.replay.topic_range import RangeReader
 from rft.errors import ConfigError, ReplayError, RftError
 from rft.events.models import Experience
 from rft.registry import Registry

@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.topic_range import RangeReader
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.topic_range import RangeReader
 from rft.errors import RftError
 from rft.events.models import ComponentStatus, DeadLetter, Experience, Metric, WeightVersion
 from rft.events.topics import TopicNames

@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from consumers.experience_filter import ExperienceFilter
-from consumers.topic_range import RangeReader
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.filter import ExperienceFilter
+from rft.consumers.replay.topic_range import RangeReader
 from rft.errors import ConfigError, ReplayError, RftError
 from rft.events.models import Experience, Task
 from rft.events.reader import Envelope

@@ -1,15 +1,15 @@
 """Trainer: a consumer of Experience events that batches, trains and publishes weight versions.
 
 `Trainer` builds one run's parts from the config (engine, checkpointer, sampler, Kafka clients)
-and hands them to a `TrainerLoop` (consumers.trainer_loop), which owns them while it runs. The
+and hands them to a `TrainerLoop` (rft.consumers.trainer.loop), which owns them while it runs. The
 sampler (`algorithm.sample_strategy`) keeps rollout groups whole, judges staleness when a batch
 forms, and may replay or mix in demonstrations; each batch becomes one optimizer step of the
-configured algorithm (consumers.train_step). A restarted trainer resumes from its newest weight
+configured algorithm (rft.consumers.trainer.train_step). A restarted trainer resumes from its newest weight
 version: weights, optimizer, step, the manifest's consumed offsets and the sampler's state.
 
 Given an `OfflineSource` (`rft train --from-topic`), the same trainer reads a range of an existing
 experience topic instead of its consumer group, with no explorer, and stops at the range's end
-(consumers.offline_input says how staleness and filters work there). Its weight versions, metrics
+(rft.consumers.trainer.offline_input says how staleness and filters work there). Its weight versions, metrics
 and checkpoints belong to the config's run, whatever run wrote the topic.
 """
 
@@ -22,28 +22,6 @@ import logging
 import threading
 from typing import Any
 
-from consumers.experience_mirror import experience_mirror
-from consumers.explorer_roster import ExplorerRoster
-from consumers.offline_input import (
-    STATE_KEY,
-    OfflineExperiences,
-    OfflineSource,
-    admit_rule,
-    offline_state,
-    offline_total_steps,
-    resolve_range,
-    without_staleness,
-)
-from consumers.run_plan import RunPlan
-from consumers.tasks_left import tasks_left
-from consumers.topic_range import RangeReader
-from consumers.train_step import StepTrainer
-from consumers.trainer_checkpoint import TrainerCheckpointer
-from consumers.trainer_loop import InputEnd, LoopClients, TrainerLoop, TrainerSummary
-from consumers.versions_in_use import versions_in_use
-from producers.metric_emitter import MetricEmitter
-from producers.status_announcer import StatusAnnouncer
-from producers.task_selectors import is_online
 from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
 from rft.buffer.expert_source import ExpertContext, open_expert_sources
@@ -54,6 +32,25 @@ from rft.buffer.sampler import Sampler
 from rft.buffer.staleness import StalenessPolicy
 from rft.config import RftConfig
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.mirror import experience_mirror
+from rft.consumers.replay.topic_range import RangeReader
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.tasks.left import tasks_left
+from rft.consumers.trainer.checkpoint import TrainerCheckpointer
+from rft.consumers.trainer.explorer_roster import ExplorerRoster
+from rft.consumers.trainer.loop import InputEnd, LoopClients, TrainerLoop, TrainerSummary
+from rft.consumers.trainer.offline_input import (
+    STATE_KEY,
+    OfflineExperiences,
+    OfflineSource,
+    admit_rule,
+    offline_state,
+    offline_total_steps,
+    resolve_range,
+    without_staleness,
+)
+from rft.consumers.trainer.train_step import StepTrainer
+from rft.consumers.trainer.versions_in_use import versions_in_use
 from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import configured_chat_template
 from rft.engines.models import load_model, torch_dtype
@@ -69,6 +66,9 @@ from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
+from rft.producers.metric_emitter import MetricEmitter
+from rft.producers.status_announcer import StatusAnnouncer
+from rft.producers.task_selectors import is_online
 from rft.synchronizer import build_sync_style
 
 __all__ = ["Trainer", "TrainerSummary", "master_dtype", "trainer_engine_config"]

@@ -8,7 +8,7 @@ It writes nothing.
 What counts as trained: the chain of versions from the newest manifest back through
 `parent_version`. Each version's WeightVersion (schema v2) carries its `trained_log`: the
 experience offsets the steps after its parent trained, how many times, and the offsets they
-settled (consumers.trainer_loop); the same log sits in the version's saved state
+settled (rft.consumers.trainer.loop); the same log sits in the version's saved state
 (`trainer_state/sampler.json`, sha256-verified), read for a version announced without one.
 Retention (`trainer.max_checkpoints_to_keep`) deletes a version's files but never its
 announcement, so the chain goes on through a version whose manifest is gone on its announcement
@@ -59,11 +59,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from consumers.run_plan import RunPlan
-from consumers.topic_range import RangeReader
-from consumers.trained_log import trained_log_of
 from rft.buffer.replay_buffer import ReplaySettings, replay_settings
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.topic_range import RangeReader
+from rft.consumers.run_plan import RunPlan
 from rft.errors import CheckpointError
 from rft.events.models import (
     DeadLetter,
@@ -78,6 +77,7 @@ from rft.events.topics import TopicNames
 from rft.events.transport import kafka_backend
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import CheckpointStore
+from rft.storage.trained_log import trained_log_of
 
 log = logging.getLogger(__name__)
 

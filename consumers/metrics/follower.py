@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from consumers.metric_sinks import MetricFanout
 from rft.config.connections import KafkaSettings
+from rft.consumers.metrics.sinks import MetricFanout
 from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader, Resume
 from rft.events.topics import ensure_topics
@@ -173,7 +173,7 @@ class BackgroundMetricFollower:
 
     @classmethod
     def for_component(cls, cfg: RftConfig, component: str) -> BackgroundMetricFollower:
-        from consumers.run_plan import RunPlan
+        from rft.consumers.run_plan import RunPlan
 
         plan = RunPlan(cfg)
         sinks = MetricFanout.for_config(cfg)

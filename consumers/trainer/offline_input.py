@@ -1,7 +1,7 @@
 """What an offline trainer (`rft train --from-topic`) reads, and the rules it reads by.
 
 An offline trainer has no explorer: it trains on a range of an experience topic that is already
-written (this run's or another's), read with `consumers.topic_range` as a throwaway consumer
+written (this run's or another's), read with `rft.consumers.replay.topic_range` as a throwaway consumer
 group that never commits, so no other group's offsets move. The range is resolved to per-partition
 `[start, end)` offsets once, when the run starts fresh, and saved with every weight version
 (`offline_state`): a resumed run reads the same range to the same end even if the topic has grown
@@ -13,7 +13,7 @@ that generated them, not of this trainer, so a bound on their difference would d
 for no reason tied to the model being trained. `max_staleness` is therefore set aside with a
 warning; `--min-version` / `--max-version` pick logged versions instead.
 
-Filters (`consumers.experience_filter`) settle the experiences they leave out. A reward filter can
+Filters (`rft.consumers.replay.filter`) settle the experiences they leave out. A reward filter can
 leave part of a rollout group, which would never complete; algorithms without advantages (`raft`:
 the supervised loss on logged responses) then train each kept experience as a group of its own,
 and algorithms with group advantages refuse a reward filter.
@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from consumers.experience_filter import ExperienceFilter
-from consumers.topic_range import Partition, RangeBound, RangeReader, resolve_spans
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.filter import ExperienceFilter
+from rft.consumers.replay.topic_range import Partition, RangeBound, RangeReader, resolve_spans
 from rft.errors import ConfigError
 from rft.events.models import Experience
 from rft.events.reader import Envelope

@@ -31,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator, PercentFormatter  # noqa: E402
 
-from consumers.metric_series import MetricSeries, Point  # noqa: E402
+from rft.consumers.metrics.series import MetricSeries, Point  # noqa: E402
 
 _COLOURS = [plt.get_cmap("tab10")(i) for i in range(10)]
 

@@ -28,18 +28,18 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from consumers.run_plan import RunPlan
-from producers.metric_emitter import MetricEmitter
-from producers.task_publisher import TaskPublisher
-from producers.task_selectors import ONLINE_TASK_SELECTORS, OnlineTaskSelector
-from producers.taskset_reader import LoadedTaskset
 from rft.config import RftConfig
+from rft.consumers.run_plan import RunPlan
 from rft.contact.first_contact import require_kafka
 from rft.errors import ConfigError, FencedError, TransportError
 from rft.events.models import DeadLetter, Experience, Task
 from rft.events.reader import Envelope, EventReader, Resume
 from rft.events.transport import TopicPartitionOffset, kafka_outage_window
 from rft.events.writer import EventWriter
+from rft.producers.metric_emitter import MetricEmitter
+from rft.producers.task_publisher import TaskPublisher
+from rft.producers.task_selectors import ONLINE_TASK_SELECTORS, OnlineTaskSelector
+from rft.producers.taskset_reader import LoadedTaskset
 from rft.tracing.spans import publish_span
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ Experience per rollout tagged with the weight version that produced it. A task w
 keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
 parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
 offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
-that commit. Weights follow the synchronizer (consumers.explorer_sync): before each step the
+that commit. Weights follow the synchronizer (rft.consumers.explorer.sync): before each step the
 explorer waits for the version its sync style and the η bound require, and under fully_async it
 also loads new versions between rollout chunks; each Experience carries the version that sampled
 it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
@@ -14,11 +14,11 @@ task's rollout and reward spans continue the task's own trace (rft.workflows.rol
 its experiences are written inside an `explorer.produce` span under them, whose context their
 headers carry.
 
-The explorer says what it does on the control topic (producers.status_announcer): `running` when
+The explorer says what it does on the control topic (rft.producers.status_announcer): `running` when
 it starts, a wait line while it waits long for tasks or weights, and `finished` when its loop
 ends, with why: it ran its `total_steps`, its tasks ran out (`tasks_exhausted`, with the tasks its
 group left uncommitted), or it was stopped. The trainer reads these to know when no more
-experiences can come (consumers.explorer_roster).
+experiences can come (rft.consumers.trainer.explorer_roster).
 """
 
 from __future__ import annotations
@@ -35,18 +35,20 @@ import numpy as np
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
-from consumers.evaluation import correctness, eval_params, evaluate_tasksets, read_eval_tasks
-from consumers.explorer_env import apply_env_vars
-from consumers.explorer_progress import progress_metadata, resumed_step
-from consumers.explorer_sync import ExplorerSync
-from consumers.run_plan import RunPlan
-from consumers.task_order import OrderedTasks, PartitionEnds
-from consumers.tasks_left import tasks_left
-from consumers.weight_follower import WeightFollower
-from producers.metric_emitter import MetricEmitter
-from producers.status_announcer import StatusAnnouncer
-from producers.task_selectors import is_online
 from rft.config import RftConfig
+from rft.consumers.explorer.env_vars import apply_env_vars
+from rft.consumers.explorer.evaluation import (
+    correctness,
+    eval_params,
+    evaluate_tasksets,
+    read_eval_tasks,
+)
+from rft.consumers.explorer.progress import progress_metadata, resumed_step
+from rft.consumers.explorer.sync import ExplorerSync
+from rft.consumers.explorer.weight_follower import WeightFollower
+from rft.consumers.run_plan import RunPlan
+from rft.consumers.tasks.left import tasks_left
+from rft.consumers.tasks.order import OrderedTasks, PartitionEnds
 from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import check_chat_template, configured_chat_template
 from rft.engines.prompt_limits import PromptLimits
@@ -76,6 +78,9 @@ from rft.events.transport import (
 )
 from rft.events.writer import EventWriter
 from rft.fault_points import fault_point
+from rft.producers.metric_emitter import MetricEmitter
+from rft.producers.status_announcer import StatusAnnouncer
+from rft.producers.task_selectors import is_online
 from rft.synchronizer import build_sync_style
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans
@@ -397,7 +402,7 @@ class Explorer:
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         """Up to batch_size tasks, in the order they were published over all of this member's
-        partitions (consumers.task_order); waits a little for a full batch, returns what it has.
+        partitions (rft.consumers.tasks.order); waits a little for a full batch, returns what it has.
 
         A rebalance happens inside poll: tasks already taken or buffered from a partition this
         member has just lost are dropped, and whoever holds the partition next reads them again

@@ -1,6 +1,6 @@
 """The trained log of a weight version, as its saved sampler state holds it.
 
-A version's `trainer_state/sampler.json` (consumers.trainer_loop) holds `trained_log` (what the
+A version's `trainer_state/sampler.json` (rft.consumers.trainer.loop) holds `trained_log` (what the
 steps after its parent trained, how many times, and what they settled) and `settled_ahead`. Its
 WeightVersion carries the same as a `TrainedLog` (schema v2), and the run checker reads either.
 """
