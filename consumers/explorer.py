@@ -1,8 +1,10 @@
 """Explorer: a consumer-group member that turns Task events into Experience events.
 
 Each step polls `buffer.batch_size` tasks, rolls every one out `repeat_times` times on the rollout
-engine in batched calls of `explorer.runner_per_model` tasks, scores the replies, and writes one
-Experience per rollout tagged with the weight version that produced it. A task whose workflow
+engine in batched calls of `explorer.runner_per_model` tasks, has each task's workflow turn its
+replies into scored `Trajectory` objects (rft.workflows.trajectory), and writes one Experience per
+trajectory, with its action mask, tagged with the weight version that produced it. `run` and
+`_explore_step` read as the lists of their phases, each phase a method of its own. A task whose workflow
 keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
 parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
 offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
@@ -137,10 +139,12 @@ class StepWork:
     sent: int = 0  # experiences committed
     refused: int = 0  # tasks dead-lettered for an oversized experience
 
-    by_id: dict[str, Envelope] = field(init=False)  # the batch's tasks by task id
+    tasks: list[Envelope] = field(init=False)  # the batch's Task envelopes
+    by_id: dict[str, Envelope] = field(init=False)  # and by task id
 
     def __post_init__(self) -> None:
-        self.by_id = {e.event.task_id: e for e in self.batch if isinstance(e.event, Task)}
+        self.tasks = [e for e in self.batch if isinstance(e.event, Task)]
+        self.by_id = {e.event.task_id: e for e in self.tasks}  # type: ignore[union-attr]
 
 
 def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
@@ -572,12 +576,12 @@ class Explorer:
     def _step_trace(self, work: StepWork, engine: RolloutEngine) -> Iterator[trace.Span]:
         """The step's span: a trace of its own, linked to each of its tasks' traces (and they
         to it), under which each task's rollout spans are made (`work.spans`)."""
-        links = [link_to(env.trace_context) for env in work.by_id.values()]
+        links = [link_to(env.trace_context) for env in work.tasks]
         with tracer.start_as_current_span(
             EXPLORER_STEP, context=new_trace(), links=[link for link in links if link]
         ) as span:
             span.set_attributes(work.ids)
-            span.set_attribute("rft.batch_tasks", len(work.by_id))
+            span.set_attribute("rft.batch_tasks", len(work.tasks))
             span.set_attribute("rft.model_version", engine.model_version)
             work.spans = RolloutSpans(
                 {tid: env.trace_context for tid, env in work.by_id.items()},
