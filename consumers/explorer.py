@@ -4,14 +4,14 @@ Each step polls `buffer.batch_size` tasks, rolls every one out `repeat_times` ti
 engine in batched calls of `explorer.runner_per_model` tasks, has each task's workflow turn its
 replies into scored `Trajectory` objects (rft.workflows.trajectory), and writes one Experience per
 trajectory, with its action mask, tagged with the weight version that produced it. `run` and
-`_explore_step` read as the lists of their phases, each phase a method of its own. A task whose workflow
-keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
-parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
-offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
-that commit. Weights follow the synchronizer (consumers.explorer_sync): before each step the
-explorer waits for the version its sync style and the η bound require, and under fully_async it
-also loads new versions between rollout chunks; each Experience carries the version that sampled
-it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
+`_explore_step` read as the lists of their phases, each phase a method of its own. A task whose
+workflow keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the
+model, is parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and
+the task offsets commit in one Kafka transaction: a task is explored again only if its explorer
+died before that commit. Weights follow the synchronizer (consumers.explorer_sync): before each
+step the explorer waits for the version its sync style and the η bound require, and under
+fully_async it also loads new versions between rollout chunks; each Experience carries the
+version that sampled it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
 task's rollout and reward spans continue the task's own trace (rft.workflows.rollout_spans), and
 its experiences are written inside an `explorer.produce` span under them, whose context their
 headers carry.
@@ -595,7 +595,8 @@ class Explorer:
         """Roll the step's tasks out under the explorer's limits; a task its workflow rejects,
         or that keeps failing, is given up (for a dead letter)."""
         engine = io.engine
-        runnable, rejected = split_runnable([env.event for env in work.by_id.values()])  # type: ignore[misc]
+        tasks: list[Task] = [env.event for env in work.by_id.values()]  # type: ignore[misc]
+        runnable, rejected = split_runnable(tasks)
         compiled_before = engine.compile_seconds
         started = time.monotonic()
         work.version = engine.model_version  # at the step's start; a task's own may be newer

@@ -3,8 +3,9 @@
 Every task's prompt is built by its workflow (with its format's `chat_template` when it names one),
 then `engine.generate` runs once for all tasks × `repeat_times` (once per distinct (repeat_times,
 sampling settings) pair when tasks differ), and each task's workflow turns its replies into scored
-`Trajectory` objects. Tasks whose payload their workflow rejects are refused before any generation. `prepare_task` and `roll_out` are the pieces;
-`rft.workflows.step_runner` runs an explorer step with them under its limits.
+`Trajectory` objects. Tasks whose payload their workflow rejects are refused before any
+generation. `prepare_task` and `roll_out` are the pieces; `rft.workflows.step_runner` runs an
+explorer step with them under its limits.
 """
 
 from __future__ import annotations
@@ -259,8 +260,8 @@ def _score_rollouts(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResu
         raise TasksetError(f"task {task.task_id}: {exc}") from exc
     if not trajectories:
         raise RftError(
-            f"task {task.task_id}: workflow {task.workflow!r} made no trajectory of its "
-            f"{len(rollouts)} rollout(s)"
+            f"task {task.task_id}: workflow {type(item.workflow).__name__} made no "
+            f"trajectory of its {len(rollouts)} rollout(s)"
         )
     return WorkflowResult(task, list(trajectories))
 

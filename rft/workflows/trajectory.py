@@ -117,7 +117,7 @@ class Trajectory:
         info: Mapping[str, Any],
         metrics: Mapping[str, float] | None = None,
     ) -> Trajectory:
-        """This trajectory with its reward, the reward function's info and the workflow's metrics."""
+        """This trajectory with its reward, its reward fn's info and the workflow's metrics."""
         return dataclasses.replace(
             self, reward=float(reward), info=dict(info), metrics=dict(metrics or self.metrics)
         )

@@ -126,5 +126,7 @@ WORKFLOWS.add("no_trajectory_workflow", NoTrajectories, replace=True)
 
 def test_a_workflow_that_makes_no_trajectory_fails_its_task() -> None:
     empty = dataclasses.replace(task(), workflow="no_trajectory_workflow")
-    with pytest.raises(RftError, match="task t: workflow 'no_trajectory_workflow' made no traj"):
+    with pytest.raises(
+        RftError, match="task t: workflow NoTrajectories made no trajectory of its 1"
+    ):
         run_workflows([empty], CannedEngine({"": ["7"]}), SamplingParams())
