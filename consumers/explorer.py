@@ -10,11 +10,11 @@ model, is parked in dead-letter (rft.workflows.step_runner). The experiences, th
 the task offsets commit in one Kafka transaction: a task is explored again only if its explorer
 died before that commit. Weights follow the synchronizer (consumers.explorer_sync): before each
 step the explorer waits for the version its sync style and the η bound require, and under
-fully_async it also loads new versions between rollout chunks; each Experience carries the
-version that sampled it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
-task's rollout and reward spans continue the task's own trace (rft.workflows.rollout_spans), and
-its experiences are written inside an `explorer.produce` span under them, whose context their
-headers carry.
+fully_async it also loads new versions between rollout chunks; each Experience carries the version
+that sampled it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its
+tasks; each task's rollout and reward spans continue the task's own trace
+(rft.workflows.rollout_spans), and its experiences are written inside an `explorer.produce` span
+under them, whose context their headers carry.
 
 The explorer says what it does on the control topic (producers.status_announcer): `running` when
 it starts, a wait line while it waits long for tasks or weights, and `finished` when its loop
