@@ -55,8 +55,10 @@ class Trajectory:
             )
 
     @classmethod
-    def of_reply(cls, rollout: Rollout) -> Trajectory:
-        """A single-turn trajectory: the prompt and the model's reply to it, unscored."""
+    def of_reply(
+        cls, rollout: Rollout, reward: float = 0.0, info: Mapping[str, Any] | None = None
+    ) -> Trajectory:
+        """A single-turn trajectory: the prompt and the model's reply to it, with its reward."""
         return cls(
             prompt_ids=np.asarray(rollout.prompt_ids, dtype=np.int32),
             response_ids=np.asarray(rollout.response_ids, dtype=np.int32),
@@ -65,6 +67,8 @@ class Trajectory:
             response_text=rollout.text,
             finish_reason=rollout.finish_reason,
             logprob_temperature=rollout.logprob_temperature,
+            reward=float(reward),
+            info=info if info is not None else {},
         )
 
     @property

@@ -104,7 +104,7 @@ class Workflow:
         trajectories = []
         for reply in replies:
             reward, info = self.score(task, prefix + reply.text)
-            trajectories.append(Trajectory.of_reply(reply).scored(reward, info))
+            trajectories.append(Trajectory.of_reply(reply, reward, info))
         return trajectories
 
     def _require_valid(self, task: Task) -> None:
