@@ -552,7 +552,10 @@ class Explorer:
                 len(info.partitions),
             )
 
+    # -- a step ------------------------------------------------------------------------------
+
     def _step_work(self, number: int, batch: list[Envelope]) -> StepWork:
+        """Step `number` of `batch`, with the ids every span of it carries."""
         ids: dict[str, str | int] = {
             "rft.run": self.plan.run_id,
             "rft.explorer_id": self.explorer_id,
