@@ -24,13 +24,9 @@ log = logging.getLogger(__name__)
 
 
 def correctness(results: list[WorkflowResult]) -> np.ndarray:
-    """1.0 per correct rollout: the reward's `correct` info where given, else the reward itself."""
+    """1.0 per correct trajectory: the reward's `correct` info where given, else the reward."""
     return np.array(
-        [
-            float(info.get("correct", reward))
-            for res in results
-            for reward, info in zip(res.rewards, res.infos, strict=True)
-        ],
+        [float(t.info.get("correct", t.reward)) for res in results for t in res.trajectories],
         dtype=np.float64,
     )
 

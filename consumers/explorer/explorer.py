@@ -1,18 +1,20 @@
 """Explorer: a consumer-group member that turns Task events into Experience events.
 
 Each step polls `buffer.batch_size` tasks, rolls every one out `repeat_times` times on the rollout
-engine in batched calls of `explorer.runner_per_model` tasks, scores the replies, and writes one
-Experience per rollout tagged with the weight version that produced it. A task whose workflow
-keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the model, is
-parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and the task
-offsets commit in one Kafka transaction: a task is explored again only if its explorer died before
-that commit. Weights follow the synchronizer (rft.consumers.explorer.sync): before each step the
-explorer waits for the version its sync style and the η bound require, and under fully_async it
-also loads new versions between rollout chunks; each Experience carries the version that sampled
-it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its tasks; each
-task's rollout and reward spans continue the task's own trace (rft.workflows.rollout_spans), and
-its experiences are written inside an `explorer.produce` span under them, whose context their
-headers carry.
+engine in batched calls of `explorer.runner_per_model` tasks, has each task's workflow turn its
+replies into scored `Trajectory` objects (rft.workflows.trajectory), and writes one Experience per
+trajectory, with its action mask, tagged with the weight version that produced it. `run` and
+`_explore_step` read as the lists of their phases, each phase a method of its own. A task whose
+workflow keeps failing or overrunning `explorer.max_timeout`, or whose prompt does not fit the
+model, is parked in dead-letter (rft.workflows.step_runner). The experiences, the dead letters and
+the task offsets commit in one Kafka transaction: a task is explored again only if its explorer
+died before that commit. Weights follow the synchronizer (rft.consumers.explorer.sync): before each
+step the explorer waits for the version its sync style and the η bound require, and under
+fully_async it also loads new versions between rollout chunks; each Experience carries the version
+that sampled it. Tracing (rft.tracing.spans): each step is an `explorer.step` span linked to its
+tasks; each task's rollout and reward spans continue the task's own trace
+(rft.workflows.rollout_spans), and its experiences are written inside an `explorer.produce` span
+under them, whose context their headers carry.
 
 The explorer says what it does on the control topic (rft.producers.status_announcer): `running` when
 it starts, a wait line while it waits long for tasks or weights, and `finished` when its loop
@@ -23,12 +25,14 @@ experiences can come (rft.consumers.trainer.explorer_roster).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +48,7 @@ from rft.consumers.explorer.evaluation import (
     read_eval_tasks,
 )
 from rft.consumers.explorer.progress import progress_metadata, resumed_step
-from rft.consumers.explorer.sync import ExplorerSync
+from rft.consumers.explorer.sync import ExplorerSync, StepSync
 from rft.consumers.explorer.weight_follower import WeightFollower
 from rft.consumers.run_plan import RunPlan
 from rft.consumers.tasks.left import tasks_left
@@ -85,7 +89,7 @@ from rft.synchronizer import build_sync_style
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
-from rft.workflows.step_runner import StepLimits, run_step
+from rft.workflows.step_runner import StepLimits, StepOutcome, run_step
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +109,47 @@ class ExplorerSummary:
     generated_tokens: int = 0
     rollout_seconds: float = 0.0
     eval_accuracy: dict[int, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
+class ExplorerIO:
+    """What a running explorer works with: its engine, its Kafka clients (open while it runs)
+    and what it says on them."""
+
+    engine: RolloutEngine
+    tasks: EventReader
+    tx: EventWriter  # transactional: a step's experiences, dead letters and task offsets
+    plain: EventWriter  # metrics and status
+    follower: WeightFollower
+    metrics: MetricEmitter
+    status: StatusAnnouncer
+    sync: ExplorerSync
+
+
+@dataclass
+class StepWork:
+    """One step as it goes through its phases (`Explorer._explore_step`)."""
+
+    number: int
+    batch: list[Envelope]
+    ids: dict[str, str | int]  # run, explorer and step: on every span of the step
+    spans: RolloutSpans | None = None  # its tasks' rollout spans, made with the step's span
+    version: int = 0  # the engine's at the step's start; a task's own may be newer
+    outcome: StepOutcome = field(default_factory=StepOutcome)
+    rollout_s: float = 0.0  # compile time left out
+    compile_s: float = 0.0
+    sync: StepSync | None = None  # how the step's weights were chosen
+    given_up: dict[str, RftError] = field(default_factory=dict)  # task id -> its dead letter's
+    groups: list[tuple[WorkflowResult, list[Experience]]] = field(default_factory=list)
+    sent: int = 0  # experiences committed
+    refused: int = 0  # tasks dead-lettered for an oversized experience
+
+    tasks: list[Envelope] = field(init=False)  # the batch's Task envelopes
+    by_id: dict[str, Envelope] = field(init=False)  # and by task id
+
+    def __post_init__(self) -> None:
+        self.tasks = [e for e in self.batch if isinstance(e.event, Task)]
+        self.by_id = {e.event.task_id: e for e in self.tasks}  # type: ignore[union-attr]
 
 
 def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
@@ -211,152 +256,199 @@ class Explorer:
     # -- the loop -----------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None) -> ExplorerSummary:
+        """Explore until `total_steps` are taken, the tasks run out or `stop` is set; then say on
+        the control topic why the loop ended."""
         stop = stop or threading.Event()
-        kafka = self.cfg.stack.kafka
-        topics = self.plan.topics
+        engine = self._set_up()
+        with self._connect(engine) as io:
+            step = self._start(io)
+            step, exhausted = self._explore(io, step, stop)
+            self.summary.steps = step
+            self._announce_end(io.status, step, self.plan.total_steps, exhausted=exhausted)
+            io.plain.flush()
+        return self.summary
+
+    def _set_up(self) -> RolloutEngine:
+        """The checks before anything is read, then the engine with its chat templates."""
         # an address that never answers is a config error, found in seconds (first_contact.py)
-        require_kafka(kafka)
+        require_kafka(self.cfg.stack.kafka)
         require_object_store(self.plan.checkpoint_store().store, create_bucket=False)
         self.plan.ensure_topics(self.plan.explorer_experience_topic)
         self._check_partitions()
         apply_env_vars(self.cfg.explorer.env_vars)
         engine = self._engine or self._build_engine()
         self._configure_chat(engine)
-        total_steps = self.plan.total_steps
-        weights_group = f"{self.plan.run_id}.weights.{self.explorer_id}"
-        with (
-            EventReader.open(
-                kafka,
-                self.plan.explorer_group,
-                [topics.tasks],
-                from_beginning=self.plan.tasks_start.kind != "latest",
-                dead_letter_topic=topics.dead_letter,
-                config=self.plan.explorer_consumer_config(self.explorer_id),
-            ) as tasks,
-            EventWriter.open(
-                kafka, transactional_id=self.plan.explorer_transactional_id(self.explorer_id)
-            ) as tx,
-            EventWriter.open(kafka) as plain,
-            WeightFollower(
-                kafka,
-                topics.weights,
-                weights_group,
-                self.plan.checkpoint_store(),
-                consumer_config=self.plan.consumer_config,
-                explorer_id=self.explorer_id,
-                dead_letter_topic=topics.dead_letter,
-            ) as follower,
-        ):
-            # Claim the explorer id now, not at the first step's commit: an explorer process
-            # already running with this id is fenced at once (its next transaction fails).
-            self._claims = Claims(
-                kafka, topics.control, self.plan.explorer_transactional_id(self.explorer_id)
-            )
-            self._claims.claim(tx)
-            tasks.check_fences_with(lambda: self._taken_over(tx))
-            log.info(
-                "explorer %s holds transactional id %r: an earlier process with this id is fenced",
-                self.explorer_id,
-                self.plan.explorer_transactional_id(self.explorer_id),
-            )
-            metrics = MetricEmitter(
-                plain,
-                topics.metrics,
-                "explorer",
-                self.plan.run_id,
-                tags={"explorer_id": self.explorer_id, "explorer_group": self.plan.explorer_group},
-            )
-            status = StatusAnnouncer(
-                plain,
-                topics.control,
-                "explorer",
-                self.explorer_id,
-                self.plan.explorer_group,
-                total_steps,
-                experience_topic=self.plan.explorer_experience_topic,
-                group_size=self.plan.explorer_count,
-            )
-            sync = ExplorerSync(
-                self.cfg.synchronizer,
-                self.style,
-                follower,
-                explorer_id=self.explorer_id,
-                control_topic=topics.control,
-                weights_topic=topics.weights,
-                status=status,
-            )
-            follower.poll(timeout_s=1.0)
-            if self.cfg.continue_from_checkpoint:
-                follower.load_newest(engine)
-            committed = self._group_committed()
-            start = self.plan.tasks_start
-            if not committed and start.kind == "timestamp":
-                assert start.timestamp_ms is not None
-                # explorer.tasks_from names a moment and the group is new: its first read
-                tasks.seek_to_timestamp(start.timestamp_ms)
-            step = resumed_step(committed) if self.cfg.continue_from_checkpoint else 0
-            if step:
-                log.info(
-                    "resuming at step %d of %d (from the group's committed task offsets)",
-                    step,
-                    total_steps,
+        return engine
+
+    @contextlib.contextmanager
+    def _connect(self, engine: RolloutEngine) -> Iterator[ExplorerIO]:
+        """The explorer's Kafka clients, open while it runs, with its explorer id claimed."""
+        kafka, topics = self.cfg.stack.kafka, self.plan.topics
+        with contextlib.ExitStack() as opened:
+            tasks = opened.enter_context(
+                EventReader.open(
+                    kafka,
+                    self.plan.explorer_group,
+                    [topics.tasks],
+                    from_beginning=self.plan.tasks_start.kind != "latest",
+                    dead_letter_topic=topics.dead_letter,
+                    config=self.plan.explorer_consumer_config(self.explorer_id),
                 )
-            self.summary.resumed_from = step
-            # a restart replaces this explorer's earlier `finished` before it does anything
-            status.announce("running", step=step)
-            if self.cfg.explorer.eval_on_startup:
-                self._evaluate(engine, metrics, step=step)
+            )
+            tx = opened.enter_context(
+                EventWriter.open(
+                    kafka, transactional_id=self.plan.explorer_transactional_id(self.explorer_id)
+                )
+            )
+            plain = opened.enter_context(EventWriter.open(kafka))
+            follower = opened.enter_context(
+                WeightFollower(
+                    kafka,
+                    topics.weights,
+                    f"{self.plan.run_id}.weights.{self.explorer_id}",
+                    self.plan.checkpoint_store(),
+                    consumer_config=self.plan.consumer_config,
+                    explorer_id=self.explorer_id,
+                    dead_letter_topic=topics.dead_letter,
+                )
+            )
+            self._claim(tx, tasks)
+            yield self._io(engine, tasks, tx, plain, follower)
+
+    def _claim(self, tx: EventWriter, tasks: EventReader) -> None:
+        """Claim the explorer id now, not at the first step's commit: an explorer process already
+        running with this id is fenced at once (its next transaction fails)."""
+        transactional_id = self.plan.explorer_transactional_id(self.explorer_id)
+        self._claims = Claims(self.cfg.stack.kafka, self.plan.topics.control, transactional_id)
+        self._claims.claim(tx)
+        tasks.check_fences_with(lambda: self._taken_over(tx))
+        log.info(
+            "explorer %s holds transactional id %r: an earlier process with this id is fenced",
+            self.explorer_id,
+            transactional_id,
+        )
+
+    def _io(
+        self,
+        engine: RolloutEngine,
+        tasks: EventReader,
+        tx: EventWriter,
+        plain: EventWriter,
+        follower: WeightFollower,
+    ) -> ExplorerIO:
+        """The open clients with what the explorer says on them: metrics, status and sync."""
+        topics = self.plan.topics
+        metrics = MetricEmitter(
+            plain,
+            topics.metrics,
+            "explorer",
+            self.plan.run_id,
+            tags={"explorer_id": self.explorer_id, "explorer_group": self.plan.explorer_group},
+        )
+        status = StatusAnnouncer(
+            plain,
+            topics.control,
+            "explorer",
+            self.explorer_id,
+            self.plan.explorer_group,
+            self.plan.total_steps,
+            experience_topic=self.plan.explorer_experience_topic,
+            group_size=self.plan.explorer_count,
+        )
+        sync = ExplorerSync(
+            self.cfg.synchronizer,
+            self.style,
+            follower,
+            explorer_id=self.explorer_id,
+            control_topic=topics.control,
+            weights_topic=topics.weights,
+            status=status,
+        )
+        return ExplorerIO(engine, tasks, tx, plain, follower, metrics, status, sync)
+
+    def _start(self, io: ExplorerIO) -> int:
+        """Load the weights to start from, find the step to resume after and announce `running`
+        (a restart replaces this explorer's earlier `finished` before it does anything)."""
+        io.follower.poll(timeout_s=1.0)
+        if self.cfg.continue_from_checkpoint:
+            io.follower.load_newest(io.engine)
+        step = self._resumed_step(io.tasks)
+        self.summary.resumed_from = step
+        io.status.announce("running", step=step)
+        if self.cfg.explorer.eval_on_startup:
+            self._evaluate(io.engine, io.metrics, step=step)
+        return step
+
+    def _resumed_step(self, tasks: EventReader) -> int:
+        """The step a restarted explorer continues after (0 for a fresh start); a new group
+        whose `explorer.tasks_from` names a moment first reads from there."""
+        committed = self._group_committed()
+        start = self.plan.tasks_start
+        if not committed and start.kind == "timestamp":
+            assert start.timestamp_ms is not None
+            tasks.seek_to_timestamp(start.timestamp_ms)
+        step = resumed_step(committed) if self.cfg.continue_from_checkpoint else 0
+        if step:
+            log.info(
+                "resuming at step %d of %d (from the group's committed task offsets)",
+                step,
+                self.plan.total_steps,
+            )
+        return step
+
+    def _explore(self, io: ExplorerIO, step: int, stop: threading.Event) -> tuple[int, bool]:
+        """Steps after `step` until total_steps or `stop`; returns the last step taken and
+        whether the tasks ran out."""
+        total_steps = self.plan.total_steps
+        idle_since = time.monotonic()
+        ran_dry = False
+        waits = io.status.waits(step)
+        while step < total_steps and not stop.is_set():
+            # after a batch the tasks could not fill, the next step's weights may need a batch
+            # that cannot come: see first whether any task is left
+            if ran_dry and self._group_took_all():
+                log.info(
+                    "no tasks left after a short batch: explorer group %s has committed every "
+                    "task of %s",
+                    self.plan.explorer_group,
+                    self.plan.topics.tasks,
+                )
+                return step, True
+            io.sync.before_step(step + 1, io.engine, io.plain)
+            batch = self._poll_batch(io.tasks, stop)
+            if not batch:
+                if self._tasks_ran_out(idle_since):
+                    return step, True
+                waits.still(
+                    f"tasks on {self.plan.topics.tasks} for step {step + 1} of {total_steps} "
+                    f"(explorer group {self.plan.explorer_group}; it stops after "
+                    f"{self.idle_timeout_s:.0f}s without)",
+                    step,
+                )
+                continue
+            waits.over()
             idle_since = time.monotonic()
-            exhausted = ran_dry = False
-            waits = status.waits(step)
-            while step < total_steps and not stop.is_set():
-                # after a batch the tasks could not fill, the next step's weights may need a
-                # batch that cannot come: see first whether any task is left
-                if ran_dry and self._group_took_all():
-                    log.info(
-                        "no tasks left after a short batch: explorer group %s has committed "
-                        "every task of %s",
-                        self.plan.explorer_group,
-                        topics.tasks,
-                    )
-                    exhausted = True
-                    break
-                sync.before_step(step + 1, engine, plain)
-                batch = self._poll_batch(tasks, stop)
-                if not batch:
-                    if time.monotonic() - idle_since > self.idle_timeout_s:
-                        log.info(
-                            "no tasks for %.0fs: the taskset is exhausted", self.idle_timeout_s
-                        )
-                        exhausted = True
-                        break
-                    if self._group_took_all():
-                        log.info(
-                            "no tasks left: explorer group %s has committed every task of %s",
-                            self.plan.explorer_group,
-                            topics.tasks,
-                        )
-                        exhausted = True
-                        break
-                    waits.still(
-                        f"tasks on {topics.tasks} for step {step + 1} of {total_steps} (explorer "
-                        f"group {self.plan.explorer_group}; it stops after "
-                        f"{self.idle_timeout_s:.0f}s without)",
-                        step,
-                    )
-                    continue
-                waits.over()
-                idle_since = time.monotonic()
-                ran_dry = len(batch) < self.plan.batch_size
-                if not self._explore_step(step + 1, batch, engine, tasks, tx, metrics, sync):
-                    continue  # not committed: its tasks are read again
-                step += 1
-                if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
-                    self._evaluate(engine, metrics, step)
-            self.summary.steps = step
-            self._announce_end(status, step, total_steps, exhausted=exhausted)
-            plain.flush()
-        return self.summary
+            ran_dry = len(batch) < self.plan.batch_size
+            if not self._explore_step(self._step_work(step + 1, batch), io):
+                continue  # not committed: its tasks are read again
+            step += 1
+            if step % self.cfg.explorer.eval_interval == 0 or step == total_steps:
+                self._evaluate(io.engine, io.metrics, step)
+        return step, False
+
+    def _tasks_ran_out(self, idle_since: float) -> bool:
+        """After an empty poll: whether no task can come any more."""
+        if time.monotonic() - idle_since > self.idle_timeout_s:
+            log.info("no tasks for %.0fs: the taskset is exhausted", self.idle_timeout_s)
+            return True
+        if self._group_took_all():
+            log.info(
+                "no tasks left: explorer group %s has committed every task of %s",
+                self.plan.explorer_group,
+                self.plan.topics.tasks,
+            )
+            return True
+        return False
 
     def _group_took_all(self) -> bool:
         """Whether the group has committed every task of a published taskset: then no task can
@@ -465,160 +557,157 @@ class Explorer:
                 len(info.partitions),
             )
 
-    def _explore_step(
-        self,
-        step: int,
-        batch: list[Envelope],
-        engine: RolloutEngine,
-        tasks: EventReader,
-        tx: EventWriter,
-        metrics: MetricEmitter,
-        sync: ExplorerSync,
-    ) -> bool:
-        """Explore `batch` as step `step` and commit it; False when its transaction could not
-        commit (it is aborted and the batch's tasks are read again)."""
-        tasks_in_batch = [env for env in batch if isinstance(env.event, Task)]
-        links = [link_to(env.trace_context) for env in tasks_in_batch]
-        step_ids: dict[str, str | int] = {
+    # -- a step ------------------------------------------------------------------------------
+
+    def _step_work(self, number: int, batch: list[Envelope]) -> StepWork:
+        """Step `number` of `batch`, with the ids every span of it carries."""
+        ids: dict[str, str | int] = {
             "rft.run": self.plan.run_id,
             "rft.explorer_id": self.explorer_id,
-            "rft.step": step,
+            "rft.step": number,
         }
-        # the step is a trace of its own, linked to each of its tasks' traces (and they to it)
+        return StepWork(number, batch, ids)
+
+    def _explore_step(self, work: StepWork, io: ExplorerIO) -> bool:
+        """Explore the step's batch and commit it; False when its transaction could not commit
+        (it is aborted and the batch's tasks are read again)."""
+        with self._step_trace(work, io.engine) as span:
+            self._roll_out(work, io)
+            self._make_experiences(work, io.sync)
+            if not self._commit(work, io):
+                return False
+            span.set_attribute("rft.experiences", work.sent)
+        self._record_step(work, io)
+        return True
+
+    @contextlib.contextmanager
+    def _step_trace(self, work: StepWork, engine: RolloutEngine) -> Iterator[trace.Span]:
+        """The step's span: a trace of its own, linked to each of its tasks' traces (and they
+        to it), under which each task's rollout spans are made (`work.spans`)."""
+        links = [link_to(env.trace_context) for env in work.tasks]
         with tracer.start_as_current_span(
             EXPLORER_STEP, context=new_trace(), links=[link for link in links if link]
         ) as span:
-            span.set_attributes(step_ids)
-            span.set_attribute("rft.batch_tasks", len(tasks_in_batch))
+            span.set_attributes(work.ids)
+            span.set_attribute("rft.batch_tasks", len(work.tasks))
             span.set_attribute("rft.model_version", engine.model_version)
-            by_id = {}
-            for env in tasks_in_batch:
-                by_id[env.event.task_id] = env  # type: ignore[union-attr]
-            runnable, rejected = split_runnable([by_id[k].event for k in by_id])  # type: ignore[misc]
-            compiled_before = engine.compile_seconds
-            spans = RolloutSpans(
-                {tid: env.trace_context for tid, env in by_id.items()},
+            work.spans = RolloutSpans(
+                {tid: env.trace_context for tid, env in work.by_id.items()},
                 step_link=Link(span.get_span_context()),
-                attributes=step_ids,
+                attributes=work.ids,
                 trace_content=self.cfg.monitor.trace_content,
             )
-            started = time.monotonic()
-            version = engine.model_version  # at the step's start; a task's own may be newer
-            outcome = run_step(
-                runnable,
-                engine,
-                self._base_params(step),
-                self._step_limits(),
-                before_rollout=lambda ids: sync.between_rollouts(engine, ids),
-                spans=spans,
-            )
-            results = outcome.results
-            # a compiling engine's first call on a new shape is reported apart from rollout time
-            compile_s = engine.compile_seconds - compiled_before
-            rollout_s = time.monotonic() - started - compile_s
-            step_sync = sync.current
-            task_versions = step_sync.task_versions if step_sync is not None else {}
-            given_up: dict[str, RftError] = {
-                task_id: TasksetError(f"task {task_id} rejected by its workflow: {why}")
-                for task_id, why in rejected.items()
-            }
-            given_up.update(outcome.given_up)
-            groups = [
-                (result, self._experiences(result, task_versions.get(result.task.task_id, version)))
-                for result in results
-            ]
-            for attempt in range(COMMIT_ATTEMPTS):
-                try:
-                    sent, refused = self._commit_step(
-                        tx, tasks, step, batch, groups, given_up, by_id, spans, step_ids
-                    )
-                    break
-                except FencedError as exc:
-                    if self._claims.taken_over():
-                        raise  # another process took this explorer id over: it commits no more
-                    # the broker fenced the producer on its own: nothing of the step is visible
-                    log.warning("step %d: %s; its tasks are read again", step, exc)
-                    self._claims.reclaim(tx)
-                    self._read_again(tasks, batch)
-                    return False
-                except TransactionError as exc:
-                    if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
-                        self._redo(tx, tasks, step, batch, exc)
-                        return False
-                    # A rebalance moved the group to a new generation while this step ran (a
-                    # member joined or left; cooperative rebalancing keeps this member's own
-                    # partitions): the offsets were refused. Abort, poll once so the rebalance
-                    # completes (its tasks wait for the next step), keep only what is still held.
-                    tx.abort()
-                    log.warning("step %d: %s; aborted, committing again", step, exc)
-                    self._carried += tasks.poll(self.plan.batch_size, timeout_s=1.0)
-                    lost = tasks.take_revoked()
-                    self._order.drop(lost)
-                    self._carried = drop_revoked(self._carried, lost)
-                    if any((e.topic, e.partition) in lost for e in batch):
-                        # Some of the step's tasks went with a partition (to another member, or
-                        # back to this one at the committed offset): the step is done again
-                        # whole, never committed short. A short step would leave the trainer a
-                        # batch short under a fixed schedule, and this explorer would wait for
-                        # a version that needs the missing experiences.
-                        kept = drop_revoked(batch, lost)
-                        log.warning(
-                            "step %d: %d of its %d tasks went with revoked partitions; done again",
-                            step,
-                            len(batch) - len(kept),
-                            len(batch),
-                        )
-                        self._read_again(tasks, kept)
-                        return False
-                except TransportError as exc:
-                    self._redo(tx, tasks, step, batch, exc)
-                    return False
-            results = [r for r, _ in groups if r.task.task_id not in given_up]
-            span.set_attribute("rft.experiences", sent)
-        sync_metrics = step_sync.metrics(sync.counters) if step_sync is not None else {}
-        self._record_step(
-            step,
-            results,
-            rollout_s,
-            version,
-            len(given_up),
-            metrics,
-            outcome.metrics()
-            | sync_metrics
-            | {
-                "model_version_end": float(engine.model_version),
-                "rollout_compile_s": compile_s,
-                "oversized_experiences": float(refused),
-            },
-        )
-        return True
+            yield span
 
-    def _commit_step(
-        self,
-        tx: EventWriter,
-        tasks: EventReader,
-        step: int,
-        batch: list[Envelope],
-        groups: list[tuple[WorkflowResult, list[Experience]]],
-        given_up: dict[str, RftError],
-        by_id: dict[str, Envelope],
-        spans: RolloutSpans,
-        step_ids: dict[str, str | int],
-    ) -> tuple[int, int]:
+    def _roll_out(self, work: StepWork, io: ExplorerIO) -> None:
+        """Roll the step's tasks out under the explorer's limits; a task its workflow rejects,
+        or that keeps failing, is given up (for a dead letter)."""
+        engine = io.engine
+        tasks: list[Task] = [env.event for env in work.by_id.values()]  # type: ignore[misc]
+        runnable, rejected = split_runnable(tasks)
+        compiled_before = engine.compile_seconds
+        started = time.monotonic()
+        work.version = engine.model_version  # at the step's start; a task's own may be newer
+        work.outcome = run_step(
+            runnable,
+            engine,
+            self._base_params(work.number),
+            self._step_limits(),
+            before_rollout=lambda ids: io.sync.between_rollouts(engine, ids),
+            spans=work.spans,
+        )
+        # a compiling engine's first call on a new shape is reported apart from rollout time
+        work.compile_s = engine.compile_seconds - compiled_before
+        work.rollout_s = time.monotonic() - started - work.compile_s
+        work.given_up = {
+            task_id: TasksetError(f"task {task_id} rejected by its workflow: {why}")
+            for task_id, why in rejected.items()
+        }
+        work.given_up.update(work.outcome.given_up)
+
+    def _make_experiences(self, work: StepWork, sync: ExplorerSync) -> None:
+        """Each rolled-out task's Experience group, tagged with the version that sampled it."""
+        work.sync = sync.current
+        task_versions = work.sync.task_versions if work.sync is not None else {}
+        work.groups = [
+            (
+                result,
+                self._experiences(result, task_versions.get(result.task.task_id, work.version)),
+            )
+            for result in work.outcome.results
+        ]
+
+    def _commit(self, work: StepWork, io: ExplorerIO) -> bool:
+        """Commit the step (`_commit_step`), again after a rebalance refused its offsets; False
+        when it cannot commit: it is aborted and its tasks are read again."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                work.sent, work.refused = self._commit_step(work, io)
+                return True
+            except FencedError as exc:
+                if self._claims.taken_over():
+                    raise  # another process took this explorer id over: it commits no more
+                # the broker fenced the producer on its own: nothing of the step is visible
+                log.warning("step %d: %s; its tasks are read again", work.number, exc)
+                self._claims.reclaim(io.tx)
+                self._read_again(io.tasks, work.batch)
+                return False
+            except TransactionError as exc:
+                if not exc.requires_abort or attempt == COMMIT_ATTEMPTS - 1:
+                    self._redo(io.tx, io.tasks, work.number, work.batch, exc)
+                    return False
+                if not self._still_held(work, io, exc):
+                    return False
+            except TransportError as exc:
+                self._redo(io.tx, io.tasks, work.number, work.batch, exc)
+                return False
+        raise AssertionError("the last commit attempt returns")
+
+    def _still_held(self, work: StepWork, io: ExplorerIO, exc: TransactionError) -> bool:
+        """After a rebalance moved the group to a new generation while the step ran (a member
+        joined or left; cooperative rebalancing keeps this member's own partitions), which made
+        the step's offsets refused: abort, poll once so the rebalance completes (its tasks wait
+        for the next step) and keep only what is still held. Whether the step still holds all
+        its tasks, to commit again; if not, its tasks are read again."""
+        io.tx.abort()
+        log.warning("step %d: %s; aborted, committing again", work.number, exc)
+        self._carried += io.tasks.poll(self.plan.batch_size, timeout_s=1.0)
+        lost = io.tasks.take_revoked()
+        self._order.drop(lost)
+        self._carried = drop_revoked(self._carried, lost)
+        if not any((e.topic, e.partition) in lost for e in work.batch):
+            return True
+        # Some of the step's tasks went with a partition (to another member, or back to this
+        # one at the committed offset): the step is done again whole, never committed short. A
+        # short step would leave the trainer a batch short under a fixed schedule, and this
+        # explorer would wait for a version that needs the missing experiences.
+        kept = drop_revoked(work.batch, lost)
+        log.warning(
+            "step %d: %d of its %d tasks went with revoked partitions; done again",
+            work.number,
+            len(work.batch) - len(kept),
+            len(work.batch),
+        )
+        self._read_again(io.tasks, kept)
+        return False
+
+    def _commit_step(self, work: StepWork, io: ExplorerIO) -> tuple[int, int]:
         """The step's experiences, dead letters and task offsets, in one transaction; returns
         (experiences sent, tasks refused for an oversized record). A task's experiences go whole
         or not at all: a group with a record over the producer's limit is dead-lettered."""
+        tx, spans = io.tx, work.spans
+        assert spans is not None  # made with the step's span
         tx.begin()
         sent = refused = 0
         oversized: dict[str, RftError] = {}
         topic = self.plan.explorer_experience_topic
-        for result, experiences in groups:
+        for result, experiences in work.groups:
             tid = result.task.task_id
             # the experiences' headers carry this span, a child of the task's rollout span
             with tracer.start_as_current_span(
                 PRODUCE, context=spans.context_of(tid), kind=SpanKind.PRODUCER
             ) as produce:
-                produce.set_attributes(step_ids)
+                produce.set_attributes(work.ids)
                 produce.set_attribute("rft.task_id", tid)
                 produce.set_attribute("rft.model_version", experiences[0].model_version)
                 produce.set_attribute("rft.experiences", len(experiences))
@@ -635,12 +724,12 @@ class Explorer:
                 for record in records:
                     tx.send_record(record)
                 sent += len(records)
-        given_up.update(oversized)
-        for task_id, error in given_up.items():
-            self._dead_letter(tx, by_id[task_id], error)
+        work.given_up.update(oversized)
+        for task_id, error in work.given_up.items():
+            self._dead_letter(tx, work.by_id[task_id], error)
         fault_point("explorer.in_transaction")
-        if batch:
-            tx.send_offsets(tasks, batch, progress_metadata(step, self.explorer_id))
+        if work.batch:
+            tx.send_offsets(io.tasks, work.batch, progress_metadata(work.number, self.explorer_id))
         tx.commit()
         return sent, refused
 
@@ -705,69 +794,72 @@ class Explorer:
             tx.send(self.plan.topics.dead_letter, without_payload(letter), key=env.key)
 
     def _experiences(self, result: WorkflowResult, version: int) -> list[Experience]:
+        """One Experience per trajectory of `result`: one group, its action masks as the
+        workflow made them."""
         task = result.task
         group_id = f"{task.task_id}:{self.explorer_id}:{uuid.uuid4().hex[:8]}"
-        out = []
-        for i, (rollout, reward, info) in enumerate(
-            zip(result.rollouts, result.rewards, result.infos, strict=True)
-        ):
-            out.append(
-                Experience(
-                    experience_id=f"{group_id}:{i}",
-                    task_id=task.task_id,
-                    group_id=group_id,
-                    group_size=len(result.rollouts),
-                    explorer_id=self.explorer_id,
-                    model_version=version,
-                    prompt_ids=rollout.prompt_ids,
-                    response_ids=rollout.response_ids,
-                    logprobs=rollout.logprobs,
-                    reward=float(reward),
-                    response_text=rollout.text,
-                    info={k: str(v) for k, v in info.items()},
-                    truncated=rollout.finish_reason == "length",
-                    logprob_temperature=rollout.logprob_temperature,
-                    explorer_group=self.plan.explorer_group,
-                )
+        return [
+            Experience(
+                experience_id=f"{group_id}:{i}",
+                task_id=task.task_id,
+                group_id=group_id,
+                group_size=len(result.trajectories),
+                explorer_id=self.explorer_id,
+                model_version=version,
+                prompt_ids=trajectory.prompt_ids,
+                response_ids=trajectory.response_ids,
+                logprobs=trajectory.logprobs,
+                action_mask=trajectory.action_mask,
+                reward=trajectory.reward,
+                response_text=trajectory.response_text,
+                info={k: str(v) for k, v in trajectory.info.items()},
+                truncated=trajectory.truncated,
+                metrics=dict(trajectory.metrics),
+                logprob_temperature=trajectory.logprob_temperature,
+                explorer_group=self.plan.explorer_group,
             )
-        return out
+            for i, trajectory in enumerate(result.trajectories)
+        ]
 
-    def _record_step(
-        self,
-        step: int,
-        results: list[WorkflowResult],
-        rollout_s: float,
-        version: int,
-        rejected: int,
-        metrics: MetricEmitter,
-        limits: dict[str, float] | None = None,
-    ) -> None:
-        rewards = np.array([r for res in results for r in res.rewards], dtype=np.float64)
-        correct = correctness(results)
-        lengths = np.array([len(ro.response_ids) for res in results for ro in res.rollouts])
-        tokens = int(lengths.sum()) if lengths.size else 0
+    def _record_step(self, work: StepWork, io: ExplorerIO) -> None:
+        """Count the committed step in the summary and emit its metrics."""
+        results = [r for r, _ in work.groups if r.task.task_id not in work.given_up]
+        trajectories = [t for result in results for t in result.trajectories]
+        rewards = np.array([t.reward for t in trajectories], dtype=np.float64)
+        lengths = np.array([len(t.response_ids) for t in trajectories])
+        tokens = sum(t.model_tokens for t in trajectories)
+        rejected = len(work.given_up)
         s = self.summary
         s.tasks += len(results) + rejected
         s.experiences += int(rewards.size)
         s.rejected_tasks += rejected
         s.generated_tokens += tokens
-        s.rollout_seconds += rollout_s
-        values = {
-            "model_version": float(version),
-            "tasks": float(len(results)),
-            "rejected_tasks": float(rejected),
-            "rollout_time_s": rollout_s,
-            "rollout_tokens_per_s": tokens / rollout_s if rollout_s > 0 else 0.0,
-        } | (limits or {})
+        s.rollout_seconds += work.rollout_s
+        values = (
+            {
+                "model_version": float(work.version),
+                "tasks": float(len(results)),
+                "rejected_tasks": float(rejected),
+                "rollout_time_s": work.rollout_s,
+                "rollout_tokens_per_s": tokens / work.rollout_s if work.rollout_s > 0 else 0.0,
+            }
+            | work.outcome.metrics()
+            | (work.sync.metrics(io.sync.counters) if work.sync is not None else {})
+            | {
+                "model_version_end": float(io.engine.model_version),
+                "rollout_compile_s": work.compile_s,
+                "oversized_experiences": float(work.refused),
+            }
+        )
         if rewards.size:
             values |= {
                 "reward_mean": float(rewards.mean()),
                 "reward_std": float(rewards.std()),
-                "accuracy": float(correct.mean()),
+                "accuracy": float(correctness(results).mean()),
                 "response_length_mean": float(lengths.mean()),
                 "response_length_max": float(lengths.max()),
             }
-        metrics.emit(step, values)
+        io.metrics.emit(work.number, values)
 
     # -- evaluation ---------------------------------------------------------------------------
 

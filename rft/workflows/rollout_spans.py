@@ -126,13 +126,14 @@ class RolloutSpans:
         result: WorkflowResult,
         reward: tuple[int, int] | None,
     ) -> None:
-        response_tokens = [len(r.response_ids) for r in result.rollouts]
-        span.set_attribute("rft.rollouts", len(result.rollouts))
+        trajectories = result.trajectories
+        response_tokens = [len(t.response_ids) for t in trajectories]
+        span.set_attribute("rft.rollouts", len(trajectories))
         span.set_attribute("rft.response_tokens", sum(response_tokens))
         span.set_attribute("rft.response_tokens_max", max(response_tokens, default=0))
-        span.set_attribute("rft.finish_reasons", [r.finish_reason for r in result.rollouts])
+        span.set_attribute("rft.finish_reasons", [t.finish_reason for t in trajectories])
         if self.trace_content:
-            span.set_attribute("rft.responses", [r.text for r in result.rollouts])
+            span.set_attribute("rft.responses", [t.response_text for t in trajectories])
         context = trace.set_span_in_context(span)
         self._succeeded[item.task.task_id] = context
         if reward is None:
@@ -142,7 +143,8 @@ class RolloutSpans:
             scoring.set_attribute(key, value)
         scoring.set_attribute("rft.task_id", item.task.task_id)
         scoring.set_attribute("rft.reward_fn", item.workflow.reward_fn_name(item.task))
-        scoring.set_attribute("rft.rewards", [float(r) for r in result.rewards])
-        if result.rewards:
-            scoring.set_attribute("rft.reward_mean", sum(result.rewards) / len(result.rewards))
+        rewards = [t.reward for t in result.trajectories]
+        scoring.set_attribute("rft.rewards", rewards)
+        if rewards:
+            scoring.set_attribute("rft.reward_mean", sum(rewards) / len(rewards))
         scoring.end(end_time=reward[1])

@@ -2,9 +2,10 @@
 
 Every task's prompt is built by its workflow (with its format's `chat_template` when it names one),
 then `engine.generate` runs once for all tasks × `repeat_times` (once per distinct (repeat_times,
-sampling settings) pair when tasks differ), and each reply is scored. Tasks whose payload their
-workflow rejects are refused before any generation. `prepare_task` and `roll_out` are the pieces;
-`rft.workflows.step_runner` runs an explorer step with them under its limits.
+sampling settings) pair when tasks differ), and each task's workflow turns its replies into scored
+`Trajectory` objects. Tasks whose payload their workflow rejects are refused before any
+generation. `prepare_task` and `roll_out` are the pieces; `rft.workflows.step_runner` runs an
+explorer step with them under its limits.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from typing import Any, NamedTuple
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
 from rft.errors import EngineError, RftError, TasksetError
 from rft.events.models import Task
-from rft.rewards import REWARD_FUNCTIONS, RewardInfo
+from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
 from rft.workflows.registry import WORKFLOWS
+from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
 
 log = logging.getLogger(__name__)
@@ -37,12 +39,10 @@ PhaseRecorder = Callable[[int, str, int, int], None]
 
 
 class WorkflowResult(NamedTuple):
-    """One task's rollouts (repeat_times of them) with their rewards and reward infos."""
+    """One task's scored trajectories (one per rollout: repeat_times of them single-turn)."""
 
     task: Task
-    rollouts: list[Rollout]
-    rewards: list[float]
-    infos: list[RewardInfo]
+    trajectories: list[Trajectory]
 
 
 class RejectedTasksError(TasksetError):
@@ -254,16 +254,16 @@ def _score(
 
 def _score_rollouts(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResult:
     task = item.task
-    rewards: list[float] = []
-    infos: list[RewardInfo] = []
-    for rollout in rollouts:
-        try:
-            reward, info = item.workflow.score(task, item.prefix + rollout.text)
-        except TasksetError as exc:
-            raise TasksetError(f"task {task.task_id}: {exc}") from exc
-        rewards.append(reward)
-        infos.append(info)
-    return WorkflowResult(task, rollouts, rewards, infos)
+    try:
+        trajectories = item.workflow.trajectories(task, item.prefix, rollouts)
+    except TasksetError as exc:
+        raise TasksetError(f"task {task.task_id}: {exc}") from exc
+    if not trajectories:
+        raise RftError(
+            f"task {task.task_id}: workflow {type(item.workflow).__name__} made no "
+            f"trajectory of its {len(rollouts)} rollout(s)"
+        )
+    return WorkflowResult(task, list(trajectories))
 
 
 def run_workflows(

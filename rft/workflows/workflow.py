@@ -1,5 +1,5 @@
-"""The `Workflow` base class: build a task's messages from its payload and format keys, and score
-a reply with the task's reward function.
+"""The `Workflow` base class: build a task's messages from its payload and format keys, and turn
+the model's replies into scored `Trajectory` objects with the task's reward function.
 
 Format keys follow Trinity-RFT: `prompt_key`, `response_key` (the answer), `system_prompt`,
 `system_prompt_key`, `reply_prefix`, and `prompt_type: messages` with `messages_key` for rows that
@@ -9,12 +9,16 @@ already hold a chat. `reward_fn_args` / `workflow_args` ride in the format map a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rft.errors import TasksetError
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS, RewardInfo
+from rft.workflows.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from rft.engines.rollout import Rollout
 
 Message = dict[str, str]
 
@@ -92,6 +96,16 @@ class Workflow:
         reward_fn = REWARD_FUNCTIONS.get(self.reward_fn_name(task))
         reward, info = reward_fn(response_text, task.payload, **self.reward_args(task))
         return float(reward), info
+
+    def trajectories(self, task: Task, prefix: str, replies: Sequence[Rollout]) -> list[Trajectory]:
+        """The task's trajectories from its `repeat_times` replies to `messages(task)` (all of a
+        step's replies come from batched engine calls). Single-turn: one trajectory per reply,
+        scored with `prefix` (the reply prefix, which the prompt ends with) put back in front."""
+        trajectories = []
+        for reply in replies:
+            reward, info = self.score(task, prefix + reply.text)
+            trajectories.append(Trajectory.of_reply(reply, reward, info))
+        return trajectories
 
     def _require_valid(self, task: Task) -> None:
         problem = self.check_payload(task.payload, task.format)

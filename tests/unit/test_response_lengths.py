@@ -26,6 +26,7 @@ from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBat
 from rft.events.codec import EventCodec
 from rft.events.models import Experience, Task
 from rft.workflows.runner import WorkflowResult, run_workflows
+from rft.workflows.trajectory import Trajectory
 from tests.unit.config_samples import MINIMAL
 
 CODEC = EventCodec.default()
@@ -61,7 +62,8 @@ def test_an_empty_response_is_written_read_back_and_trains_no_token(explorer: Ex
     full = np.array([9, 10, 11], dtype=np.int32)
     empty = Rollout(prompt, np.zeros(0, np.int32), np.zeros(0, np.float32), "", "stop", 1.0)
     answered = Rollout(prompt, full, np.full(3, -1.5, np.float32), "x", "stop", 1.0)
-    result = WorkflowResult(task(), [empty, answered], [0.0, 1.0], [{}, {}])
+    replies = [Trajectory.of_reply(empty), Trajectory.of_reply(answered)]
+    result = WorkflowResult(task(), [replies[0].scored(0.0, {}), replies[1].scored(1.0, {})])
     exps = round_trip(explorer._experiences(result, version=0))
     assert [e.response_length for e in exps] == [0, 3]
     assert exps[0].truncated is False and exps[0].response_text == ""
@@ -106,7 +108,7 @@ def test_a_group_of_only_empty_responses_is_a_step_with_nothing_to_train(
     prompt = np.array([5, 6, 7], dtype=np.int32)
     nothing = Rollout(prompt, np.zeros(0, np.int32), np.zeros(0, np.float32), "", "stop", 1.0)
     exps = round_trip(
-        explorer._experiences(WorkflowResult(task(), [nothing, nothing], [0.0, 0.0], [{}, {}]), 0)
+        explorer._experiences(WorkflowResult(task(), [Trajectory.of_reply(nothing)] * 2), 0)
     )
     spec = resolve_algorithm({"algorithm_type": "grpo", "kl_loss_fn": "none"})
     model, tok = load_model(ModelSpec("tiny", seed=5))
@@ -129,9 +131,9 @@ def test_a_response_cut_at_max_tokens_is_marked_truncated_and_kept_whole(
     # min_tokens = max_tokens: no eos can end it early, so every response runs to the limit
     params = SamplingParams(max_tokens=6, min_tokens=6, seed=1)
     (result,) = run_workflows([task()], engine, params)
-    assert all(r.finish_reason == "length" for r in result.rollouts)
+    assert all(t.finish_reason == "length" for t in result.trajectories)
     exps = round_trip(explorer._experiences(result, version=0))
-    for exp, rollout in zip(exps, result.rollouts, strict=True):
+    for exp, rollout in zip(exps, result.trajectories, strict=True):
         assert exp.truncated is True and exp.response_length == 6
         assert exp.response_ids.tolist() == rollout.response_ids.tolist()
         assert exp.logprobs.tolist() == rollout.logprobs.tolist()

@@ -172,11 +172,11 @@ def test_run_workflows_one_generate_call_for_the_batch() -> None:
     assert prompts[0] == engine.chat_prompt_ids(WORKFLOWS.get("math_workflow")().messages(tasks[0]))
     by_id = {r.task.task_id: r for r in results}
     assert [r.task.task_id for r in results] == ["a", "b", "c"]
-    assert by_id["a"].rewards == [1.0, 0.0, 1.0]
-    assert by_id["b"].rewards == [1.0, 1.0, 1.0]
-    assert by_id["c"].rewards == [1.0, 0.0, 1.0]
-    assert [r.text for r in by_id["a"].rollouts] == ["4", "five", "Answer: 4."]
-    assert by_id["a"].infos[1]["parsed"] == ""
+    assert [t.reward for t in by_id["a"].trajectories] == [1.0, 0.0, 1.0]
+    assert [t.reward for t in by_id["b"].trajectories] == [1.0, 1.0, 1.0]
+    assert [t.reward for t in by_id["c"].trajectories] == [1.0, 0.0, 1.0]
+    assert [t.response_text for t in by_id["a"].trajectories] == ["4", "five", "Answer: 4."]
+    assert by_id["a"].trajectories[1].info["parsed"] == ""
 
 
 def test_run_workflows_groups_by_repeat_times_and_rollout_args() -> None:
@@ -198,7 +198,7 @@ def test_run_workflows_groups_by_repeat_times_and_rollout_args() -> None:
         (1, 4, 1.0),
         (2, 2, 1.0),
     ]
-    assert [len(r.rollouts) for r in results] == [2, 4, 2, 2]
+    assert [len(r.trajectories) for r in results] == [2, 4, 2, 2]
     assert sampling_params_for(tasks[2], SamplingParams()).top_k == 0
 
 
@@ -210,7 +210,7 @@ def test_reply_prefix_is_prompted_and_scored() -> None:
     (result,) = run_workflows([task], engine, SamplingParams())
     prompt = engine.calls[0][0][0]
     assert engine.tokenizer.decode(prompt).endswith("The answer is")
-    assert result.rewards == [1.0]
+    assert [t.reward for t in result.trajectories] == [1.0]
 
 
 def test_bad_tasks_rejected_before_generation() -> None:
@@ -251,7 +251,9 @@ def test_run_workflows_on_the_real_hf_engine_with_a_tiny_model() -> None:
     results = run_workflows(tasks, engine, SamplingParams(max_tokens=6, seed=0))
     for task, result in zip(tasks, results, strict=True):
         assert result.task is task
-        assert len(result.rollouts) == len(result.rewards) == len(result.infos) == 2
-        for rollout, reward in zip(result.rollouts, result.rewards, strict=True):
-            assert 1 <= len(rollout.response_ids) <= 6
-            assert reward in (0.0, 1.0)
+        assert len(result.trajectories) == 2
+        for trajectory in result.trajectories:
+            assert 1 <= len(trajectory.response_ids) <= 6
+            assert trajectory.reward in (0.0, 1.0)
+            # single-turn: every response token is the model's
+            assert trajectory.action_mask.tolist() == [True] * len(trajectory.response_ids)

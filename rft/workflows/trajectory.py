@@ -1,0 +1,142 @@
+"""`Trajectory`: what a workflow's rollout of a task hands the explorer; one Experience each.
+
+Token ids are exactly what the model saw and produced: `prompt_ids` is the first prompt, and
+`response_ids` everything after it, in order. The model's tokens have action_mask 1 and the
+logprobs they were sampled with. In a concatenated multi-turn rollout the environment's and
+tools' tokens between the model's turns follow in place with action_mask 0 and logprob 0.0: no
+policy sampled them, and the trainer's losses leave them out. A single-turn rollout is one model
+turn (`Trajectory.of_reply`); a multi-turn workflow goes on with `then_environment` and
+`then_model`, where each model turn must have been generated from `token_ids`, the whole sequence
+so far, so the trainer scores the tokens in the context the model had.
+
+This module imports no engine (numpy only): workflows are loaded where torch never is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from rft.engines.rollout import Rollout
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One rollout of a task: its tokens, what the model acted on, and how it scored.
+
+    `finish_reason` is the last model turn's ("stop" | "length" | "timeout"); `info` is the
+    reward function's (values of any type; an Experience stores them as text); `metrics` are
+    numbers the workflow measured on this rollout (turns, tool calls, ...).
+    """
+
+    prompt_ids: npt.NDArray[np.int32]
+    response_ids: npt.NDArray[np.int32]
+    logprobs: npt.NDArray[np.float32]
+    action_mask: npt.NDArray[np.bool_]
+    response_text: str
+    finish_reason: str
+    logprob_temperature: float
+    reward: float = 0.0
+    info: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.response_ids)
+        if len(self.logprobs) != n or len(self.action_mask) != n:
+            raise ValueError(
+                f"trajectory has {n} response tokens but {len(self.logprobs)} logprobs and "
+                f"{len(self.action_mask)} action mask values"
+            )
+
+    @classmethod
+    def of_reply(
+        cls, rollout: Rollout, reward: float = 0.0, info: Mapping[str, Any] | None = None
+    ) -> Trajectory:
+        """A single-turn trajectory: the prompt and the model's reply to it, with its reward."""
+        return cls(
+            prompt_ids=np.asarray(rollout.prompt_ids, dtype=np.int32),
+            response_ids=np.asarray(rollout.response_ids, dtype=np.int32),
+            logprobs=np.asarray(rollout.logprobs, dtype=np.float32),
+            action_mask=np.ones(len(rollout.response_ids), dtype=np.bool_),
+            response_text=rollout.text,
+            finish_reason=rollout.finish_reason,
+            logprob_temperature=rollout.logprob_temperature,
+            reward=float(reward),
+            info=info if info is not None else {},
+        )
+
+    @property
+    def token_ids(self) -> npt.NDArray[np.int32]:
+        """The whole sequence so far: the prompt of the model's next turn."""
+        return np.concatenate([self.prompt_ids, self.response_ids])
+
+    @property
+    def truncated(self) -> bool:
+        """The last model turn hit its token limit."""
+        return self.finish_reason == "length"
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens the model generated (action_mask 1)."""
+        return int(np.count_nonzero(self.action_mask))
+
+    def then_environment(
+        self, ids: Sequence[int] | npt.NDArray[np.integer], text: str
+    ) -> Trajectory:
+        """This trajectory followed by the environment's or a tool's tokens (not trained)."""
+        n = len(ids)
+        return self._extended(
+            np.asarray(ids, dtype=np.int32), np.zeros(n, np.float32), np.zeros(n, np.bool_), text
+        )
+
+    def then_model(self, rollout: Rollout) -> Trajectory:
+        """This trajectory followed by the model's next turn, sampled from `token_ids`."""
+        if not np.array_equal(np.asarray(rollout.prompt_ids), self.token_ids):
+            raise ValueError(
+                "a model turn must be generated from the trajectory's whole token sequence "
+                f"({len(self.token_ids)} tokens); its prompt has {len(rollout.prompt_ids)}"
+            )
+        if rollout.logprob_temperature != self.logprob_temperature:
+            raise ValueError(
+                f"a model turn's logprobs are at T={rollout.logprob_temperature:g}, the "
+                f"trajectory's at T={self.logprob_temperature:g}: one trajectory has one T"
+            )
+        turn = self._extended(
+            np.asarray(rollout.response_ids, dtype=np.int32),
+            np.asarray(rollout.logprobs, dtype=np.float32),
+            np.ones(len(rollout.response_ids), np.bool_),
+            rollout.text,
+        )
+        return dataclasses.replace(turn, finish_reason=rollout.finish_reason)
+
+    def scored(
+        self,
+        reward: float,
+        info: Mapping[str, Any],
+        metrics: Mapping[str, float] | None = None,
+    ) -> Trajectory:
+        """This trajectory with its reward, its reward fn's info and the workflow's metrics."""
+        return dataclasses.replace(
+            self, reward=float(reward), info=dict(info), metrics=dict(metrics or self.metrics)
+        )
+
+    def _extended(
+        self,
+        ids: npt.NDArray[np.int32],
+        logprobs: npt.NDArray[np.float32],
+        mask: npt.NDArray[np.bool_],
+        text: str,
+    ) -> Trajectory:
+        return dataclasses.replace(
+            self,
+            response_ids=np.concatenate([self.response_ids, ids]),
+            logprobs=np.concatenate([self.logprobs, logprobs]),
+            action_mask=np.concatenate([self.action_mask, mask]),
+            response_text=self.response_text + text,
+        )
