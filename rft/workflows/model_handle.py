@@ -1,0 +1,118 @@
+"""`ModelHandle`: what a workflow that drives the model turn by turn holds of the rollout engine.
+
+A multi-turn workflow asks for one turn at a time: the token ids it feeds (the trajectory so far,
+`Trajectory.token_ids`, plus what the environment said) and the sampling settings; it gets the
+engine's replies with their token ids and logprobs back, so a trajectory is built from the ids the
+model saw and produced, never by tokenizing text again. Many workflow instances hold handles at
+once; an engine that batches (`rft.engines.request_batcher`) gathers their concurrent requests into
+batched `generate` calls, so a step of many multi-turn rollouts makes about one call per turn.
+
+`DirectModelHandle` is the plain implementation: each request is one engine call of its own.
+
+This module imports no engine at run time (workflows are loaded where torch never is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
+
+Message = Mapping[str, Any]
+
+
+class ModelHandle(Protocol):
+    """One workflow instance's way to the policy being explored with."""
+
+    @property
+    def tokenizer(self) -> Any:
+        """The engine's tokenizer (for rendering chats and reading ids)."""
+        ...
+
+    @property
+    def model_version(self) -> int:
+        """The weight version now answering (it may change between turns under fully_async)."""
+        ...
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[Rollout]:
+        """`params.n` replies to one prompt, each with its ids, logprobs and finish reason."""
+        ...
+
+    def chat_ids(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        """Token ids of `messages` rendered by `chat_template` (else the engine's), offering
+        `tools` (OpenAI-style specs) where the template has a tools section."""
+        ...
+
+
+class DirectModelHandle:
+    """A `ModelHandle` whose every request is one `engine.generate` call of its own."""
+
+    def __init__(self, engine: RolloutEngine) -> None:
+        self._engine = engine
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._engine.tokenizer
+
+    @property
+    def model_version(self) -> int:
+        return self._engine.model_version
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[Rollout]:
+        return self._engine.generate([list(prompt_ids)], params)[0]
+
+    def chat_ids(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        return chat_ids(
+            self._engine,
+            messages,
+            tools=tools,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+
+def chat_ids(
+    engine: RolloutEngine,
+    messages: Sequence[Message],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    chat_template: str | None = None,
+    add_generation_prompt: bool = True,
+) -> list[int]:
+    """`engine.chat_prompt_ids`, with `tools` passed to the template when there are any."""
+    if not tools:
+        return engine.chat_prompt_ids(
+            [dict(m) for m in messages], add_generation_prompt, chat_template
+        )
+    from rft.errors import EngineError
+
+    try:
+        ids = engine.tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=[dict(t) for t in tools],
+            tokenize=True,
+            add_generation_prompt=add_generation_prompt,
+            return_dict=False,
+            chat_template=chat_template,
+        )
+    except Exception as exc:  # jinja2 and tokenizers raise many unrelated types
+        raise EngineError(f"cannot apply chat template with tools: {exc}") from exc
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
