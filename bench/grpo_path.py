@@ -17,6 +17,7 @@ Run: python bench/grpo_path.py [--root CHECKOUT] [--list]
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import types
@@ -140,12 +141,21 @@ def grpo_batch(seed: int = 0) -> Any:
     return SampledBatch(rows, 0, SamplerCounters())
 
 
+def train_step_module(root: str) -> types.ModuleType:
+    """The step trainer's module: rft.consumers.trainer.train_step, or consumers.train_step in a
+    checkout from before the consumers folders (for a before/after table)."""
+    if (Path(root) / "consumers" / "trainer" / "train_step.py").exists():
+        return importlib.import_module("rft.consumers.trainer.train_step")
+    return importlib.import_module("consumers.train_step")
+
+
 def profile_step(root: str) -> PathProfile:
     import torch
 
     from rft.algorithms.objective import build_loss
     from rft.algorithms.presets import resolve_algorithm
-    from rft.consumers.trainer.train_step import StepTrainer
+
+    StepTrainer = train_step_module(root).StepTrainer
     from rft.engines.models import load_model
     from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
 
@@ -180,12 +190,9 @@ def main() -> None:
     args = parser.parse_args()
     root = str(Path(args.root).resolve())
     sys.path.insert(0, root)
-    import rft.consumers.trainer.train_step
-
-    if not rft.consumers.trainer.train_step.__file__.startswith(root + os.sep):
-        raise SystemExit(
-            f"rft.consumers.trainer.train_step came from {rft.consumers.trainer.train_step.__file__}"
-        )
+    module = train_step_module(root)
+    if not str(module.__file__).startswith(root + os.sep):
+        raise SystemExit(f"{module.__name__} came from {module.__file__}")
     profile = profile_step(root)
     files = sorted({rel for rel, _, _ in profile.functions})
     print(f"root: {root}")
