@@ -35,7 +35,9 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
     """The engine's view of the rows (numpy arrays serve as its integer and float sequences).
 
     Rollout groups are numbered over the learner rows in order of appearance; demonstration
-    rows join none (-1) and are marked in `expert` (only when there are some).
+    rows join none (-1) and are marked in `expert` (only when there are some). A row's response
+    length (what length shaping reads) is its count of mask-1 tokens, the tokens the model
+    produced: environment and tool tokens inside a multi-turn response are not the model's.
     """
     exps = [r.exp for r in rows]
     lengths = [len(e.response_ids) for e in exps]
@@ -68,7 +70,7 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
         rewards=RowRewards(
             values=torch.tensor([e.reward for e in exps], dtype=torch.float32),
             group_index=torch.tensor(group_index, dtype=torch.long),
-            response_lengths=torch.tensor(lengths, dtype=torch.float32),
+            response_lengths=torch.tensor([e.action_count for e in exps], dtype=torch.float32),
         ),
         # each row is recomputed at the temperature its logprobs were sampled at
         temperatures=[e.logprob_temperature for e in exps],
