@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 
 from rft.buffer.group_assembly import GroupAssembler
+from rft.buffer.group_sampler import uniform_rewards
 from rft.buffer.sampler import Admitted
 from rft.events.models import Experience
 
@@ -91,3 +93,27 @@ def test_whole_trajectory_experiences_complete_at_group_size() -> None:
     items = [_admitted(f"x/{i}", "x", 4, i) for i in range(4)]
     assert [assembler.add(i) for i in items[:3]] == [None, None, None]
     assert assembler.add(items[3]) == items
+
+
+def _with_reward(item: Admitted, reward: float) -> Admitted:
+    return Admitted(dataclasses.replace(item.exp, reward=reward), item.tp, item.offset)
+
+
+def test_the_group_filter_compares_trajectory_outcomes() -> None:
+    items = _step_wise_group("a", [3, 2])
+    # outcomes (last steps) equal, earlier steps' rewards differ: nothing to learn, filtered
+    same = [
+        _with_reward(m, 1.0 if m.exp.turn == m.exp.turn_count - 1 else 0.1 * i)
+        for i, m in enumerate(items)
+    ]
+    assert uniform_rewards(same)
+    # outcomes differ, earlier steps all equal: the group teaches, kept
+    differ = [
+        _with_reward(m, float(i) if m.exp.turn == m.exp.turn_count - 1 else 0.0)
+        for i, m in enumerate(items)
+    ]
+    assert not uniform_rewards(differ)
+    # whole-trajectory experiences: the rewards themselves
+    flat = [_admitted(f"x/{i}", "x", 3, i) for i in range(3)]
+    assert uniform_rewards([_with_reward(m, 0.5) for m in flat])
+    assert not uniform_rewards([_with_reward(m, float(i)) for i, m in enumerate(flat)])
