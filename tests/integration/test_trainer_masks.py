@@ -11,14 +11,19 @@ to the TrainBatch would count every response token) and the trajectories the adv
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext
 from rft.config.connections import StackSettings
+from rft.config.schema import AuxiliaryBufferConfig
+from rft.engines.models import build_byte_tokenizer
 from rft.events.models import Experience, Metric
+from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from tests.integration.test_rft_loop import published_run, read_all
 from tests.integration.test_trainer_resume import run_verb
@@ -90,3 +95,31 @@ def test_trainer_trains_holed_masks_of_step_wise_groups(
     assert values["action_tokens"] == mask_ones
     assert values["adv/trajectory_count"] == 8
     assert values["adv/group_count"] == 2
+
+
+def test_a_multi_turn_demonstration_from_a_topic_keeps_its_mask(
+    stack: StackSettings, unique: str
+) -> None:
+    # demonstrations (sample_strategy mix) read from a topic of experiences: the environment's
+    # tokens of a multi-turn one stay mask 0, so the SFT loss skips them
+    kafka = dataclasses.replace(stack.kafka, partitions=1)
+    topic = f"{unique}.curated"
+    ensure_topics(kafka, [topic])
+    exp = _experiences(random.Random(3))[0]
+    with EventWriter.open(kafka) as writer:
+        writer.send(topic, exp, key=exp.task_id)
+        writer.flush()
+    context = ExpertContext(build_byte_tokenizer(), 64, 8, kafka=kafka, group_prefix=unique)
+    buffer = AuxiliaryBufferConfig(path=topic, name="curated", storage_type="kafka")
+    source = EXPERT_SOURCES.get(buffer.storage_type)(buffer, context)
+    got = None
+    for _ in range(30):  # the first polls may come before the group's assignment
+        got = source.take(1)
+        if got is not None:
+            break
+    source.close()
+    assert got is not None
+    (demo,) = got
+    assert exp.action_mask is not None and demo.action_mask is not None
+    assert demo.action_mask.tolist() == exp.action_mask[:8].tolist()
+    assert not demo.action_mask.all()
