@@ -144,8 +144,15 @@ def admit_rule(source: OfflineSource, uses_advantage: bool, algorithm: str) -> A
     def alone(exp: Experience) -> Experience | None:
         if not keep.accepts(exp):
             return None
+        # a group of its own, and a whole trajectory (a kept step of a step-wise one would
+        # otherwise wait for steps the filter dropped)
         return dataclasses.replace(
-            exp, group_id=f"{exp.group_id}/{exp.experience_id}", group_size=1
+            exp,
+            group_id=f"{exp.group_id}/{exp.experience_id}",
+            group_size=1,
+            trajectory_id="",
+            turn=0,
+            turn_count=1,
         )
 
     return alone

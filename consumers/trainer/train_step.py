@@ -35,12 +35,19 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
     """The engine's view of the rows (numpy arrays serve as its integer and float sequences).
 
     Rollout groups are numbered over the learner rows in order of appearance; demonstration
-    rows join none (-1) and are marked in `expert` (only when there are some).
+    rows join none (-1) and are marked in `expert` (only when there are some). Trajectories
+    (the steps of a step-wise one share theirs) are numbered likewise. A row's response
+    length (what length shaping reads) is its count of mask-1 tokens, the tokens the model
+    produced: environment and tool tokens inside a multi-turn response are not the model's.
     """
     exps = [r.exp for r in rows]
     lengths = [len(e.response_ids) for e in exps]
     groups: dict[str, int] = {}
     group_index = [-1 if r.expert else groups.setdefault(r.exp.group_id, len(groups)) for r in rows]
+    trajectories: dict[tuple[str, str], int] = {}
+    trajectory_index = [
+        trajectories.setdefault((e.group_id, e.trajectory), len(trajectories)) for e in exps
+    ]
     return TrainBatch(
         prompt_ids=cast(list[Sequence[int]], [e.prompt_ids for e in exps]),
         response_ids=cast(
@@ -68,7 +75,9 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
         rewards=RowRewards(
             values=torch.tensor([e.reward for e in exps], dtype=torch.float32),
             group_index=torch.tensor(group_index, dtype=torch.long),
-            response_lengths=torch.tensor(lengths, dtype=torch.float32),
+            response_lengths=torch.tensor([e.action_count for e in exps], dtype=torch.float32),
+            trajectory_index=torch.tensor(trajectory_index, dtype=torch.long),
+            turn=torch.tensor([e.turn for e in exps], dtype=torch.long),
         ),
         # each row is recomputed at the temperature its logprobs were sampled at
         temperatures=[e.logprob_temperature for e in exps],

@@ -1,7 +1,8 @@
 """Sequence-level advantage functions (the `algorithm.advantage_fn` registry).
 
 Signature of every entry: `fn(rewards[N], group_index[N] (long), **advantage_fn_args)
--> (advantages[N], metrics)`. Rows that share a `group_index` value are rollouts of the same task
+-> (advantages[N], metrics)`; entries with the trait `steps=True` also take the trajectory and
+turn of each row (step-wise experiences, `rft.algorithms.step_advantages`). Rows that share a `group_index` value are rollouts of the same task
 (`repeat_times` of them); group ids are arbitrary integers, not necessarily contiguous.
 Statistics are computed in float64; the result has the rewards' float dtype (float32 for ints).
 """
@@ -60,7 +61,7 @@ def broadcast_advantages(advantages: torch.Tensor, action_mask: torch.Tensor) ->
     return advantages[:, None] * action_mask.to(advantages.dtype)
 
 
-def _checked_rewards(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+def checked_rewards(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
     require_ndim("rewards", rewards, 1)
     require_shape("group_index", group_index, rewards.shape)
     if group_index.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
@@ -72,11 +73,11 @@ def _checked_rewards(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.
     return r
 
 
-def _out_dtype(rewards: torch.Tensor) -> torch.dtype:
+def out_dtype(rewards: torch.Tensor) -> torch.dtype:
     return rewards.dtype if rewards.dtype.is_floating_point else torch.float32
 
 
-def _summary(r: torch.Tensor, adv: torch.Tensor, n_groups: int) -> dict[str, float]:
+def summary(r: torch.Tensor, adv: torch.Tensor, n_groups: int) -> dict[str, float]:
     if r.numel() == 0:
         return {"reward_mean": 0.0, "advantage_mean": 0.0, "group_count": 0.0}
     return {
@@ -104,15 +105,15 @@ def grpo_advantage(
     (see `group_stats`); with `std_normalize=False`, A_i = r_i - mean_g (Dr. GRPO).
     A group of one, or a group with all-equal rewards, gets A = 0 (r_i - mean_g is exactly 0).
     """
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     adv = r - stats.mean[stats.inverse]
     if std_normalize:
         adv = adv / (stats.std[stats.inverse] + epsilon)
-    metrics = _summary(r, adv, stats.counts.numel())
+    metrics = summary(r, adv, stats.counts.numel())
     if stats.counts.numel():
         metrics["zero_std_group_frac"] = float((stats.std == 0).to(torch.float64).mean())
-    return adv.to(_out_dtype(rewards)), metrics
+    return adv.to(out_dtype(rewards)), metrics
 
 
 @ADVANTAGE_FN.register("rloo")
@@ -124,13 +125,13 @@ def rloo_advantage(
     A_i = r_i - (1/(n_g - 1)) sum_{j in g, j != i} r_j = n_g/(n_g - 1) (r_i - mean_g);
     A_i = 0 for a group of one (there is no other rollout to compare with).
     """
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     n = stats.counts[stats.inverse]
     group_sum = (stats.mean * stats.counts)[stats.inverse]
     others_mean = (group_sum - r) / (n - 1).clamp(min=1.0)
     adv = torch.where(n > 1, r - others_mean, torch.zeros_like(r))
-    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+    return adv.to(out_dtype(rewards)), summary(r, adv, stats.counts.numel())
 
 
 @ADVANTAGE_FN.register("reinforce_plus_plus")
@@ -147,11 +148,11 @@ def reinforce_plus_plus_advantage(
     Rewards here are per sequence; a token-level KL penalty, if wanted, is folded into r first
     (see `rft.algorithms.kl.apply_kl_penalty`).
     """
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     x = r - stats.mean[stats.inverse] if group_baseline else r
     adv = x if x.numel() == 0 else (x - x.mean()) / (x.std(unbiased=False) + epsilon)
-    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+    return adv.to(out_dtype(rewards)), summary(r, adv, stats.counts.numel())
 
 
 # Trinity-RFT's spelling; rft's first name stays an alias
@@ -166,9 +167,9 @@ def reinforce_advantage(
 
     TOPR's paper trains on it; its tapering of negative examples is in the loss (`topr`).
     """
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
-    return r.to(_out_dtype(rewards)), _summary(r, r, stats.counts.numel())
+    return r.to(out_dtype(rewards)), summary(r, r, stats.counts.numel())
 
 
 @ADVANTAGE_FN.register("asymre")
@@ -182,13 +183,13 @@ def asymre_advantage(
     rollout is pushed up a little more than it is pushed down: the asymmetry that keeps
     off-policy REINFORCE from collapsing.
     """
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     baseline = torch.where(
         stats.counts > 1, stats.mean + baseline_shift, torch.zeros_like(stats.mean)
     )
     adv = r - baseline[stats.inverse]
-    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+    return adv.to(out_dtype(rewards)), summary(r, adv, stats.counts.numel())
 
 
 OpmdBaseline = Callable[[torch.Tensor, GroupStats, torch.Tensor, float], torch.Tensor]
@@ -236,7 +237,13 @@ def opmd_advantage(
     if not tau > 0:
         raise AlgorithmInputError(f"advantage_fn_args.tau: must be > 0, got {tau!r}")
     baseline_fn = OPMD_BASELINES.get(opmd_baseline)
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     adv = r - baseline_fn(r, stats, group_index, tau)
-    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+    return adv.to(out_dtype(rewards)), summary(r, adv, stats.counts.numel())
+
+
+# Step-wise experiences (one per turn): declared here so every user of the registry sees them
+ADVANTAGE_FN.lazy(
+    "step_wise_grpo", "rft.algorithms.step_advantages:step_wise_grpo_advantage", steps=True
+)

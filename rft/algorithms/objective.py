@@ -197,13 +197,16 @@ class Advantages:
     """Token advantages of one algorithm from sequence rewards: reward shaping, then advantage_fn.
 
     r' = r + overlong_penalty(|y|) when spec.uses_overlong_penalty (dapo): |y| are
-    `response_lengths` [B] (the trainer passes each row's response token count) and the limit
+    `response_lengths` [B] (the trainer passes each row's count of mask-1 tokens) and the limit
     is the spec's overlong_penalty.max_response_length or else `max_response_length` (the
     trainer passes model.max_response_tokens); both are required then, never guessed from
     the mask (a trainer may pass a one-column mask for sequence advantages);
     r'' = r' - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty, `needs_reference`;
     needs logprob and ref_logprob), a = advantage_fn(r'', group_index, **advantage_fn_args),
     A[b, t] = a[b] mask[b, t]. Algorithms without advantages (raft) get zeros.
+    A step-wise advantage fn (trait `steps`) also gets `trajectory_index` and `turn` [B]; any
+    other refuses a batch whose trajectories have several steps (it would compare steps, and
+    weigh a long trajectory by its length, instead of comparing trajectories).
     """
 
     def __init__(self, spec: AlgorithmSpec, max_response_length: int | None = None) -> None:
@@ -215,6 +218,9 @@ class Advantages:
             None if spec.advantage_fn is None else ADVANTAGE_FN.get(spec.advantage_fn)
         )
         self._advantage_args = spec.advantage_fn_args
+        self._steps = spec.advantage_fn is not None and bool(
+            ADVANTAGE_FN.trait(spec.advantage_fn, "steps", False)
+        )
 
     def __call__(
         self,
@@ -225,6 +231,8 @@ class Advantages:
         ref_logprob: torch.Tensor | None = None,
         *,
         response_lengths: torch.Tensor | None = None,
+        trajectory_index: torch.Tensor | None = None,
+        turn: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """A [B, T] (T = action_mask's width) and the shaping's and advantage_fn's metrics."""
         spec = self.spec
@@ -246,9 +254,31 @@ class Advantages:
                 rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
             )
             metrics.update(kl_metrics)
-        adv, adv_metrics = self._advantage_fn(rewards, group_index, **self._advantage_args)
+        adv, adv_metrics = self._advantage_fn(
+            rewards, group_index, **self._step_args(trajectory_index, turn), **self._advantage_args
+        )
         metrics.update(adv_metrics)
         return broadcast_advantages(adv, action_mask), metrics
+
+    def _step_args(
+        self, trajectory_index: torch.Tensor | None, turn: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        name = self.spec.advantage_fn
+        if self._steps:
+            if trajectory_index is None or turn is None:
+                raise AlgorithmInputError(
+                    f"advantage_fn {name!r} needs each row's trajectory_index and turn"
+                )
+            return {"trajectory_index": trajectory_index, "turn": turn}
+        if trajectory_index is not None and (
+            torch.unique(trajectory_index).numel() < trajectory_index.numel()
+        ):
+            raise AlgorithmInputError(
+                f"advantage_fn {name!r} compares whole trajectories, but the batch has step-wise "
+                "experiences (several per trajectory); use algorithm_type multi_step_grpo "
+                "(advantage_fn step_wise_grpo)"
+            )
+        return {}
 
 
 def compute_advantages(

@@ -171,6 +171,9 @@ def _unavailable(name: str, policy_loss_fn: str, why: str) -> AlgorithmSpec:
 # Group-relative algorithms need >= 2 rollouts per task; a lone rollout gets advantage 0.
 for _spec in (
     _policy_gradient_preset("grpo", "grpo", min_repeat_times=2),
+    # Trinity-RFT's multi-step GRPO: one experience per turn, GRPO over each task's trajectories
+    # (their last step's reward), the trajectory's advantage on every one of its steps
+    _policy_gradient_preset("multi_step_grpo", "step_wise_grpo", min_repeat_times=2),
     _policy_gradient_preset("rloo", "rloo", min_repeat_times=2),
     _policy_gradient_preset("reinforceplusplus", "reinforceplusplus"),
     _policy_gradient_preset("opmd", "opmd", "opmd", min_repeat_times=2),
@@ -208,6 +211,13 @@ for _spec in (
         "ppo",
         "needs a critic (a value model trained beside the policy, for GAE advantages), which "
         "rft does not have yet; critic-free choices: grpo, rloo, reinforceplusplus, dapo",
+    ),
+    _unavailable(
+        "gigpo",
+        "ppo",
+        "GiGPO's step-level advantage groups the steps of a task's trajectories by identical "
+        "environment state (its anchor states), and rft's step-wise experiences do not carry an "
+        "environment state key yet; for step-wise training use multi_step_grpo",
     ),
     _unavailable(
         "dpo",
@@ -271,7 +281,8 @@ def _read(cfg: Any, key: str) -> Any:
 
 # Positional parameters each registry's functions take before their configurable args.
 _FIXED_PARAMS: dict[str, frozenset[str]] = {
-    "advantage_fn": frozenset({"rewards", "group_index"}),
+    # trajectory_index / turn: filled for step-wise advantage fns (trait `steps`), never config
+    "advantage_fn": frozenset({"rewards", "group_index", "trajectory_index", "turn"}),
     # prox_logprob: filled by AlgorithmLoss for the losses that declare it, never a config arg
     "policy_loss_fn": frozenset(
         {"logprob", "old_logprob", "advantages", "action_mask", "loss_agg_mode", "prox_logprob"}

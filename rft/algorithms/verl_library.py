@@ -30,10 +30,10 @@ import torch
 
 from rft.algorithms.advantages import (
     ADVANTAGE_FN,
-    _checked_rewards,
-    _out_dtype,
-    _summary,
+    checked_rewards,
     group_stats,
+    out_dtype,
+    summary,
 )
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.algorithms.tensor_checks import AlgorithmInputError, as_float_mask, require_shape
@@ -115,13 +115,13 @@ def _outcome_advantage(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """verl's estimator `fn` on one-token responses: rewards [N] -> advantages [N]."""
-    r = _checked_rewards(rewards, group_index)
+    r = checked_rewards(rewards, group_index)
     stats = group_stats(r, group_index)
     token_rewards = r[:, None].clone()
     mask = torch.ones_like(token_rewards)
     adv, _ = fn(token_rewards, mask, index=group_index.cpu().numpy(), **kwargs)
     adv = adv[:, 0].to(torch.float64)
-    return adv.to(_out_dtype(rewards)), _summary(r, adv, stats.counts.numel())
+    return adv.to(out_dtype(rewards)), summary(r, adv, stats.counts.numel())
 
 
 @ADVANTAGE_FN.register(PREFIX + "grpo")

@@ -70,9 +70,12 @@ def demonstration(
     where: str,
     prompt_ids: Sequence[int] | np.ndarray,
     response_ids: Sequence[int] | np.ndarray,
+    action_mask: np.ndarray | None = None,
 ) -> Experience:
     """An Experience carrying one demonstration of `source`, identified as `source:where`
-    (a row: `epoch:index`; a topic: `partition:offset`). Reward and logprobs are unused."""
+    (a row: `epoch:index`; a topic: `partition:offset`). Reward and logprobs are unused.
+    `action_mask`: the response tokens to learn (None: all); a multi-turn demonstration's
+    environment and tool tokens are 0 and take no SFT loss."""
     n = len(response_ids)
     return Experience(
         experience_id=f"{source}:{where}",
@@ -84,6 +87,7 @@ def demonstration(
         prompt_ids=np.asarray(prompt_ids, dtype=np.int32),
         response_ids=np.asarray(response_ids, dtype=np.int32),
         logprobs=np.zeros(n, dtype=np.float32),
+        action_mask=action_mask,
     )
 
 
@@ -264,6 +268,7 @@ class TopicExpertSource:
                     f"{tp[1]}:{offset}",
                     exp.prompt_ids[-self.max_prompt :],
                     exp.response_ids[: self.max_response],
+                    exp.action_mask[: self.max_response] if exp.action_mask is not None else None,
                 )
             )
         return out

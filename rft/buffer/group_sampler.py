@@ -47,9 +47,14 @@ class SamplerSetup:
 
 
 def uniform_rewards(group: list[Admitted]) -> bool:
-    """Whether every member of a group has the same reward (its group advantage is all zero)."""
-    first = group[0].exp.reward
-    return all(m.exp.reward == first for m in group[1:])
+    """Whether every trajectory of a group has the same outcome, the reward of its last step
+    (its group advantage is all zero). A single-turn experience is a trajectory of one step."""
+    last: dict[str, tuple[int, float]] = {}
+    for m in group:
+        seen = last.get(m.exp.trajectory)
+        if seen is None or m.exp.turn > seen[0]:
+            last[m.exp.trajectory] = (m.exp.turn, m.exp.reward)
+    return len({reward for _, reward in last.values()}) <= 1
 
 
 class GroupSampler:

@@ -133,12 +133,17 @@ class RowRewards:
 
     values: [B] rewards. group_index: [B] long, shared by the rows of one rollout group
     (demonstration rows join no group: their entry is ignored). response_lengths: [B] response
-    tokens of each row (0 for an empty response, which the batch runs as one placeholder token).
+    tokens of each row that the model produced (its mask-1 tokens; 0 for an empty response, which
+    the batch runs as one placeholder token). trajectory_index / turn: [B] long, the trajectory
+    each row is a step of (shared by the steps of one trajectory) and its turn in it; None: every
+    row is a whole trajectory.
     """
 
     values: torch.Tensor
     group_index: torch.Tensor
     response_lengths: torch.Tensor
+    trajectory_index: torch.Tensor | None = None
+    turn: torch.Tensor | None = None
 
 
 @dataclass
@@ -188,6 +193,8 @@ class TrainBatch:
                 rewards.values[index],
                 rewards.group_index[index],
                 rewards.response_lengths[index],
+                None if rewards.trajectory_index is None else rewards.trajectory_index[index],
+                None if rewards.turn is None else rewards.turn[index],
             ),
             temperatures=None if self.temperatures is None else cut(self.temperatures),
             expert=None if self.expert is None else self.expert[index],
@@ -207,6 +214,11 @@ class TrainBatch:
                     "rewards.values": self.rewards.values,
                     "rewards.group_index": self.rewards.group_index,
                     "rewards.response_lengths": self.rewards.response_lengths,
+                    **{
+                        f"rewards.{name}": column
+                        for name in ("trajectory_index", "turn")
+                        if (column := getattr(self.rewards, name)) is not None
+                    },
                 }
                 if self.rewards is not None
                 else {}
@@ -274,6 +286,8 @@ def fill_advantages(
             padded["old_logprobs"],
             padded["ref_logprobs"],
             response_lengths=sub.rewards.response_lengths,
+            trajectory_index=sub.rewards.trajectory_index,
+            turn=sub.rewards.turn,
         )
     else:
         adv, metrics = advantages(
@@ -281,6 +295,8 @@ def fill_advantages(
             sub.rewards.group_index,
             torch.ones((len(sub), 1), dtype=torch.float32),
             response_lengths=sub.rewards.response_lengths,
+            trajectory_index=sub.rewards.trajectory_index,
+            turn=sub.rewards.turn,
         )
     full = torch.zeros((len(batch), adv.shape[1]), dtype=adv.dtype)
     full[torch.tensor(learner, dtype=torch.long)] = adv.detach().cpu()

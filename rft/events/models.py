@@ -78,6 +78,11 @@ class Experience(SchemaRecord):
     logprob_temperature: the T of `logprobs` = log_softmax(logits / T) (finite, > 0); the trainer
     recomputes at the same T. explorer_group: the consumer group of the explorer that made it.
     Events written before schema v3 read as T = 1.0 and explorer_group "".
+
+    Step-wise experiences (schema v4): `turn` of `turn_count` steps of the trajectory
+    `trajectory_id`; `group_size` counts trajectories. An experience that is a whole trajectory
+    (every event before v4) has trajectory_id "", turn 0, turn_count 1 (`trajectory` is then
+    its experience_id).
     """
 
     SCHEMA: ClassVar[str] = "rft.events.Experience"
@@ -101,6 +106,9 @@ class Experience(SchemaRecord):
     metrics: dict[str, float] = field(default_factory=dict)
     logprob_temperature: float = field(default=1.0, metadata=FINITE_POSITIVE)
     explorer_group: str = ""
+    trajectory_id: str = ""
+    turn: int = field(default=0, metadata=at_least(0))
+    turn_count: int = field(default=1, metadata=at_least(1))
     created_at: int = field(default_factory=now_ms)
 
     def _invariants(self) -> None:
@@ -112,6 +120,19 @@ class Experience(SchemaRecord):
             values = getattr(self, name)
             if values is not None and values.shape[0] != n:
                 raise fail("Experience", name, f"has {values.shape[0]} values for {n} tokens")
+        if self.turn >= self.turn_count:
+            raise fail(
+                "Experience", "turn", f"{self.turn} is not below turn_count {self.turn_count}"
+            )
+        if self.turn_count > 1 and not self.trajectory_id:
+            raise fail(
+                "Experience", "trajectory_id", "is empty on a step of a multi-step trajectory"
+            )
+
+    @property
+    def trajectory(self) -> str:
+        """The trajectory this experience belongs to: trajectory_id, or itself when empty."""
+        return self.trajectory_id or self.experience_id
 
     @property
     def prompt_length(self) -> int:

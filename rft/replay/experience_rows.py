@@ -48,6 +48,9 @@ FIELD_KINDS: dict[str, str] = {
     "metrics": "float_map",
     "logprob_temperature": "float64",
     "explorer_group": "str",
+    "trajectory_id": "str",
+    "turn": "int32",
+    "turn_count": "int32",
     "created_at": "int64",
 }
 EXPERIENCE_COLUMNS = tuple(f.name for f in dataclasses.fields(Experience))

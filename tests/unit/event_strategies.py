@@ -31,6 +31,7 @@ def experiences(draw: st.DrawFn) -> Experience:
     # 0 (empty bytes), small, and sizes whose length prefixes cross the 1- and 2-byte varint tables
     n = draw(st.integers(0, 40) | st.sampled_from([0, 16, 2047, 2048, 4096]))
     has_token_rewards = draw(st.booleans())
+    turn_count = draw(st.integers(1, 2**31 - 1) | st.just(1))
     return Experience(
         experience_id=draw(text),
         task_id=draw(text),
@@ -51,5 +52,8 @@ def experiences(draw: st.DrawFn) -> Experience:
         metrics=draw(st.dictionaries(text, floats, max_size=5)),
         logprob_temperature=draw(temperatures),
         explorer_group=draw(text),
+        trajectory_id=draw(text.filter(bool)) if turn_count > 1 else draw(text),
+        turn=draw(st.integers(0, turn_count - 1)),
+        turn_count=turn_count,
         created_at=draw(i64 | st.just(1_767_225_600_000)),
     )

@@ -194,6 +194,9 @@ OLD_EXPERIENCE = EventCodec(
 V2_EXPERIENCE = EventCodec(
     SchemaCatalog.default(), write_versions={"Experience": 2}, read_versions={"Experience": 2}
 )
+V3_EXPERIENCE = EventCodec(
+    SchemaCatalog.default(), write_versions={"Experience": 3}, read_versions={"Experience": 3}
+)
 OLD_METRIC = EventCodec(
     SchemaCatalog.default(), write_versions={"Metric": 1}, read_versions={"Metric": 1}
 )
@@ -241,13 +244,31 @@ def test_experience_v2_bytes_read_as_latest_with_v3_defaults(event: Experience) 
 
 @FAST
 @given(experiences())
-def test_experience_v3_round_trip_keeps_temperature_and_group(event: Experience) -> None:
-    data = CODEC.encode(event)
+def test_experience_v3_bytes_read_as_whole_trajectories(event: Experience) -> None:
+    data = V3_EXPERIENCE.encode(event)
     assert data[2:10] == SchemaCatalog.default().get("Experience", 3).fingerprint
+    decoded = CODEC.decode(data)
+    assert decoded.logprob_temperature == event.logprob_temperature
+    assert decoded.explorer_group == event.explorer_group
+    # before v4 every experience was a whole trajectory: its own, one turn
+    assert (decoded.trajectory_id, decoded.turn, decoded.turn_count) == ("", 0, 1)
+    assert decoded.trajectory == decoded.experience_id
+
+
+@FAST
+@given(experiences())
+def test_experience_v4_round_trip_keeps_trajectory_and_turn(event: Experience) -> None:
+    data = CODEC.encode(event)
+    assert data[2:10] == SchemaCatalog.default().get("Experience", 4).fingerprint
     decoded = CODEC.decode(data)
     assert decoded == event
     assert decoded.logprob_temperature == event.logprob_temperature
     assert decoded.explorer_group == event.explorer_group
+    assert (decoded.trajectory_id, decoded.turn, decoded.turn_count) == (
+        event.trajectory_id,
+        event.turn,
+        event.turn_count,
+    )
 
 
 @FAST
@@ -319,7 +340,10 @@ def test_golden_bytes_decode_and_reencode_identically(schema) -> None:  # type: 
 
 
 def test_golden_experience_fields() -> None:
+    v4 = CODEC.decode(golden_path("rft.events.Experience", 4).read_bytes())
+    assert (v4.trajectory_id, v4.turn, v4.turn_count) == ("arith-0-17/3", 1, 3)
     v3 = CODEC.decode(golden_path("rft.events.Experience", 3).read_bytes())
+    assert (v3.trajectory_id, v3.turn, v3.turn_count) == ("", 0, 1)
     assert v3.logprob_temperature == 0.7
     assert v3.explorer_group == "demo.run1.explorer.explorer"
     decoded = CODEC.decode(golden_path("rft.events.Experience", 2).read_bytes())

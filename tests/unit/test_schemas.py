@@ -102,7 +102,7 @@ def test_latest_reads_every_older_version_and_fills_defaults() -> None:
 
 def test_catalog_lookups() -> None:
     catalog = SchemaCatalog.default()
-    assert catalog.get("Experience").version == 3
+    assert catalog.get("Experience").version == 4
     assert catalog.get("rft.events.Experience", 1).version == 1
     assert catalog.by_fingerprint(catalog.get("Metric", 1).fingerprint).version == 1
     assert catalog.by_fingerprint(b"\x00" * 8) is None

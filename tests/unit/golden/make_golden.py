@@ -65,6 +65,9 @@ SAMPLES = {
         metrics={"format_reward": 0.5, "generate_s": 0.125},
         logprob_temperature=0.7,
         explorer_group="demo.run1.explorer.explorer",
+        trajectory_id="arith-0-17/3",
+        turn=1,
+        turn_count=3,
         created_at=CREATED_AT,
     ),
     "rft.events.WeightVersion": WeightVersion(
