@@ -1,0 +1,178 @@
+"""Workflows that play an environment (`rft.environments.ENVIRONMENTS`) with the model, turn by turn.
+
+A task's payload holds its `seed` (the environment instance; every rollout of the task plays the
+same one, so a group compares like with like); the taskset generators of the same names
+(`rft.producers.generators.environment_tasks`) make train and held-out eval tasks from the seed
+splits. The reward is the sum of the environment's step rewards (the task's reward fn is not used).
+
+`workflow_args` (checked against `workflow_args_signature` when the config loads): the
+environment's own settings (e.g. frozen_lake's `size`), `max_turns` (the environment's budget and
+the rollout's; default the environment's), `max_total_tokens`, `env_step_timeout_s` (default 30),
+and for a workflow that offers tools, `tools` (names in `rft.tools.TOOLS`; default the
+environment's) and `tool_timeout_s`. Format keys: `system_prompt`, `chat_template`,
+`tool_call_parser` (default hermes) and `tools_key` (a row column listing the tools, by name or as
+OpenAI specs naming registered tools, offered instead of `tools`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from rft.environments import ENVIRONMENTS, Environment, split_of
+from rft.errors import ConfigError, TasksetError
+from rft.events.models import Task
+from rft.tools import TOOL_CALL_PARSERS, ToolExecutor
+from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer, TurnLimits, positive
+from rft.workflows.workflow import Message, format_object
+
+SEED_KEY = "seed"
+
+_Param = inspect.Parameter
+# workflow_args every environment workflow reads, beyond the environment's own settings
+_LIMIT_PARAMS = [
+    _Param("max_turns", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
+    _Param("max_total_tokens", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
+    _Param("env_step_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
+]
+_TOOL_PARAMS = [
+    _Param("tools", _Param.KEYWORD_ONLY, default=None, annotation="list[str] | None"),
+    _Param("tool_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
+]
+
+
+class EnvironmentWorkflow(MultiTurnWorkflow):
+    """Plays `environment`; offers tools (parsed with the format's `tool_call_parser`) when
+    `offers_tools`."""
+
+    environment: ClassVar[str]
+    offers_tools: ClassVar[bool] = False
+    # settings always passed to the environment (e.g. the calculator switched off)
+    fixed_settings: ClassVar[Mapping[str, Any]] = {}
+
+    @classmethod
+    def workflow_args_signature(cls) -> Callable[..., Any]:
+        """A callable whose keyword parameters are the `workflow_args` this workflow reads."""
+        own = inspect.signature(ENVIRONMENTS.get(cls.environment)).parameters.values()
+        params = {p.name: p.replace(kind=_Param.KEYWORD_ONLY) for p in own}
+        for p in _LIMIT_PARAMS + (_TOOL_PARAMS if cls.offers_tools else []):
+            params.setdefault(p.name, p)
+        for name in cls.fixed_settings:
+            params.pop(name, None)
+
+        def accepts(**kwargs: Any) -> None:
+            del kwargs
+
+        accepts.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
+        accepts.__name__ = f"{cls.__name__}"
+        return accepts
+
+    def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
+        seed = payload.get(SEED_KEY)
+        try:
+            split_of(seed)  # type: ignore[arg-type]
+        except ValueError as exc:
+            return f"{SEED_KEY!r}: {exc}"
+        tools_key = fmt.get("tools_key")
+        if self.offers_tools and tools_key and not isinstance(payload.get(tools_key), list):
+            return f"tools_key {tools_key!r} must name a list column of tools"
+        return None
+
+    def _args(self, task: Task) -> dict[str, Any]:
+        return format_object(task.format, "workflow_args")
+
+    def _environment(self, args: Mapping[str, Any]) -> Environment:
+        limit_names = {p.name for p in _LIMIT_PARAMS + _TOOL_PARAMS} - {"max_turns"}
+        settings = {k: v for k, v in args.items() if k not in limit_names}
+        settings.update(self.fixed_settings)
+        if settings.get("max_turns") is None:
+            settings.pop("max_turns", None)
+        factory = ENVIRONMENTS.get(self.environment)
+        try:
+            return factory(**settings)
+        except TypeError as exc:
+            raise ConfigError(f"workflow_args for {self.environment}: {exc}") from exc
+
+    def limits(self, task: Task, episode: Episode) -> TurnLimits:
+        args = self._args(task)
+        max_total = args.get("max_total_tokens")
+        timeout = float(args.get("env_step_timeout_s", 30.0))
+        positive("max_total_tokens", max_total)
+        positive("env_step_timeout_s", timeout)
+        return TurnLimits(episode.max_turns, max_total, timeout)
+
+    def episode(self, task: Task, index: int) -> Episode:
+        args = self._args(task)
+        env = self._environment(args)
+        max_turns = int(args.get("max_turns") or env.max_turns)
+        positive("max_turns", max_turns)
+        observation = env.reset(int(task.payload[SEED_KEY]))
+        system = self.system_prompt(task)
+        messages: list[Message] = [{"role": "system", "content": system}] if system else []
+        messages.append({"role": "user", "content": observation})
+
+        def step(reply: str) -> StepAnswer:
+            result = env.step(reply)
+            said = [] if result.done else [{"role": "user", "content": result.observation}]
+            return StepAnswer(said, result.reward, result.done, dict(result.info))
+
+        episode = Episode(list(messages), step, max_turns)
+        if self.offers_tools:
+            names = self._tool_names(task, args, env)
+            executor = ToolExecutor.offering(
+                names,
+                key="workflow_args.tools",
+                timeout_s=float(args.get("tool_timeout_s", 30.0)),
+            )
+            episode.executor = executor
+            episode.tools = [entry.spec() for entry in executor.tools.values()]
+            parser_name = task.format.get("tool_call_parser") or "hermes"
+            episode.parser = TOOL_CALL_PARSERS.get(parser_name, key="format.tool_call_parser")
+        return episode
+
+    def _tool_names(self, task: Task, args: Mapping[str, Any], env: Environment) -> list[str]:
+        tools_key = task.format.get("tools_key")
+        if tools_key:
+            listed = task.payload.get(tools_key)
+            names = [_tool_name(entry) for entry in listed or []]
+            if None in names:
+                raise TasksetError(
+                    f"task {task.task_id}: column {tools_key!r} (format.tools_key) must list "
+                    "tool names or OpenAI function specs"
+                )
+            return [n for n in names if n is not None]
+        return list(args.get("tools") or env.tools)
+
+
+def _tool_name(entry: object) -> str | None:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, dict):
+        function = entry.get("function", entry)
+        name = function.get("name") if isinstance(function, dict) else None
+        return name if isinstance(name, str) else None
+    return None
+
+
+class FrozenLakeWorkflow(EnvironmentWorkflow):
+    environment = "frozen_lake"
+
+
+class GuessNumberWorkflow(EnvironmentWorkflow):
+    environment = "guess_number"
+
+
+class MultiplicationToolWorkflow(EnvironmentWorkflow):
+    """Multiplication with the calculator offered through tool calls."""
+
+    environment = "multiplication"
+    offers_tools = True
+    fixed_settings: ClassVar[Mapping[str, Any]] = {"with_calculator": True}
+
+
+class MultiplicationWorkflow(EnvironmentWorkflow):
+    """The same problems without tools: the model's own arithmetic, for comparison."""
+
+    environment = "multiplication"
+    fixed_settings: ClassVar[Mapping[str, Any]] = {"with_calculator": False}
