@@ -62,7 +62,11 @@ def tool_task(seed: int = 7, **fmt: str) -> Task:
         index=0,
         payload={"seed": seed, "tools": ["calculator"]},
         workflow="multiplication_tool",
-        format={"chat_template": tool_chat_template("smollm2_tools"), **fmt},
+        format={
+            "chat_template": tool_chat_template("smollm2_tools"),
+            "tool_call_parser": "hermes",
+            **fmt,
+        },
     )
 
 
