@@ -50,8 +50,6 @@ from rft.workflows.workflow import Workflow
 if TYPE_CHECKING:
     from rft.engines.rollout import Rollout, SamplingParams
 
-_tracer = trace.get_tracer("rft.explorer")
-
 CONCATENATED_KEY = "enable_concatenated_multi_turn"
 
 
@@ -100,6 +98,8 @@ class MultiTurnWorkflow(Workflow):
     """A workflow whose rollout loops model turns; subclasses make the `Episode` of a task."""
 
     drives_model: ClassVar[bool] = True
+    # where the turn and tool-call spans go (None: the process's tracer provider)
+    tracer: trace.Tracer | None = None
 
     @abc.abstractmethod
     def episode(self, task: Task, index: int) -> Episode:
@@ -127,7 +127,7 @@ class MultiTurnWorkflow(Workflow):
         state = _Rollout(_starting(first, params.logprob_temperature), list(episode.messages))
         one = dataclasses.replace(params, n=1)
         for turn in range(limits.max_turns):
-            with _tracer.start_as_current_span(TURN, attributes={"rft.turn": turn}) as span:
+            with self._tracer().start_as_current_span(TURN, attributes={"rft.turn": turn}) as span:
                 done = self._turn(task, model, episode, limits, one, template, state, turn)
                 span.set_attribute("rft.turn_tokens", len(state.trajectory.token_ids))
             if done:
@@ -215,13 +215,18 @@ class MultiTurnWorkflow(Workflow):
         messages: list[Message] = []
         for call in parsed.calls:
             name = getattr(call, "name", "") or "malformed"
-            with _tracer.start_as_current_span(TOOL_CALL, attributes={"rft.tool": name}) as span:
+            with self._tracer().start_as_current_span(
+                TOOL_CALL, attributes={"rft.tool": name}
+            ) as span:
                 result = executor.execute(call)
                 span.set_attribute("rft.tool_outcome", result.outcome)
             state.counts["tool_calls"] += 1
             state.counts[f"tool_calls/{name}/{result.outcome}"] += 1
             messages.append(result.message())
         return messages
+
+    def _tracer(self) -> trace.Tracer:
+        return self.tracer or trace.get_tracer("rft.explorer")
 
     @staticmethod
     def _truncate(state: _Rollout) -> bool:

@@ -12,12 +12,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import ROLLOUT_ENGINES, Rollout, RolloutEngineConfig, SamplingParams
-from rft.environments import ENVIRONMENTS
+from rft.environments.multiplication import Multiplication
 from rft.events.models import Task
 from rft.tools.chat_templates import tool_chat_template
+from rft.tracing.spans import ROLLOUT, TOOL_CALL, TURN
 from rft.workflows import WORKFLOWS
 from rft.workflows.model_handle import DirectModelHandle
 from rft.workflows.multi_turn import MultiTurnWorkflow
@@ -71,7 +75,7 @@ def tool_task(seed: int = 7, **fmt: str) -> Task:
 
 
 def test_tool_calls_good_and_bad_become_tool_messages_and_are_counted(engine: Any) -> None:
-    env = ENVIRONMENTS.get("multiplication")()
+    env = Multiplication()
     env.reset(7)
     a, b = env.factors
     call = json.dumps({"name": "calculator", "arguments": {"expression": f"{a} * {b}"}})
@@ -131,3 +135,26 @@ def test_environment_ids_prefix_and_rerendered(engine: Any) -> None:
     cut = environment_ids(handle, odd, chat, new)
     assert cut.how == "rerendered"
     assert cut.ids == rendered[eos_at:] + after[len(rendered) :]
+
+
+def test_each_turn_and_tool_call_is_a_span_inside_the_tasks_rollout(engine: Any) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    workflow = WORKFLOWS.get("multiplication_tool")()
+    assert isinstance(workflow, MultiTurnWorkflow)
+    workflow.tracer = provider.get_tracer("test")
+    calls = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
+    handle = ScriptedHandle(engine, [calls + calls, "Answer: 6"])
+    with workflow.tracer.start_as_current_span(ROLLOUT) as rollout:
+        workflow.run(tool_task(), handle, SamplingParams(max_tokens=64), 0)
+    spans = exporter.get_finished_spans()
+    turns = [s for s in spans if s.name == TURN]
+    tools = [s for s in spans if s.name == TOOL_CALL]
+    assert [dict(s.attributes or {})["rft.turn"] for s in turns] == [0, 1]
+    assert [s.parent.span_id if s.parent else None for s in turns] == [
+        rollout.get_span_context().span_id
+    ] * 2
+    first_turn = turns[0].context.span_id if turns[0].context else None
+    assert [s.parent.span_id if s.parent else None for s in tools] == [first_turn] * 2
+    assert {dict(s.attributes or {})["rft.tool_outcome"] for s in tools} == {"ok"}
