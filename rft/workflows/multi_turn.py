@@ -165,7 +165,7 @@ class MultiTurnWorkflow(Workflow):
             said: Message = parsed.assistant_message()
             new = self._tool_messages(episode, parsed, state)
         else:
-            said = {"role": "assistant", "content": reply.text}
+            said = {"role": "assistant", "content": reply.text.rstrip()}
             answer = self._step(task, episode, limits, reply, turn)
             state.reward += answer.reward
             state.info.update(answer.info)

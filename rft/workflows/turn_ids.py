@@ -7,9 +7,10 @@ new messages and a generation prompt and keeps what follows the ids so far, when
 starts with them. A template need not render the model's turn as the model wrote it (its reply
 re-tokenized differently, tool calls re-written from parsed JSON, text around them trimmed); then
 (`"rerendered"`) the delta is taken between two renderings that share the re-rendered turn (the
-conversation through the model's turn, without, and with the new messages), and the ids that close
-the model's turn in the template (e.g. `<|im_end|>\\n`) are put first, less those the model already
-wrote. Either way the model's next turn is generated from exactly the ids built here.
+conversation through the model's turn, without, and with the new messages), after the ids that
+close a model turn in the template (`turn_closer`), less those the sequence already ends with (a
+model that stopped at its end of turn, or at the next turn's start where that is its eos). Either
+way the model's next turn is generated from exactly the ids built here.
 """
 
 from __future__ import annotations
@@ -59,17 +60,32 @@ def environment_ids(
             "the chat template renders earlier turns differently once new messages follow; "
             "no environment ids can be appended"
         )
-    return EnvironmentIds(_turn_closer(model, before, so_far) + after[len(before) :], "rerendered")
+    tail = turn_closer(model, chat_template) + after[len(before) :]
+    return EnvironmentIds(tail[_overlap(so_far, tail) :], "rerendered")
 
 
-def _turn_closer(model: ModelHandle, rendered: list[int], so_far: list[int]) -> list[int]:
-    """The ids the template ends a model turn with (after its last end-of-turn token, which is
-    included unless the model's turn already ends with it); [] when the template has none."""
-    eos = getattr(model.tokenizer, "eos_token_id", None)
-    if eos is None or eos not in rendered:
-        return []
-    last = len(rendered) - 1 - rendered[::-1].index(eos)
-    closer = rendered[last:]
-    if so_far and so_far[-1] == eos:
-        closer = closer[1:]
-    return closer
+def turn_closer(model: ModelHandle, chat_template: str | None = None) -> list[int]:
+    """The ids the template ends a model turn with (e.g. `<|im_end|>` and a newline): the
+    common tail of two renderings that differ only in the assistant's one-letter reply."""
+    ends = [
+        model.chat_ids(
+            [{"role": "user", "content": "?"}, {"role": "assistant", "content": letter}],
+            chat_template=chat_template,
+            add_generation_prompt=False,
+        )
+        for letter in ("A", "B")
+    ]
+    n = 0
+    while n < min(map(len, ends)) and ends[0][-1 - n] == ends[1][-1 - n]:
+        n += 1
+    return ends[0][len(ends[0]) - n :]
+
+
+def _overlap(so_far: list[int], tail: list[int]) -> int:
+    """How many ids at the start of `tail` the sequence already ends with: a model that stopped
+    after writing its turn's end (and, where its eos is the next turn's start, that too) wrote
+    them itself."""
+    for k in range(min(len(so_far), len(tail)), 0, -1):
+        if so_far[-k:] == tail[:k]:
+            return k
+    return 0

@@ -25,7 +25,7 @@ from rft.tracing.spans import ROLLOUT, TOOL_CALL, TURN
 from rft.workflows import WORKFLOWS
 from rft.workflows.model_handle import DirectModelHandle
 from rft.workflows.multi_turn import MultiTurnWorkflow
-from rft.workflows.turn_ids import environment_ids
+from rft.workflows.turn_ids import environment_ids, turn_closer
 
 
 class ScriptedHandle(DirectModelHandle):
@@ -135,6 +135,13 @@ def test_environment_ids_prefix_and_rerendered(engine: Any) -> None:
     cut = environment_ids(handle, odd, chat, new)
     assert cut.how == "rerendered"
     assert cut.ids == rendered[eos_at:] + after[len(rendered) :]
+    # a model whose eos is the next turn's start wrote the end of its turn and that start itself
+    closer = turn_closer(handle)
+    assert closer == rendered[eos_at:]
+    opening = after[len(rendered) : len(rendered) + 1]
+    stopped = head + tok.encode("42 ", add_special_tokens=False) + closer + opening
+    own = environment_ids(handle, stopped, chat, new)
+    assert own.how == "rerendered" and own.ids == after[len(rendered) + 1 :]
 
 
 def test_each_turn_and_tool_call_is_a_span_inside_the_tasks_rollout(engine: Any) -> None:
