@@ -19,6 +19,7 @@ from rft.workflows import WORKFLOWS
 from rft.workflows.deadline import WorkflowTimeoutError
 from rft.workflows.model_handle import DirectModelHandle
 from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer
+from rft.workflows.trajectory import step_metrics
 
 
 def multi_turn(name: str) -> MultiTurnWorkflow:
@@ -149,3 +150,18 @@ def test_a_hung_environment_step_fails_the_rollout(engine: Any) -> None:
             workflow.run(task("x"), DirectModelHandle(engine), PARAMS, 0)
     finally:
         workflow.release.set()
+
+
+def test_step_metrics_average_turns_and_sum_tool_calls(engine: Any) -> None:
+    workflow = multi_turn("guess_number")
+    handle = DirectModelHandle(engine)
+    made = [
+        workflow.run(task("guess_number", workflow_args={"max_turns": n}), handle, PARAMS, 0)[0]
+        for n in (2, 3)
+    ]
+    made.append(made[0].scored(0.0, {}, {"tool_calls": 2.0, "tool_calls/calculator/ok": 2.0}))
+    metrics = step_metrics(made)
+    assert metrics["turns_mean"] == pytest.approx((2 + 3 + 0) / 3)
+    assert metrics["tool_calls_total"] == 2.0
+    assert metrics["tool_calls/calculator/ok_total"] == 2.0
+    assert metrics["truncated_mean"] == pytest.approx(sum(t.truncated for t in made[:2]) / 3)
