@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from opentelemetry import trace
 
-from rft.errors import ConfigError
+from rft.errors import ConfigError, TasksetError
 from rft.events.models import Task
 from rft.tools import ToolExecutor
 from rft.tools.call_parsers import ToolCallParser
@@ -100,6 +100,13 @@ class MultiTurnWorkflow(Workflow):
     drives_model: ClassVar[bool] = True
     # where the turn and tool-call spans go (None: the process's tracer provider)
     tracer: trace.Tracer | None = None
+
+    def messages(self, task: Task) -> list[dict[str, str]]:
+        """No single prompt: a runner of single-turn workflows gives such a task up with this."""
+        raise TasksetError(
+            f"task {task.task_id}: workflow {task.workflow!r} drives the model turn by turn "
+            "(workflow.run with a ModelHandle); this runner rolls out single-turn workflows only"
+        )
 
     @abc.abstractmethod
     def episode(self, task: Task, index: int) -> Episode:

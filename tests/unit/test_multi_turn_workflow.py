@@ -19,6 +19,7 @@ from rft.workflows import WORKFLOWS
 from rft.workflows.deadline import WorkflowTimeoutError
 from rft.workflows.model_handle import DirectModelHandle
 from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer
+from rft.workflows.step_runner import StepLimits, run_step
 from rft.workflows.trajectory import step_metrics
 
 
@@ -165,3 +166,10 @@ def test_step_metrics_average_turns_and_sum_tool_calls(engine: Any) -> None:
     assert metrics["tool_calls_total"] == 2.0
     assert metrics["tool_calls/calculator/ok_total"] == 2.0
     assert metrics["truncated_mean"] == pytest.approx(sum(t.truncated for t in made[:2]) / 3)
+
+
+def test_the_single_turn_runner_gives_a_multi_turn_task_up_with_a_reason(engine: Any) -> None:
+    t = task("guess_number")
+    outcome = run_step([t], engine, PARAMS, StepLimits())
+    assert not outcome.results
+    assert "drives the model turn by turn" in str(outcome.given_up[t.task_id])
