@@ -817,6 +817,10 @@ class RolloutModelConfig:
         "api_key": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
         "enable_chunked_prefill": "vllm 0.26 always chunks long prefills; the hf engine does not",
         "use_v1": "vllm 0.26 has only its V1 engine",
+        "tool_call_parser": "the workflow reads tool calls, not the engine: set a taskset's "
+        "format.tool_call_parser",
+        "enable_auto_tool_choice": "a tool workflow offers its tools and runs every call the "
+        "reply makes; the engine chooses nothing",
     }
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},
