@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from rft.environments import ENVIRONMENTS, Environment, split_of
-from rft.errors import ConfigError, TasksetError
+from rft.errors import ConfigError
 from rft.events.models import Task
-from rft.tools import TOOL_CALL_PARSERS, ToolExecutor
 from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer, TurnLimits, positive
+from rft.workflows.offered_tools import offer_tools, tools_column_problem
 from rft.workflows.workflow import Message, format_object
 
 SEED_KEY = "seed"
@@ -74,10 +74,7 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
             split_of(seed)  # type: ignore[arg-type]
         except ValueError as exc:
             return f"{SEED_KEY!r}: {exc}"
-        tools_key = fmt.get("tools_key")
-        if self.offers_tools and tools_key and not isinstance(payload.get(tools_key), list):
-            return f"tools_key {tools_key!r} must name a list column of tools"
-        return None
+        return tools_column_problem(payload, fmt) if self.offers_tools else None
 
     def _args(self, task: Task) -> dict[str, Any]:
         return format_object(task.format, "workflow_args")
@@ -119,40 +116,8 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
 
         episode = Episode(list(messages), step, max_turns)
         if self.offers_tools:
-            names = self._tool_names(task, args, env)
-            executor = ToolExecutor.offering(
-                names,
-                key="workflow_args.tools",
-                timeout_s=float(args.get("tool_timeout_s", 30.0)),
-            )
-            episode.executor = executor
-            episode.tools = [entry.spec() for entry in executor.tools.values()]
-            parser_name = task.format.get("tool_call_parser") or "hermes"
-            episode.parser = TOOL_CALL_PARSERS.get(parser_name, key="format.tool_call_parser")
+            offer_tools(episode, task, args, env.tools)
         return episode
-
-    def _tool_names(self, task: Task, args: Mapping[str, Any], env: Environment) -> list[str]:
-        tools_key = task.format.get("tools_key")
-        if tools_key:
-            listed = task.payload.get(tools_key)
-            names = [_tool_name(entry) for entry in listed or []]
-            if None in names:
-                raise TasksetError(
-                    f"task {task.task_id}: column {tools_key!r} (format.tools_key) must list "
-                    "tool names or OpenAI function specs"
-                )
-            return [n for n in names if n is not None]
-        return list(args.get("tools") or env.tools)
-
-
-def _tool_name(entry: object) -> str | None:
-    if isinstance(entry, str):
-        return entry
-    if isinstance(entry, dict):
-        function = entry.get("function", entry)
-        name = function.get("name") if isinstance(function, dict) else None
-        return name if isinstance(name, str) else None
-    return None
 
 
 class FrozenLakeWorkflow(EnvironmentWorkflow):
