@@ -23,23 +23,18 @@ from typing import Any, ClassVar
 from rft.environments import ENVIRONMENTS, Environment, split_of
 from rft.errors import ConfigError
 from rft.events.models import Task
-from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer, TurnLimits, positive
-from rft.workflows.offered_tools import offer_tools, tools_column_problem
+from rft.workflows.multi_turn import (
+    LIMIT_PARAMS,
+    Episode,
+    MultiTurnWorkflow,
+    StepAnswer,
+    args_signature,
+    positive,
+)
+from rft.workflows.offered_tools import TOOL_PARAMS, offer_tools, tools_column_problem
 from rft.workflows.workflow import Message, format_object
 
 SEED_KEY = "seed"
-
-_Param = inspect.Parameter
-# workflow_args every environment workflow reads, beyond the environment's own settings
-_LIMIT_PARAMS = [
-    _Param("max_turns", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
-    _Param("max_total_tokens", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
-    _Param("env_step_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
-]
-_TOOL_PARAMS = [
-    _Param("tools", _Param.KEYWORD_ONLY, default=None, annotation="list[str] | None"),
-    _Param("tool_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
-]
 
 
 class EnvironmentWorkflow(MultiTurnWorkflow):
@@ -55,18 +50,10 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
     def workflow_args_signature(cls) -> Callable[..., Any]:
         """A callable whose keyword parameters are the `workflow_args` this workflow reads."""
         own = inspect.signature(ENVIRONMENTS.get(cls.environment)).parameters.values()
-        params = {p.name: p.replace(kind=_Param.KEYWORD_ONLY) for p in own}
-        for p in _LIMIT_PARAMS + (_TOOL_PARAMS if cls.offers_tools else []):
-            params.setdefault(p.name, p)
-        for name in cls.fixed_settings:
-            params.pop(name, None)
-
-        def accepts(**kwargs: Any) -> None:
-            del kwargs
-
-        accepts.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
-        accepts.__name__ = f"{cls.__name__}"
-        return accepts
+        params = [p for p in own if p.name not in cls.fixed_settings]
+        return args_signature(
+            cls.__name__, params, LIMIT_PARAMS + (TOOL_PARAMS if cls.offers_tools else [])
+        )
 
     def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
         seed = payload.get(SEED_KEY)
@@ -80,7 +67,7 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
         return format_object(task.format, "workflow_args")
 
     def _environment(self, args: Mapping[str, Any]) -> Environment:
-        limit_names = {p.name for p in _LIMIT_PARAMS + _TOOL_PARAMS} - {"max_turns"}
+        limit_names = {p.name for p in LIMIT_PARAMS + TOOL_PARAMS} - {"max_turns"}
         settings = {k: v for k, v in args.items() if k not in limit_names}
         settings.update(self.fixed_settings)
         if settings.get("max_turns") is None:
@@ -90,14 +77,6 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
             return factory(**settings)
         except TypeError as exc:
             raise ConfigError(f"workflow_args for {self.environment}: {exc}") from exc
-
-    def limits(self, task: Task, episode: Episode) -> TurnLimits:
-        args = self._args(task)
-        max_total = args.get("max_total_tokens")
-        timeout = float(args.get("env_step_timeout_s", 30.0))
-        positive("max_total_tokens", max_total)
-        positive("env_step_timeout_s", timeout)
-        return TurnLimits(episode.max_turns, max_total, timeout)
 
     def episode(self, task: Task, index: int) -> Episode:
         args = self._args(task)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import inspect
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,12 +46,20 @@ from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with
 from rft.workflows.model_handle import Message, ModelHandle
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.turn_ids import environment_ids
-from rft.workflows.workflow import Workflow
+from rft.workflows.workflow import Workflow, format_object
 
 if TYPE_CHECKING:
     from rft.engines.rollout import Rollout, SamplingParams
 
 CONCATENATED_KEY = "enable_concatenated_multi_turn"
+
+_Param = inspect.Parameter
+# the workflow_args every multi-turn workflow reads (see `limits`)
+LIMIT_PARAMS = [
+    _Param("max_turns", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
+    _Param("max_total_tokens", _Param.KEYWORD_ONLY, default=None, annotation="int | None"),
+    _Param("env_step_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
+]
 
 
 @dataclass(frozen=True)
@@ -113,8 +122,14 @@ class MultiTurnWorkflow(Workflow):
         """The game rollout `index` of `task` plays."""
 
     def limits(self, task: Task, episode: Episode) -> TurnLimits:
-        """`max_turns` (default: the episode's), `max_total_tokens`, `env_step_timeout_s`."""
-        return TurnLimits(episode.max_turns, None, 30.0)
+        """The episode's `max_turns`; `max_total_tokens` and `env_step_timeout_s` (default 30)
+        from the task's workflow_args."""
+        args = format_object(task.format, "workflow_args")
+        max_total = args.get("max_total_tokens")
+        timeout = float(args.get("env_step_timeout_s", 30.0))
+        positive("max_total_tokens", max_total)
+        positive("env_step_timeout_s", timeout)
+        return TurnLimits(episode.max_turns, max_total, timeout)
 
     def concatenated(self, task: Task) -> bool:
         text = task.format.get(CONCATENATED_KEY, "True")
@@ -282,3 +297,19 @@ def positive(name: str, value: float | None) -> None:
     """ConfigError unless `value` (a workflow_args entry) is None or above 0."""
     if value is not None and value <= 0:
         raise ConfigError(f"workflow_args.{name} must be above 0, got {value!r}")
+
+
+def args_signature(name: str, *groups: Sequence[inspect.Parameter]) -> Callable[..., Any]:
+    """A callable named `name` taking the keyword parameters of `groups` (the first of a name
+    wins): what a workflow's `workflow_args` are checked against at load."""
+    params: dict[str, inspect.Parameter] = {}
+    for group in groups:
+        for p in group:
+            params.setdefault(p.name, p.replace(kind=_Param.KEYWORD_ONLY))
+
+    def accepts(**kwargs: Any) -> None:
+        del kwargs
+
+    accepts.__signature__ = inspect.Signature(list(params.values()))  # type: ignore[attr-defined]
+    accepts.__name__ = name
+    return accepts

@@ -8,6 +8,7 @@ function specs naming registered tools, as Trinity's rows hold them), else the w
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,6 +16,13 @@ from rft.errors import TasksetError
 from rft.events.models import Task
 from rft.tools import TOOL_CALL_PARSERS, ToolExecutor
 from rft.workflows.multi_turn import Episode
+
+_Param = inspect.Parameter
+# the workflow_args of a workflow that offers tools
+TOOL_PARAMS = [
+    _Param("tools", _Param.KEYWORD_ONLY, default=None, annotation="list[str] | None"),
+    _Param("tool_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
+]
 
 
 def offer_tools(
