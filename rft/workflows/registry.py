@@ -3,7 +3,8 @@
 Entries are `Workflow` subclasses, added with `@WORKFLOWS.register("name")`. They are stateless so
 one instance serves a whole batch; a single-turn workflow's generation happens once per batch in
 `run_workflows`, and a multi-turn one (`drives_model`) drives the model itself through a
-`ModelHandle`: frozen_lake, guess_number, multiplication_tool and multiplication (no tools).
+`ModelHandle`: frozen_lake, guess_number, multiplication_tool, multiplication (no tools) and
+tool_call_workflow (a row's question answered with tools).
 """
 
 from __future__ import annotations
@@ -25,3 +26,4 @@ WORKFLOWS.lazy("frozen_lake", f"{_ENV}:FrozenLakeWorkflow")
 WORKFLOWS.lazy("guess_number", f"{_ENV}:GuessNumberWorkflow")
 WORKFLOWS.lazy("multiplication_tool", f"{_ENV}:MultiplicationToolWorkflow")
 WORKFLOWS.lazy("multiplication", f"{_ENV}:MultiplicationWorkflow")
+WORKFLOWS.lazy("tool_call_workflow", "rft.workflows.tool_call_workflow:ToolCallWorkflow")

@@ -165,3 +165,29 @@ def test_each_turn_and_tool_call_is_a_span_inside_the_tasks_rollout(engine: Any)
     first_turn = turns[0].context.span_id if turns[0].context else None
     assert [s.parent.span_id if s.parent else None for s in tools] == [first_turn] * 2
     assert {dict(s.attributes or {})["rft.tool_outcome"] for s in tools} == {"ok"}
+
+
+def test_tool_call_workflow_answers_a_row_with_its_tools_and_scores_the_answer(
+    engine: Any,
+) -> None:
+    a, b = 481, 937
+    row = {"question": f"What is {a} * {b}?", "answer": a * b, "tools": ["calculator"]}
+    fmt = {
+        "prompt_key": "question",
+        "response_key": "answer",
+        "tools_key": "tools",
+        "chat_template": tool_chat_template("smollm2_tools"),
+    }
+    t = Task(task_id="row", taskset="rows", epoch=0, index=0, payload=row, format=fmt)
+    call = json.dumps({"name": "calculator", "arguments": {"expression": f"{a}*{b}"}})
+    workflow = WORKFLOWS.get("tool_call_workflow")()
+    assert isinstance(workflow, MultiTurnWorkflow)
+    assert workflow.check_payload(row, fmt) is None
+    assert "tools_key" in str(workflow.check_payload({**row, "tools": "calculator"}, fmt))
+    right = ScriptedHandle(engine, [f"<tool_call>{call}</tool_call>", f"It is {a * b}."])
+    (traj,) = workflow.run(t, right, SamplingParams(max_tokens=64), 0)
+    assert traj.reward == 1.0 and traj.metrics["tool_calls/calculator/ok"] == 1
+    assert str(a * b) in engine.tokenizer.decode(right.prompts[1])  # the tool's answer was fed
+    wrong = ScriptedHandle(engine, [f"It is {a * b + 1}."])
+    (traj,) = workflow.run(t, wrong, SamplingParams(max_tokens=64), 0)
+    assert traj.reward == 0.0 and traj.metrics["tool_calls"] == 0
