@@ -136,6 +136,13 @@ def load_taskset(
     fmt = task_format(taskset, source.default_format, first)
     workflow_name = taskset.default_workflow_type or source.default_workflow or FALLBACK_WORKFLOW
     workflow = WORKFLOWS.get(workflow_name)()
+    accepts = workflow.workflow_args_signature()
+    if accepts is not None and taskset.workflow_args:
+        found = argument_issues(
+            f"taskset {taskset.name!r} workflow_args", accepts, taskset.workflow_args
+        )
+        if found:
+            raise ConfigError("; ".join(f"{key} {problem}" for key, problem in found))
     reward_fn = (
         taskset.default_reward_fn_type or source.default_reward_fn or workflow.default_reward_fn
     )

@@ -90,6 +90,7 @@ from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_
 from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, StepOutcome, run_step
+from rft.workflows.trajectory import step_metrics
 
 log = logging.getLogger(__name__)
 
@@ -858,7 +859,7 @@ class Explorer:
                 "accuracy": float(correctness(results).mean()),
                 "response_length_mean": float(lengths.mean()),
                 "response_length_max": float(lengths.max()),
-            }
+            } | step_metrics(trajectories)
         io.metrics.emit(work.number, values)
 
     # -- evaluation ---------------------------------------------------------------------------

@@ -30,3 +30,7 @@ TASK_GENERATORS: Registry[TaskGenerator] = Registry("generator")
 # the built-in generators, imported when first looked up
 TASK_GENERATORS.lazy("arithmetic", "rft.producers.generators.arithmetic:arithmetic")
 TASK_GENERATORS.lazy("countdown", "rft.producers.generators.countdown:countdown")
+_ENV = "rft.producers.generators.environment_tasks"
+TASK_GENERATORS.lazy("frozen_lake", f"{_ENV}:frozen_lake")
+TASK_GENERATORS.lazy("guess_number", f"{_ENV}:guess_number")
+TASK_GENERATORS.lazy("multiplication", f"{_ENV}:multiplication")

@@ -158,6 +158,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.storage.object_store import OBJECT_STORES
     from rft.supervisor.launchers import LAUNCHERS
     from rft.synchronizer import SYNC_STYLES, build_sync_style
+    from rft.tools import TOOL_CALL_PARSERS
     from rft.tracing.setup import check_exporter
     from rft.workflows import WORKFLOWS
 
@@ -231,8 +232,21 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     for path, taskset in tasksets:
         if taskset is None:
             continue
+        workflow = None
         if taskset.default_workflow_type is not None:
-            c.name(f"{path}.default_workflow_type", WORKFLOWS, taskset.default_workflow_type)
+            workflow = c.name(
+                f"{path}.default_workflow_type", WORKFLOWS, taskset.default_workflow_type
+            )
+        if workflow is not None:  # workflow_args against the args the workflow declares
+            c.args(
+                f"{path}.workflow_args",
+                workflow.workflow_args_signature(),
+                taskset.workflow_args,
+                frozenset(),
+            )
+        c.name(
+            f"{path}.format.tool_call_parser", TOOL_CALL_PARSERS, taskset.format.tool_call_parser
+        )
         if taskset.default_reward_fn_type is not None:
             c.name(
                 f"{path}.default_reward_fn_type", REWARD_FUNCTIONS, taskset.default_reward_fn_type

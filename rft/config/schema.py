@@ -330,11 +330,28 @@ class FormatConfig:
         shown_by="tests/unit/test_step_runner.py",
     )
 
+    tools_key: str | None = key(
+        None,
+        does="row column listing the tools a tool workflow offers (names or OpenAI specs)",
+        acts_in="rft/workflows/environment_workflows.py",
+        shown_by="tests/unit/test_tool_workflow.py",
+    )
+    tool_call_parser: str = key(
+        "hermes",
+        does="TOOL_CALL_PARSERS: how a tool workflow reads calls in replies, checked at load",
+        acts_in="rft/workflows/environment_workflows.py",
+        shown_by="tests/unit/test_tool_workflow.py",
+    )
+    enable_concatenated_multi_turn: bool = key(
+        True,
+        does="a multi-turn rollout is one experience (off: one per model turn)",
+        acts_in="rft/workflows/multi_turn.py",
+        shown_by="tests/unit/test_multi_turn_workflow.py",
+    )
+
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "tools_key": "no rft workflow offers tools yet; tool definitions in rows are not read",
         "chosen_key": "DPO is not built yet; preference pairs are not read",
         "rejected_key": "DPO is not built yet; preference pairs are not read",
-        "enable_concatenated_multi_turn": "rft's workflows are single-turn; no turns are joined",
     }
 
     def as_task_format(self) -> dict[str, str]:
@@ -470,9 +487,10 @@ class TasksetConfig:
     )
     workflow_args: dict[str, Any] = key(
         field(default_factory=dict),
-        does="carried to the workflow in the task's format map",
+        does="carried to the workflow in the task's format map; checked at load against the "
+        "args a workflow declares (multi-turn and countdown workflows)",
         acts_in=_READER,
-        shown_by="tests/unit/test_workflows.py",
+        shown_by="tests/unit/test_multi_turn_config.py",
     )
     reward_fn_args: dict[str, Any] = key(
         field(default_factory=dict),
@@ -799,6 +817,10 @@ class RolloutModelConfig:
         "api_key": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
         "enable_chunked_prefill": "vllm 0.26 always chunks long prefills; the hf engine does not",
         "use_v1": "vllm 0.26 has only its V1 engine",
+        "tool_call_parser": "the workflow reads tool calls, not the engine: set a taskset's "
+        "format.tool_call_parser",
+        "enable_auto_tool_choice": "a tool workflow offers its tools and runs every call the "
+        "reply makes; the engine chooses nothing",
     }
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},

@@ -31,17 +31,27 @@ def parse_answer(reply: str) -> int | None:
 
 @ENVIRONMENTS.register("multiplication")
 class Multiplication:
-    """Factors of `min_digits` to `max_digits` digits each; `max_turns` model turns (default 4)."""
+    """Factors of `min_digits` to `max_digits` digits each; `max_turns` model turns (default 4);
+    `with_calculator: false` asks for the answer without offering the calculator."""
 
     tools: tuple[str, ...] = ("calculator",)
 
-    def __init__(self, min_digits: int = 3, max_digits: int = 4, max_turns: int = 4) -> None:
+    def __init__(
+        self,
+        min_digits: int = 3,
+        max_digits: int = 4,
+        max_turns: int = 4,
+        with_calculator: bool = True,
+    ) -> None:
         if not 1 <= min_digits <= max_digits:
             raise ConfigError(
                 f"multiplication: need 1 <= min_digits <= max_digits, got {min_digits}, {max_digits}"
             )
         self.min_digits, self.max_digits = min_digits, max_digits
         self.max_turns = max_turns
+        # without the calculator: the same problems, answered in the model's head (a baseline)
+        self.with_calculator = with_calculator
+        self.tools = ("calculator",) if with_calculator else ()
         self.episode = Episode("multiplication", 1)
         self.factors = (0, 0)
 
@@ -51,10 +61,8 @@ class Multiplication:
         a, b = (rng.randint(10 ** (d - 1), 10**d - 1) for d in digits)
         self.factors = (a, b)
         self.episode.begin()
-        return (
-            f"What is {a} * {b}? Use the calculator tool to compute it, then end your reply "
-            "with: Answer: <number>"
-        )
+        how = "Use the calculator tool to compute it, then end" if self.with_calculator else "End"
+        return f"What is {a} * {b}? {how} your reply with: Answer: <number>"
 
     @property
     def product(self) -> int:

@@ -48,6 +48,9 @@ PUBLISH_VERSION = "trainer.publish"
 UPLOAD = "trainer.checkpoint_upload"
 ANNOUNCE = "trainer.announce"
 LOAD_WEIGHTS = "explorer.load_weights"
+# a multi-turn workflow's turns and tool calls, inside the task's rollout
+TURN = "explorer.turn"
+TOOL_CALL = "explorer.tool_call"
 
 _tracer = trace.get_tracer("rft.tasks")
 

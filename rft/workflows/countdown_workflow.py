@@ -6,7 +6,7 @@ Rows need the numbers (`workflow_args.numbers_key`, default "numbers") and the t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from rft.events.models import Task
@@ -28,6 +28,10 @@ class CountdownWorkflow(Workflow):
     default_reward_fn: ClassVar[str] = "countdown_reward"
     default_system_prompt: ClassVar[str | None] = COUNTDOWN_SYSTEM_PROMPT
     needs_answer: ClassVar[bool] = True
+
+    @classmethod
+    def workflow_args_signature(cls) -> Callable[..., Any] | None:
+        return countdown_workflow_args
 
     def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
         problem = super().check_payload(payload, fmt)
@@ -65,3 +69,7 @@ class CountdownWorkflow(Workflow):
 
 def _numbers_key(fmt: Mapping[str, str]) -> str:
     return str(format_object(fmt, "workflow_args").get("numbers_key", "numbers"))
+
+
+def countdown_workflow_args(*, numbers_key: str = "numbers") -> None:
+    """countdown_workflow's workflow_args: the row column of the numbers."""

@@ -140,3 +140,16 @@ class Trajectory:
             action_mask=np.concatenate([self.action_mask, mask]),
             response_text=self.response_text + text,
         )
+
+
+def step_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """A step's view of its trajectories' own metrics: each key's mean over the trajectories
+    (0 where one lacks it), `<key>_mean`, and for counts of tool calls their sum, `<key>_total`."""
+    keys = sorted({k for t in trajectories for k in t.metrics})
+    out: dict[str, float] = {}
+    for key in keys:
+        values = [float(t.metrics.get(key, 0.0)) for t in trajectories]
+        out[f"{key}_mean"] = sum(values) / len(values)
+        if key.startswith("tool_calls"):
+            out[f"{key}_total"] = sum(values)
+    return out

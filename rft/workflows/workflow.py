@@ -9,7 +9,7 @@ already hold a chat. `reward_fn_args` / `workflow_args` ride in the format map a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rft.errors import TasksetError
@@ -29,6 +29,12 @@ class Workflow:
     default_reward_fn: ClassVar[str] = "math_reward"
     default_system_prompt: ClassVar[str | None] = None
     needs_answer: ClassVar[bool] = False
+
+    @classmethod
+    def workflow_args_signature(cls) -> Callable[..., Any] | None:
+        """A callable whose keyword parameters are the `workflow_args` this workflow reads, which
+        a config's are checked against at load; None: the workflow declares none (unchecked)."""
+        return None
 
     def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
         """Why `payload` cannot become a task under `fmt`, or None when it can."""

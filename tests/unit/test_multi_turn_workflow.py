@@ -1,0 +1,175 @@
+"""MultiTurnWorkflow over the real HF engine (tiny model) through a recording DirectModelHandle:
+a concatenated trajectory's ids are, turn by turn, what the engine was fed and returned; step-wise
+mode makes one trajectory per turn; the token limit truncates; a hung environment step fails."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rft.engines.models import ModelSpec
+from rft.engines.rollout import ROLLOUT_ENGINES, Rollout, RolloutEngineConfig, SamplingParams
+from rft.events.models import Task
+from rft.workflows import WORKFLOWS
+from rft.workflows.deadline import WorkflowTimeoutError
+from rft.workflows.model_handle import DirectModelHandle
+from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer
+from rft.workflows.step_runner import StepLimits, run_step
+from rft.workflows.trajectory import step_metrics
+
+
+def multi_turn(name: str) -> MultiTurnWorkflow:
+    workflow = WORKFLOWS.get(name)()
+    assert isinstance(workflow, MultiTurnWorkflow)
+    return workflow
+
+
+class RecordingHandle(DirectModelHandle):
+    """A DirectModelHandle that keeps every generate call's prompt and replies."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.calls: list[tuple[list[int], list[Rollout]]] = []
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[Rollout]:
+        replies = super().generate(prompt_ids, params)
+        self.calls.append((list(prompt_ids), replies))
+        return replies
+
+
+@pytest.fixture(scope="module")
+def engine() -> Any:
+    return ROLLOUT_ENGINES.get("hf")(RolloutEngineConfig(model=ModelSpec("tiny")))
+
+
+def task(workflow: str, seed: int = 3, **fmt: Any) -> Task:
+    args = fmt.pop("workflow_args", {})
+    form = {k: str(v) for k, v in fmt.items()}
+    if args:
+        form["workflow_args"] = json.dumps(args)
+    return Task(
+        task_id=f"t-{seed}",
+        taskset="games",
+        epoch=0,
+        index=0,
+        payload={"seed": seed},
+        workflow=workflow,
+        format=form,
+        repeat_times=1,
+    )
+
+
+PARAMS = SamplingParams(max_tokens=6, seed=11, temperature=1.0)
+
+
+def test_three_turn_trajectory_is_the_ids_fed_and_returned(engine: Any) -> None:
+    handle = RecordingHandle(engine)
+    workflow = multi_turn("guess_number")
+    (traj,) = workflow.run(task("guess_number", workflow_args={"max_turns": 3}), handle, PARAMS, 0)
+    assert len(handle.calls) == 3
+    first_prompt = handle.calls[0][0]
+    assert list(traj.prompt_ids) == first_prompt
+    ids = traj.token_ids.tolist()
+    mask = [True] * len(traj.prompt_ids) + traj.action_mask.tolist()  # prompt: never sampled
+    logprobs = [0.0] * len(traj.prompt_ids) + traj.logprobs.tolist()
+    for turn, (fed, (reply,)) in enumerate(handle.calls):
+        start, end = len(fed), len(fed) + len(reply.response_ids)
+        assert ids[:start] == fed, f"turn {turn}: the trajectory does not extend the ids fed"
+        assert ids[start:end] == reply.response_ids.tolist(), f"turn {turn}: reply ids differ"
+        assert all(mask[start:end]), f"turn {turn}: model tokens must have action_mask 1"
+        np.testing.assert_array_equal(np.asarray(logprobs[start:end], np.float32), reply.logprobs)
+        if turn + 1 < len(handle.calls):
+            following = handle.calls[turn + 1][0]
+            between = slice(end, len(following))
+            assert len(following) > end, "the environment said something between turns"
+            assert not any(mask[between]), "environment tokens must have action_mask 0"
+            assert not any(logprobs[between])
+    assert end == len(ids), "the trajectory ends with the last reply"
+    assert traj.metrics["turns"] == 3
+    text = engine.tokenizer.decode(ids)
+    assert "Reply with one whole number" in text or "higher" in text or "lower" in text
+
+
+def test_step_wise_mode_makes_one_trajectory_per_turn(engine: Any) -> None:
+    handle = RecordingHandle(engine)
+    workflow = multi_turn("guess_number")
+    t = task("guess_number", enable_concatenated_multi_turn=False, workflow_args={"max_turns": 3})
+    steps = workflow.run(t, handle, PARAMS, 5)
+    assert [s.info["turn"] for s in steps] == [0, 1, 2]
+    assert {s.info["trajectory"] for s in steps} == {5}
+    assert len({s.reward for s in steps}) == 1
+    for step, (fed, (reply,)) in zip(steps, handle.calls, strict=True):
+        assert step.prompt_ids.tolist() == fed
+        assert step.response_ids.tolist() == reply.response_ids.tolist()
+        assert step.action_mask.all()
+
+
+def test_total_token_limit_truncates(engine: Any) -> None:
+    handle = RecordingHandle(engine)
+    workflow = multi_turn("guess_number")
+    first = handle.chat_ids([{"role": "user", "content": "x"}])
+    limit = 200
+    assert len(first) < limit
+    t = task("guess_number", workflow_args={"max_turns": 8, "max_total_tokens": limit})
+    (traj,) = workflow.run(t, handle, SamplingParams(max_tokens=40, seed=2), 0)
+    assert len(traj.token_ids) <= limit
+    assert traj.truncated and traj.metrics["truncated"] == 1.0
+    assert len(handle.calls) < 8
+
+
+class HangingWorkflow(MultiTurnWorkflow):
+    """An episode whose step never returns in time."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def check_payload(self, payload: Mapping[str, Any], fmt: Mapping[str, str]) -> str | None:
+        return None
+
+    def episode(self, task: Task, index: int) -> Episode:
+        def step(reply: str) -> StepAnswer:
+            self.release.wait(5)
+            return StepAnswer([], 0.0, True)
+
+        return Episode([{"role": "user", "content": "go"}], step, max_turns=2)
+
+    def limits(self, task: Task, episode: Episode) -> Any:
+        from rft.workflows.multi_turn import TurnLimits
+
+        return TurnLimits(episode.max_turns, None, 0.2)
+
+
+def test_a_hung_environment_step_fails_the_rollout(engine: Any) -> None:
+    workflow = HangingWorkflow()
+    try:
+        with pytest.raises(WorkflowTimeoutError, match="env_step_timeout_s"):
+            workflow.run(task("x"), DirectModelHandle(engine), PARAMS, 0)
+    finally:
+        workflow.release.set()
+
+
+def test_step_metrics_average_turns_and_sum_tool_calls(engine: Any) -> None:
+    workflow = multi_turn("guess_number")
+    handle = DirectModelHandle(engine)
+    made = [
+        workflow.run(task("guess_number", workflow_args={"max_turns": n}), handle, PARAMS, 0)[0]
+        for n in (2, 3)
+    ]
+    made.append(made[0].scored(0.0, {}, {"tool_calls": 2.0, "tool_calls/calculator/ok": 2.0}))
+    metrics = step_metrics(made)
+    assert metrics["turns_mean"] == pytest.approx((2 + 3 + 0) / 3)
+    assert metrics["tool_calls_total"] == 2.0
+    assert metrics["tool_calls/calculator/ok_total"] == 2.0
+    assert metrics["truncated_mean"] == pytest.approx(sum(t.truncated for t in made[:2]) / 3)
+
+
+def test_the_single_turn_runner_gives_a_multi_turn_task_up_with_a_reason(engine: Any) -> None:
+    t = task("guess_number")
+    outcome = run_step([t], engine, PARAMS, StepLimits())
+    assert not outcome.results
+    assert "drives the model turn by turn" in str(outcome.given_up[t.task_id])
