@@ -796,15 +796,25 @@ class Explorer:
 
     def _experiences(self, result: WorkflowResult, version: int) -> list[Experience]:
         """One Experience per trajectory of `result`: one group, its action masks as the
-        workflow made them."""
+        workflow made them. Steps of a step-wise rollout (schema v4) name their trajectory,
+        turn and turn count, and the group counts rollouts, not steps."""
         task = result.task
         group_id = f"{task.task_id}:{self.explorer_id}:{uuid.uuid4().hex[:8]}"
+        rollouts = {
+            t.rollout if t.rollout is not None else -1 - i
+            for i, t in enumerate(result.trajectories)
+        }
         return [
             Experience(
                 experience_id=f"{group_id}:{i}",
                 task_id=task.task_id,
                 group_id=group_id,
-                group_size=len(result.trajectories),
+                group_size=len(rollouts),
+                trajectory_id=""
+                if trajectory.rollout is None
+                else f"{group_id}/{trajectory.rollout}",
+                turn=trajectory.turn,
+                turn_count=trajectory.turn_count,
                 explorer_id=self.explorer_id,
                 model_version=version,
                 prompt_ids=trajectory.prompt_ids,

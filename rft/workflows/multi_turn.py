@@ -269,8 +269,8 @@ class MultiTurnWorkflow(Workflow):
         if self.concatenated(task):
             return [state.trajectory.scored(state.reward, info, metrics)]
         return [
-            step.scored(
-                state.reward, {**info, **step.info, "turn": turn, "trajectory": index}, metrics
+            step.scored(state.reward, {**info, **step.info}, metrics).as_step(
+                index, turn, len(state.steps)
             )
             for turn, step in enumerate(state.steps)
         ]

@@ -45,6 +45,11 @@ class Trajectory:
     reward: float = 0.0
     info: Mapping[str, Any] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
+    # a step of a step-wise rollout (one trajectory per model turn): which rollout of its task,
+    # which turn and of how many; a whole trajectory keeps the defaults
+    rollout: int | None = None
+    turn: int = 0
+    turn_count: int = 1
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -114,6 +119,12 @@ class Trajectory:
             rollout.text,
         )
         return dataclasses.replace(turn, finish_reason=rollout.finish_reason)
+
+    def as_step(self, rollout: int, turn: int, turn_count: int) -> Trajectory:
+        """This trajectory as step `turn` of `turn_count` of its task's rollout `rollout`."""
+        if not 0 <= turn < turn_count:
+            raise ValueError(f"turn {turn} is not in [0, {turn_count})")
+        return dataclasses.replace(self, rollout=rollout, turn=turn, turn_count=turn_count)
 
     def scored(
         self,

@@ -100,8 +100,9 @@ def test_step_wise_mode_makes_one_trajectory_per_turn(engine: Any) -> None:
     workflow = multi_turn("guess_number")
     t = task("guess_number", enable_concatenated_multi_turn=False, workflow_args={"max_turns": 3})
     steps = workflow.run(t, handle, PARAMS, 5)
-    assert [s.info["turn"] for s in steps] == [0, 1, 2]
-    assert {s.info["trajectory"] for s in steps} == {5}
+    assert [s.turn for s in steps] == [0, 1, 2]
+    assert {s.turn_count for s in steps} == {3}
+    assert {s.rollout for s in steps} == {5}
     assert len({s.reward for s in steps}) == 1
     for step, (fed, (reply,)) in zip(steps, handle.calls, strict=True):
         assert step.prompt_ids.tolist() == fed
