@@ -18,6 +18,9 @@ the same queue serves it, handing it many prompts per call.
 
 Rows of one batched call share the call's random stream: a sampled reply depends on the other
 requests it was batched with, as a single-turn step's replies do today. Greedy replies do not.
+A seeded call after the batcher's first gets the seed moved on by its call number, so each turn's
+wave draws fresh random numbers rather than the first wave's again (the same run of waves
+samples the same replies).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
+from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError
 
-DEFAULT_WINDOW_S = 0.005
+# long enough for instances woken by one wave's replies to send their next turn's requests on
+# a busy CPU, short beside a GPU wave's generation
+DEFAULT_WINDOW_S = 0.02
 
 
 class RequestDeadlineError(EngineError):
@@ -242,6 +247,9 @@ class RequestBatcher:
             request.finish(replies, None)
 
     def _generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Rollout]]:
+        if params.seed is not None and self.stats.engine_calls:
+            moved = moved_seed(params.seed, self.stats.engine_calls)
+            params = dataclasses.replace(params, seed=moved)
         self.stats.engine_calls += 1
         outputs = self._engine.generate(prompts, params)
         if len(outputs) != len(prompts) or any(len(o) != params.n for o in outputs):

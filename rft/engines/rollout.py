@@ -78,6 +78,16 @@ class SamplingParams:
         return 1.0 if self.greedy else self.temperature
 
 
+# odd, so distinct salts below 2**32 move a seed's low 32 bits to distinct values
+_SEED_STEP = 0x9E3779B1
+
+
+def moved_seed(seed: int, salt: int) -> int:
+    """`seed` moved on by `salt` within its low 32 bits too: torch's CPU generator reads only
+    those, so a salt added above them (seed + (salt << 32)) would repeat the same draws."""
+    return (seed + salt * _SEED_STEP) % (1 << 63)
+
+
 @dataclass
 class Rollout:
     """One sampled response.

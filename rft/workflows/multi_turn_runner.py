@@ -67,13 +67,15 @@ def roll_out_multi_turn(
     *,
     timeout_s: float | None = None,
     on_phase: PhaseRecorder | None = None,
-    window_s: float = DEFAULT_WINDOW_S,
+    window_s: float | None = None,
 ) -> list[list[Trajectory] | Exception]:
     """Per item, in order, its trajectories or the exception that ended it (see module doc).
 
     `on_phase(position, "generate", start, end)` hears when each item's instances ran, from the
     first one's start to the last one's end.
     """
+    if window_s is None:
+        window_s = DEFAULT_WINDOW_S
     instances = [(p, i) for p, item in enumerate(items) for i in range(item.params.n)]
     got: dict[tuple[int, int], list[Trajectory] | Exception] = {}
     spans: dict[int, list[int]] = {}

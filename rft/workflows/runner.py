@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
+from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError, RftError, TasksetError
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS
@@ -153,7 +153,7 @@ def salted(params: SamplingParams, salt: int) -> SamplingParams:
     """`params` with a seed of its own for call `salt` (salt 0 keeps the seed as it is)."""
     if not salt or params.seed is None:
         return params
-    return dataclasses.replace(params, seed=(params.seed + (salt << 32)) % (1 << 63))
+    return dataclasses.replace(params, seed=moved_seed(params.seed, salt))
 
 
 def roll_out(
@@ -178,7 +178,7 @@ def roll_out(
     driven = [p for p, item in enumerate(items) if drives_model(item.workflow)]
     if not driven:
         return _roll_out_single(items, engine, timeout_s, seed_salt, on_phase)
-    single = [p for p in range(len(items)) if p not in set(driven)]
+    single = sorted(set(range(len(items))) - set(driven))
     outcomes: list[WorkflowResult | Exception | None] = [None] * len(items)
 
     def shifted(positions: list[int]) -> PhaseRecorder | None:

@@ -15,6 +15,7 @@ import pytest
 from rft.engines.rollout import SamplingParams
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS
+from rft.workflows import multi_turn_runner
 from rft.workflows.deadline import WorkflowFailedError, WorkflowTimeoutError
 from rft.workflows.model_handle import ModelHandle
 from rft.workflows.registry import WORKFLOWS
@@ -89,6 +90,14 @@ def game(tid: str, turns: int, repeat: int = 2, **payload: Any) -> Task:
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4, seed=3)
 
 
+@pytest.fixture
+def waves_by_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gathering window so long that only "every live instance waits" flushes a wave: the
+    calls a step makes are then exact on a loaded machine (no timing)."""
+    monkeypatch.setattr(multi_turn_runner, "DEFAULT_WINDOW_S", 30.0)
+
+
+@pytest.mark.usefixtures("waves_by_turn")
 def test_a_step_of_multi_turn_tasks_makes_one_call_per_turn_with_exact_ids() -> None:
     engine = CountingEngine(tiny_engine())
     tasks = [game("a", 3), game("b", 3), game("c", 2, repeat=3)]
@@ -112,6 +121,7 @@ def test_a_step_of_multi_turn_tasks_makes_one_call_per_turn_with_exact_ids() -> 
             np.testing.assert_array_equal(trajectory.logprobs[~trajectory.action_mask], 0.0)
 
 
+@pytest.mark.usefixtures("waves_by_turn")
 def test_single_turn_tasks_in_the_same_step_keep_their_one_call() -> None:
     engine = CountingEngine(tiny_engine())
     single = make_task("s", {"question": "1+1?", "answer": 2}, repeat_times=2)
@@ -121,6 +131,7 @@ def test_single_turn_tasks_in_the_same_step_keep_their_one_call() -> None:
     assert [(n, p.n) for n, p in engine.calls] == [(1, 2), (2, 1), (2, 1)]
 
 
+@pytest.mark.usefixtures("waves_by_turn")
 def test_a_failing_instance_fails_only_its_task_which_is_retried() -> None:
     engine = CountingEngine(tiny_engine())
     tasks = [game("ok", 2), game("flaky", 2, fail=1), game("broken", 2, fail=99)]

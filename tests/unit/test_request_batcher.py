@@ -7,20 +7,27 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 import numpy as np
 import pytest
 
+from bench.multi_turn_batching import CallCounter as CountingEngine
 from rft.engines.models import ModelSpec
 from rft.engines.request_batcher import (
     BatchedModelHandle,
     RequestBatcher,
     RequestDeadlineError,
 )
-from rft.engines.rollout import ROLLOUT_ENGINES, Rollout, RolloutEngine, RolloutEngineConfig
+from rft.engines.rollout import (
+    ROLLOUT_ENGINES,
+    Rollout,
+    RolloutEngine,
+    RolloutEngineConfig,
+    moved_seed,
+)
 from rft.engines.rollout import SamplingParams as SP
 from rft.errors import EngineError
 from rft.workflows.model_handle import DirectModelHandle, ModelHandle
@@ -33,37 +40,6 @@ LONG_WINDOW = 30.0
 @cache
 def tiny_engine() -> RolloutEngine:
     return ROLLOUT_ENGINES.get("hf")(RolloutEngineConfig(model=ModelSpec("tiny")))
-
-
-class CountingEngine(RolloutEngine):
-    """The tiny engine, counting calls and the prompts of each."""
-
-    def __init__(self, inner: RolloutEngine, max_batch_size: int | None = None) -> None:
-        self.inner = inner
-        self.calls: list[tuple[int, SP]] = []
-        self._max = max_batch_size
-
-    @property
-    def tokenizer(self) -> Any:
-        return self.inner.tokenizer
-
-    @property
-    def model_version(self) -> int:
-        return self.inner.model_version
-
-    @property
-    def max_batch_size(self) -> int | None:
-        return self._max
-
-    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SP) -> list[list[Rollout]]:
-        self.calls.append((len(prompt_ids), params))
-        return self.inner.generate(prompt_ids, params)
-
-    def load_state_dict(self, tensors: Any, version: int) -> None:
-        raise NotImplementedError
-
-    def state_dict(self) -> Any:
-        raise NotImplementedError
 
 
 def echo_game(
@@ -207,3 +183,32 @@ def test_empty_prompt_closed_handle_and_past_deadline_are_refused() -> None:
         late.close()
     with pytest.raises(EngineError, match="closed"):
         batcher.handle()
+
+
+def test_each_seeded_wave_draws_afresh_and_a_rerun_repeats_them() -> None:
+    sampled = SP(temperature=3.0, max_tokens=6, min_tokens=6, seed=11)
+
+    def two_waves() -> list[list[int]]:
+        batcher = RequestBatcher(tiny_engine(), window_s=LONG_WINDOW)
+        with batcher, batcher.handle() as handle:
+            prompt = handle.chat_ids([{"role": "user", "content": "roll"}])
+            return [list(handle.generate(prompt, sampled)[0].response_ids) for _ in range(2)]
+
+    first, second = two_waves()
+    assert first != second, "the second wave must not replay the first wave's random draws"
+    assert two_waves() == [first, second]
+
+
+def test_a_salted_seed_draws_differently_on_the_cpu() -> None:
+    # a salt added above the low 32 bits (seed + (salt << 32)) left torch's CPU draws unchanged,
+    # so a step's chunks and a task's retries sampled the same random numbers
+    from rft.workflows.runner import salted
+
+    engine = tiny_engine()
+    prompt = engine.chat_prompt_ids([{"role": "user", "content": "roll"}])
+    base = SP(temperature=3.0, max_tokens=6, min_tokens=6, seed=11)
+    draws = [
+        list(engine.generate([prompt], salted(base, salt))[0][0].response_ids) for salt in range(3)
+    ]
+    assert draws[0] != draws[1] != draws[2] != draws[0]
+    assert moved_seed(11, 0) == 11 and salted(base, 0) == base
