@@ -78,6 +78,16 @@ class SamplingParams:
         return 1.0 if self.greedy else self.temperature
 
 
+# odd, so distinct salts below 2**32 move a seed's low 32 bits to distinct values
+_SEED_STEP = 0x9E3779B1
+
+
+def moved_seed(seed: int, salt: int) -> int:
+    """`seed` moved on by `salt` within its low 32 bits too: torch's CPU generator reads only
+    those, so a salt added above them (seed + (salt << 32)) would repeat the same draws."""
+    return (seed + salt * _SEED_STEP) % (1 << 63)
+
+
 @dataclass
 class Rollout:
     """One sampled response.
@@ -122,26 +132,37 @@ class RolloutEngine(abc.ABC):
         kwargs = {k: v for k, v in template_kwargs.items() if v is not None}
         self._chat_template_kwargs = MappingProxyType(kwargs)
 
+    @property
+    def max_batch_size(self) -> int | None:
+        """Most rows (prompts x n) one forward batch holds; None: no limit."""
+        return None
+
     def chat_prompt_ids(
         self,
-        messages: Sequence[dict[str, str]],
+        messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         chat_template: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
-        """Token ids of `messages` rendered with `chat_template`, else the tokenizer's."""
+        """Token ids of `messages` rendered with `chat_template`, else the tokenizer's, offering
+        `tools` (OpenAI-style specs) where there are any (the template's tools section)."""
         from jinja2 import TemplateError
 
+        extra: dict[str, Any] = dict(self._chat_template_kwargs)
+        if tools:
+            extra["tools"] = [dict(t) for t in tools]
         try:
             ids = self.tokenizer.apply_chat_template(
-                list(messages),
+                [dict(m) for m in messages],
                 tokenize=True,
                 add_generation_prompt=add_generation_prompt,
                 return_dict=False,
                 chat_template=chat_template,
-                **self._chat_template_kwargs,
+                **extra,
             )
         except (ValueError, KeyError, TypeError, TemplateError) as exc:
-            raise EngineError(f"cannot apply chat template: {exc}") from exc
+            what = " with tools" if tools else ""
+            raise EngineError(f"cannot apply chat template{what}: {exc}") from exc
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return [int(i) for i in ids]
@@ -264,6 +285,10 @@ class HFRolloutEngine(RolloutEngine):
     @property
     def compiled(self) -> bool:
         return self._compiled
+
+    @property
+    def max_batch_size(self) -> int | None:
+        return self._max_batch_size
 
     @property
     def tokenizer(self) -> Any:

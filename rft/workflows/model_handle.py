@@ -96,23 +96,4 @@ def chat_ids(
     add_generation_prompt: bool = True,
 ) -> list[int]:
     """`engine.chat_prompt_ids`, with `tools` passed to the template when there are any."""
-    if not tools:
-        return engine.chat_prompt_ids(
-            [dict(m) for m in messages], add_generation_prompt, chat_template
-        )
-    from rft.errors import EngineError
-
-    try:
-        ids = engine.tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=[dict(t) for t in tools],
-            tokenize=True,
-            add_generation_prompt=add_generation_prompt,
-            return_dict=False,
-            chat_template=chat_template,
-        )
-    except Exception as exc:  # jinja2 and tokenizers raise many unrelated types
-        raise EngineError(f"cannot apply chat template with tools: {exc}") from exc
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    return engine.chat_prompt_ids(messages, add_generation_prompt, chat_template, tools=tools)

@@ -111,7 +111,7 @@ class RolloutSpans:
             span.set_attribute("rft.max_tokens", item.params.max_tokens)
             if generate is not None:
                 span.set_attribute("rft.generate_ms", (generate[1] - generate[0]) / 1e6)
-            if self.trace_content:
+            if self.trace_content and item.prompt:  # a multi-turn workflow builds its own
                 span.set_attribute("rft.prompt", json.dumps(item.workflow.messages(task)))
             if isinstance(outcome, WorkflowResult):
                 self._result(span, item, outcome, reward)

@@ -3,8 +3,10 @@
 Every task's prompt is built by its workflow (with its format's `chat_template` when it names one),
 then `engine.generate` runs once for all tasks × `repeat_times` (once per distinct (repeat_times,
 sampling settings) pair when tasks differ), and each task's workflow turns its replies into scored
-`Trajectory` objects. Tasks whose payload their workflow rejects are refused before any
-generation. `prepare_task` and `roll_out` are the pieces; `rft.workflows.step_runner` runs an
+`Trajectory` objects. Tasks whose workflow drives the model itself (`drives_model = True`: a
+multi-turn workflow) have no prompt built here; `rft.workflows.multi_turn_runner` runs their
+rollouts concurrently over batched engine calls. Tasks whose payload their workflow rejects are
+refused before any generation. `prepare_task` and `roll_out` are the pieces; `rft.workflows.step_runner` runs an
 explorer step with them under its limits.
 """
 
@@ -18,11 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
+from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError, RftError, TasksetError
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
+from rft.workflows.multi_turn_runner import MultiTurnItem, drives_model, roll_out_multi_turn
 from rft.workflows.registry import WORKFLOWS
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
@@ -128,8 +131,12 @@ def task_chat_template(task: Task) -> str | None:
 def prepare_task(
     task: Task, engine: RolloutEngine, params: SamplingParams, cache: dict[str, Workflow]
 ) -> PreparedTask:
-    """Build `task`'s prompt with its workflow and its sampling settings from `params`."""
+    """Build `task`'s prompt with its workflow and its sampling settings from `params`.
+
+    A workflow that drives the model builds its prompts turn by turn: its prompt here is empty."""
     workflow = workflow_for(task, cache)
+    if drives_model(workflow):
+        return PreparedTask(task, workflow, [], "", sampling_params_for(task, params))
     prompt = engine.chat_prompt_ids(workflow.messages(task), chat_template=task_chat_template(task))
     prefix = workflow.reply_prefix(task)
     prompt = prompt + reply_prefix_ids(engine, prefix)
@@ -146,7 +153,7 @@ def salted(params: SamplingParams, salt: int) -> SamplingParams:
     """`params` with a seed of its own for call `salt` (salt 0 keeps the seed as it is)."""
     if not salt or params.seed is None:
         return params
-    return dataclasses.replace(params, seed=(params.seed + (salt << 32)) % (1 << 63))
+    return dataclasses.replace(params, seed=moved_seed(params.seed, salt))
 
 
 def roll_out(
@@ -159,13 +166,53 @@ def roll_out(
 ) -> list[WorkflowResult | Exception]:
     """Generate and score `items`; per item, in order, its result or the exception that ended it.
 
-    One engine call per distinct SamplingParams. With `timeout_s`, the items are one batch in
+    Items whose workflow drives the model go to `roll_out_multi_turn` (after the others, each
+    instance with `timeout_s` of its own); the rest are single-turn, one engine call per
+    distinct SamplingParams. With `timeout_s`, the items are one batch in
     flight together, each with that much time: generation shares the clock (the engine stops
     at the deadline, and every item times out if generation reaches it, since none has time left
     to be scored); then each item's scoring gets the time left, its own, in a worker thread.
     `on_phase(position, phase, start_ns, end_ns)` hears when each item's engine call
     ("generate", shared by the items of one call) and its scoring ("reward") ran, in Unix ns.
     """
+    driven = [p for p, item in enumerate(items) if drives_model(item.workflow)]
+    if not driven:
+        return _roll_out_single(items, engine, timeout_s, seed_salt, on_phase)
+    single = sorted(set(range(len(items))) - set(driven))
+    outcomes: list[WorkflowResult | Exception | None] = [None] * len(items)
+
+    def shifted(positions: list[int]) -> PhaseRecorder | None:
+        if on_phase is None:
+            return None
+        recorder = on_phase
+        return lambda at, phase, start, end: recorder(positions[at], phase, start, end)
+
+    if single:
+        got = _roll_out_single(
+            [items[p] for p in single], engine, timeout_s, seed_salt, shifted(single)
+        )
+        for position, outcome in zip(single, got, strict=True):
+            outcomes[position] = outcome
+    multi = [
+        MultiTurnItem(items[p].task, items[p].workflow, salted(items[p].params, seed_salt))
+        for p in driven
+    ]
+    ran = roll_out_multi_turn(multi, engine, timeout_s=timeout_s, on_phase=shifted(driven))
+    for position, result in zip(driven, ran, strict=True):
+        task = items[position].task
+        outcomes[position] = (
+            result if isinstance(result, Exception) else WorkflowResult(task, result)
+        )
+    return [o for o in outcomes if o is not None]
+
+
+def _roll_out_single(
+    items: Sequence[PreparedTask],
+    engine: RolloutEngine,
+    timeout_s: float | None,
+    seed_salt: int,
+    on_phase: PhaseRecorder | None,
+) -> list[WorkflowResult | Exception]:
     started = time.monotonic()
     outcomes: list[WorkflowResult | Exception | None] = [None] * len(items)
     rollouts: list[list[Rollout]] = [[] for _ in items]

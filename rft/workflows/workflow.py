@@ -29,6 +29,9 @@ class Workflow:
     default_reward_fn: ClassVar[str] = "math_reward"
     default_system_prompt: ClassVar[str | None] = None
     needs_answer: ClassVar[bool] = False
+    # True: the workflow loops over the model itself, `run(task, model, params, index)` returning
+    # trajectories (rft.workflows.multi_turn_runner); False: the runner generates its one reply
+    drives_model: ClassVar[bool] = False
 
     @classmethod
     def workflow_args_signature(cls) -> Callable[..., Any] | None:

@@ -169,8 +169,19 @@ def test_step_metrics_average_turns_and_sum_tool_calls(engine: Any) -> None:
     assert metrics["truncated_mean"] == pytest.approx(sum(t.truncated for t in made[:2]) / 3)
 
 
-def test_the_single_turn_runner_gives_a_multi_turn_task_up_with_a_reason(engine: Any) -> None:
-    t = task("guess_number")
+def test_the_step_runner_plays_a_multi_turn_task_through_the_request_batcher(engine: Any) -> None:
+    """The explorer's step runner hands a multi-turn task to its workflow (every rollout at once
+    over one request batcher): each rollout comes back as one concatenated trajectory whose
+    environment tokens between the model's turns are not trained."""
+    t = task("guess_number", workflow_args={"max_turns": 3})
     outcome = run_step([t], engine, PARAMS, StepLimits())
-    assert not outcome.results
-    assert "drives the model turn by turn" in str(outcome.given_up[t.task_id])
+    assert not outcome.given_up
+    (result,) = outcome.results
+    assert len(result.trajectories) == t.repeat_times
+    for trajectory in result.trajectories:
+        turns = int(trajectory.metrics["turns"])
+        assert 1 <= turns <= 3
+        assert trajectory.model_tokens == int(trajectory.action_mask.sum()) > 0
+        if turns > 1:  # environment feedback sits between the model's turns, with mask 0
+            assert not trajectory.action_mask.all()
+            assert trajectory.action_mask[-1]
