@@ -107,3 +107,82 @@ def test_experiences_read_back_carry_the_workflows_action_mask(
         assert np.all(exp.logprobs[:replied] < 0) and np.all(exp.logprobs[replied:] == 0)
         assert exp.reward == float(replied) and exp.group_size == 2
         assert exp.info == {"checked": "yes"} and exp.metrics == {"replies": 1.0}
+
+
+@pytest.mark.parametrize("concatenated", [True, False], ids=["concatenated", "step-wise"])
+def test_a_multi_turn_game_is_explored_into_experiences_with_holed_masks(
+    stack: StackSettings, unique: str, tmp_path: Path, concatenated: bool
+) -> None:
+    """guess_number tasks from its generator, explored by a real Explorer on the tiny model (every
+    rollout a workflow instance over the request batcher): concatenated, each rollout is one
+    experience whose environment feedback between the model's turns has mask 0 and logprob 0;
+    step-wise, each turn is one experience naming its trajectory, turn and turn count."""
+    raw = {
+        "project": "rft-it",
+        "name": unique,
+        "mode": "explore",
+        "checkpoint_root_dir": str(tmp_path / "ckpt"),
+        "algorithm": {
+            "algorithm_type": "grpo" if concatenated else "multi_step_grpo",
+            "repeat_times": 2,
+        },
+        "model": {"model_path": "tiny", "max_prompt_tokens": 512, "max_response_tokens": 6},
+        "buffer": {
+            "batch_size": 2,
+            "total_steps": 1,
+            "explorer_input": {
+                "default_workflow_type": "guess_number",
+                "taskset": {
+                    "name": "games",
+                    "storage_type": "generator",
+                    "path": "guess_number",
+                    "generator_args": {"num_tasks": 2},
+                    "workflow_args": {"max_turns": 3},
+                    "format": {"enable_concatenated_multi_turn": concatenated},
+                },
+            },
+        },
+        "explorer": {"eval_on_startup": False},
+        "synchronizer": {"sync_style": "trainer_driven"},
+        "stack": {
+            "kafka": {"bootstrap_servers": stack.kafka.bootstrap_servers},
+            "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
+        },
+    }
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config_path)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    with EventWriter.open(cfg.stack.kafka) as writer:
+        publish_tasksets(
+            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
+        )
+
+    summary = Explorer(cfg, idle_timeout_s=10).run()
+
+    experiences = [
+        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
+    ]
+    assert summary.steps == 1 and len(experiences) == summary.experiences
+    assert {e.task_id for e in experiences} and all(e.group_size == 2 for e in experiences)
+    if concatenated:
+        assert len(experiences) == 4
+        for exp in experiences:
+            assert exp.trajectory_id == "" and (exp.turn, exp.turn_count) == (0, 1)
+            turns = int(exp.metrics["turns"])
+            assert exp.action_count > 0
+            assert np.all(exp.logprobs[~exp.action_mask] == 0)
+            if turns > 1:
+                assert not exp.action_mask.all() and exp.action_mask[-1]
+        assert summary.generated_tokens == sum(e.action_count for e in experiences)
+    else:
+        by_trajectory: dict[str, list[Experience]] = {}
+        for exp in experiences:
+            assert exp.trajectory_id and exp.action_mask.all()
+            by_trajectory.setdefault(exp.trajectory_id, []).append(exp)
+        assert len(by_trajectory) == 4  # 2 tasks x 2 rollouts
+        for steps in by_trajectory.values():
+            count = steps[0].turn_count
+            assert sorted(s.turn for s in steps) == list(range(count))
+            assert {s.reward for s in steps} == {steps[0].reward}
