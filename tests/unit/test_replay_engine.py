@@ -46,19 +46,19 @@ def record(results: list[WorkflowResult], path: Path) -> None:
     """The rollouts as Experience rows of a real JSONL export."""
     rows = []
     for result in results:
-        for k, (rollout, reward) in enumerate(zip(result.rollouts, result.rewards, strict=True)):
+        for k, rollout in enumerate(result.trajectories):
             exp = Experience(
                 experience_id=f"{result.task.task_id}/{k}",
                 task_id=result.task.task_id,
                 group_id=result.task.task_id,
-                group_size=len(result.rollouts),
+                group_size=len(result.trajectories),
                 explorer_id="recorder",
                 model_version=0,
                 prompt_ids=rollout.prompt_ids,
                 response_ids=rollout.response_ids,
                 logprobs=rollout.logprobs,
-                reward=reward,
-                response_text=rollout.text,
+                reward=rollout.reward,
+                response_text=rollout.response_text,
                 truncated=rollout.finish_reason == "length",
                 logprob_temperature=rollout.logprob_temperature,
             )
@@ -92,11 +92,11 @@ def test_a_workflow_gets_back_what_was_recorded(
     for _ in range(2):  # a second run starts again from the first recorded response
         replayed = run_workflows(tasks(), engine, params)
         for got, want in zip(replayed, original, strict=True):
-            assert got.rewards == want.rewards
-            for a, b in zip(got.rollouts, want.rollouts, strict=True):
+            for a, b in zip(got.trajectories, want.trajectories, strict=True):
+                assert a.reward == b.reward
                 assert a.response_ids.tolist() == b.response_ids.tolist()
                 assert np.array_equal(a.logprobs, b.logprobs)
-                assert (a.text, a.finish_reason) == (b.text, b.finish_reason)
+                assert (a.response_text, a.finish_reason) == (b.response_text, b.finish_reason)
 
 
 def test_what_a_recording_cannot_answer_is_refused(
@@ -104,14 +104,14 @@ def test_what_a_recording_cannot_answer_is_refused(
 ) -> None:
     path, original = recorded
     engine = replay_engine(path)
-    prompt = original[0].rollouts[0].prompt_ids.tolist()
+    prompt = original[0].trajectories[0].prompt_ids.tolist()
     with pytest.raises(EngineError, match=r"no recorded response for the prompt starting \[9"):
         engine.generate([[9, 9, 9]], SamplingParams())
     with pytest.raises(EngineError, match="recorded with logprobs at temperature 1.0"):
         engine.generate([prompt], SamplingParams(temperature=0.5))
     (cut,) = engine.generate([prompt], SamplingParams(max_tokens=2))[0]
     assert cut.finish_reason == "length"
-    assert cut.response_ids.tolist() == original[0].rollouts[0].response_ids[:2].tolist()
+    assert cut.response_ids.tolist() == original[0].trajectories[0].response_ids[:2].tolist()
     engine.load_state_dict({}, 5)
     assert engine.model_version == 5 and engine.state_dict() == {}
 
