@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,6 +47,26 @@ class CheckedWorkflow(SimpleWorkflow):
 WORKFLOWS.add("checked_it_workflow", CheckedWorkflow, replace=True)
 
 
+def explore_one_step(
+    raw: dict[str, Any], tmp_path: Path, unique: str
+) -> tuple[Any, list[Experience]]:
+    """Publish the config's taskset, run one explorer to its end, and read back its experiences."""
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(config_path)
+    plan = RunPlan(cfg)
+    ensure_topics(cfg.stack.kafka, plan.topics)
+    with EventWriter.open(cfg.stack.kafka) as writer:
+        publish_tasksets(
+            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
+        )
+    summary = Explorer(cfg, idle_timeout_s=10).run()
+    experiences = [
+        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
+    ]
+    return summary, experiences
+
+
 def test_experiences_read_back_carry_the_workflows_action_mask(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
@@ -79,21 +100,7 @@ def test_experiences_read_back_carry_the_workflows_action_mask(
             "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
         },
     }
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        publish_tasksets(
-            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
-
-    summary = Explorer(cfg, idle_timeout_s=10).run()
-
-    experiences = [
-        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
-    ]
+    summary, experiences = explore_one_step(raw, tmp_path, unique)
     assert summary.steps == 1 and len(experiences) == summary.experiences == 2 * len(rows)
     # the summary counts the model's tokens, not the checker's
     assert summary.generated_tokens == sum(e.action_count for e in experiences)
@@ -149,21 +156,7 @@ def test_a_multi_turn_game_is_explored_into_experiences_with_holed_masks(
             "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
         },
     }
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        publish_tasksets(
-            TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
-
-    summary = Explorer(cfg, idle_timeout_s=10).run()
-
-    experiences = [
-        e for e in read_all(cfg, plan.experience_topic, unique + "-e") if isinstance(e, Experience)
-    ]
+    summary, experiences = explore_one_step(raw, tmp_path, unique)
     assert summary.steps == 1 and len(experiences) == summary.experiences
     assert {e.task_id for e in experiences} and all(e.group_size == 2 for e in experiences)
     if concatenated:
