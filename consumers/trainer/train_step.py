@@ -42,11 +42,22 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
     """
     exps = [r.exp for r in rows]
     lengths = [len(e.response_ids) for e in exps]
+    masks = [
+        _PLACEHOLDER_MASK
+        if not n
+        else np.ones(n, dtype=np.int8)
+        if e.action_mask is None
+        else e.action_mask.astype(np.int8)
+        for e, n in zip(exps, lengths, strict=True)
+    ]
     groups: dict[str, int] = {}
     group_index = [-1 if r.expert else groups.setdefault(r.exp.group_id, len(groups)) for r in rows]
+    # a single-turn experience is its own trajectory (Experience.trajectory's rule, read as
+    # fields here: this runs for every row of every step)
     trajectories: dict[tuple[str, str], int] = {}
     trajectory_index = [
-        trajectories.setdefault((e.group_id, e.trajectory), len(trajectories)) for e in exps
+        trajectories.setdefault((e.group_id, e.trajectory_id or e.experience_id), len(trajectories))
+        for e in exps
     ]
     return TrainBatch(
         prompt_ids=cast(list[Sequence[int]], [e.prompt_ids for e in exps]),
@@ -61,21 +72,12 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
                 for e, n in zip(exps, lengths, strict=True)
             ],
         ),
-        action_mask=cast(
-            list[Sequence[int]],
-            [
-                _PLACEHOLDER_MASK
-                if not n
-                else np.ones(n, dtype=np.int8)
-                if e.action_mask is None
-                else e.action_mask.astype(np.int8)
-                for e, n in zip(exps, lengths, strict=True)
-            ],
-        ),
+        action_mask=cast(list[Sequence[int]], masks),
         rewards=RowRewards(
             values=torch.tensor([e.reward for e in exps], dtype=torch.float32),
             group_index=torch.tensor(group_index, dtype=torch.long),
-            response_lengths=torch.tensor([e.action_count for e in exps], dtype=torch.float32),
+            # the placeholder's mask is 0: an empty response has length 0, as it should
+            response_lengths=torch.tensor([int(np.sum(m)) for m in masks], dtype=torch.float32),
             trajectory_index=torch.tensor(trajectory_index, dtype=torch.long),
             turn=torch.tensor([e.turn for e in exps], dtype=torch.long),
         ),

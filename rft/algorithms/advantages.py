@@ -17,9 +17,9 @@ import torch
 
 from rft.algorithms.tensor_checks import (
     AlgorithmInputError,
-    require_finite,
-    require_ndim,
-    require_shape,
+    ndim_error,
+    non_finite_error,
+    shape_error,
 )
 from rft.registry import Registry
 
@@ -56,20 +56,26 @@ def group_stats(values: torch.Tensor, group_index: torch.Tensor) -> GroupStats:
 
 def broadcast_advantages(advantages: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
     """Spread sequence advantages [N] over response tokens: A[b, t] = a[b] * mask[b, t]."""
-    require_ndim("action_mask", action_mask, 2)
-    require_shape("advantages", advantages, (action_mask.shape[0],))
+    if action_mask.dim() != 2:
+        raise ndim_error("action_mask", action_mask, 2)
+    if advantages.shape != action_mask.shape[:1]:
+        raise shape_error("advantages", action_mask.shape[:1], advantages.shape)
     return advantages[:, None] * action_mask.to(advantages.dtype)
 
 
 def checked_rewards(rewards: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    require_ndim("rewards", rewards, 1)
-    require_shape("group_index", group_index, rewards.shape)
+    """The rewards [N] in float64, checked: finite, with one integer group index each."""
+    if rewards.dim() != 1:
+        raise ndim_error("rewards", rewards, 1)
+    if group_index.shape != rewards.shape:
+        raise shape_error("group_index", rewards.shape, group_index.shape)
     if group_index.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise AlgorithmInputError(
             f"group_index: expected an integer tensor, got dtype {group_index.dtype}"
         )
     r = rewards.to(torch.float64)
-    require_finite("rewards", r)
+    if not bool(torch.isfinite(r).all()):
+        raise non_finite_error("rewards", r)
     return r
 
 

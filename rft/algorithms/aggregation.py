@@ -1,21 +1,47 @@
-"""Reduction of a token-level loss matrix [B, T] to a scalar, by `loss_agg_mode`.
+"""Token matrices [B, T] under a 0/1 action mask: their checks, and their reduction to a scalar
+by `loss_agg_mode`.
 
-Every policy, KL and entropy loss reduces through `aggregate_loss`, so one config key
-(`loss_agg_mode`) decides how tokens and sequences are weighted across all loss terms.
+Every policy, KL and entropy loss checks its token inputs here (`token_inputs`)
+and reduces through `aggregate_loss`, so one config key (`loss_agg_mode`) decides how tokens and
+sequences are weighted across all loss terms.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
 
-from rft.algorithms.tensor_checks import as_float_mask, require_ndim
+from rft.algorithms.tensor_checks import AlgorithmInputError, ndim_error, shape_error
 from rft.registry import Registry
 
 AggregateFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 LOSS_AGG_MODES: Registry[AggregateFn] = Registry("algorithm.loss_agg_mode")
+
+
+def token_inputs(
+    like_name: str, like: torch.Tensor, action_mask: torch.Tensor, **same_shape: torch.Tensor
+) -> torch.Tensor:
+    """One check of a token-level function's inputs: `like` is [B, T], every `same_shape`
+    tensor has its shape, and `action_mask` is a 0/1 (bool, integer or float) mask of that
+    shape; returns the mask in like's dtype."""
+    if like.dim() != 2:
+        raise ndim_error(like_name, like, 2)
+    for name, tensor in (*same_shape.items(), ("action_mask", action_mask)):
+        if tensor.shape != like.shape:
+            raise shape_error(name, like.shape, tensor.shape)
+    if action_mask.dtype != torch.bool:
+        values = action_mask if action_mask.dtype.is_floating_point else action_mask.double()
+        if bool(((values != 0) & (values != 1)).any()):
+            raise AlgorithmInputError("action_mask: mask values must be 0 or 1")
+    return action_mask.to(like.dtype)
+
+
+# A mode's reducer is looked up in the registry once per process, not on every micro-batch; a
+# mode re-registered with replace=True after its first use keeps its first reducer here.
+_reducer = functools.cache(LOSS_AGG_MODES.get)
 
 
 def aggregate_loss(
@@ -32,9 +58,8 @@ def aggregate_loss(
     Rows that are fully masked carry no tokens and are left out of every mean; when no token is
     unmasked at all the result is 0 (with a gradient path), never NaN.
     """
-    require_ndim("loss_mat", loss_mat, 2)
-    m = as_float_mask("action_mask", mask, loss_mat.shape, loss_mat.dtype)
-    return LOSS_AGG_MODES.get(loss_agg_mode)(loss_mat, m)
+    m = token_inputs("loss_mat", loss_mat, mask)
+    return _reducer(loss_agg_mode)(loss_mat, m)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

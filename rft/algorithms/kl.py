@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from rft.algorithms.aggregation import aggregate_loss, masked_mean
-from rft.algorithms.tensor_checks import as_float_mask, require_ndim, require_shape
+from rft.algorithms.aggregation import aggregate_loss, masked_mean, token_inputs
+from rft.algorithms.tensor_checks import require_shape
 from rft.registry import Registry
 
 KlEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -78,6 +78,7 @@ def kl_estimate(kind: str, logprob: torch.Tensor, ref_logprob: torch.Tensor) -> 
 
 def kl_loss_from_estimator(kind: str) -> KlLossFn:
     """Build the KL_FN entry for estimator `kind`: loss = aggregate(kl_estimate(kind), mask)."""
+    estimator: KlEstimator | None = None  # looked up in the registry on the first call only
 
     def kl_loss(
         logprob: torch.Tensor,
@@ -85,10 +86,12 @@ def kl_loss_from_estimator(kind: str) -> KlLossFn:
         action_mask: torch.Tensor,
         loss_agg_mode: str = "token-mean",
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        require_ndim("logprob", logprob, 2)
-        kl = kl_estimate(kind, logprob, ref_logprob)
-        loss = aggregate_loss(kl, action_mask, loss_agg_mode)
-        m = as_float_mask("action_mask", action_mask, logprob.shape, logprob.dtype)
+        nonlocal estimator
+        m = token_inputs("logprob", logprob, action_mask, ref_logprob=ref_logprob)
+        if estimator is None:
+            estimator = KL_ESTIMATORS.get(kind)
+        kl = estimator(logprob, ref_logprob)
+        loss = aggregate_loss(kl, m, loss_agg_mode)
         return loss, {
             "kl_loss": float(loss.detach()),
             "kl_token_mean": float(masked_mean(kl.detach(), m)),
@@ -127,9 +130,8 @@ def apply_kl_penalty(
     r'_b = r_b - kl_coef * sum_t mask[b, t] * kl_estimate(kl_penalty_fn)[b, t]
     The estimate is taken without gradient: it changes the reward, not the loss graph.
     """
-    require_ndim("logprob", logprob, 2)
+    m = token_inputs("logprob", logprob, action_mask)
     require_shape("rewards", rewards, (logprob.shape[0],))
-    m = as_float_mask("action_mask", action_mask, logprob.shape, logprob.dtype)
     with torch.no_grad():
         kl = KL_ESTIMATORS.get(kl_penalty_fn, key="algorithm.kl_penalty_fn")(logprob, ref_logprob)
         per_seq = torch.where(m > 0, kl * m, torch.zeros_like(kl)).sum(dim=-1)

@@ -19,13 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rft.algorithms.aggregation import aggregate_loss, masked_mean
-from rft.algorithms.tensor_checks import (
-    AlgorithmInputError,
-    as_float_mask,
-    require_ndim,
-    require_shape,
-)
+from rft.algorithms.aggregation import aggregate_loss, masked_mean, token_inputs
+from rft.algorithms.tensor_checks import AlgorithmInputError, require_ndim
 from rft.registry import Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
@@ -43,14 +38,13 @@ def checked_inputs(
     action_mask: torch.Tensor,
     loss_name: str,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    require_ndim("logprob", logprob, 2)
     if old_logprob is None or advantages is None:
         raise AlgorithmInputError(
             f"policy_loss_fn {loss_name!r} needs old_logprob and advantages for every token"
         )
-    require_shape("old_logprob", old_logprob, logprob.shape)
-    require_shape("advantages", advantages, logprob.shape)
-    m = as_float_mask("action_mask", action_mask, logprob.shape, logprob.dtype)
+    m = token_inputs(
+        "logprob", logprob, action_mask, old_logprob=old_logprob, advantages=advantages
+    )
     return old_logprob.to(logprob.dtype), advantages.to(logprob.dtype), m
 
 

@@ -35,8 +35,8 @@ from rft.algorithms.advantages import (
     out_dtype,
     summary,
 )
-from rft.algorithms.policy_losses import POLICY_LOSS_FN
-from rft.algorithms.tensor_checks import AlgorithmInputError, as_float_mask, require_shape
+from rft.algorithms.policy_losses import POLICY_LOSS_FN, checked_inputs
+from rft.algorithms.tensor_checks import AlgorithmInputError
 from rft.errors import ConfigError
 
 VERL_VERSION = "0.9.1"
@@ -199,17 +199,11 @@ def _policy_loss(
     actor: dict[str, Any],
     name: str,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    if old_logprob is None or advantages is None:
-        raise AlgorithmInputError(
-            f"policy_loss_fn {name!r} needs old_logprob and advantages for every token"
-        )
-    require_shape("old_logprob", old_logprob, logprob.shape)
-    require_shape("advantages", advantages, logprob.shape)
-    mask = as_float_mask("action_mask", action_mask, logprob.shape, logprob.dtype)
+    old, adv, mask = checked_inputs(logprob, old_logprob, advantages, action_mask, name)
     loss, metrics = fn(
-        old_logprob.to(logprob.dtype),
+        old,
         logprob,
-        advantages.to(logprob.dtype),
+        adv,
         mask,
         loss_agg_mode,
         config=_actor_config(**actor),

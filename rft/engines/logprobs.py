@@ -19,14 +19,6 @@ Temperature: TypeAlias = float | torch.Tensor
 """A scalar for every row, or a [B] tensor: one temperature per row (sequence) of the batch."""
 
 
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that count only attended tokens, so left padding does not shift a sequence.
-
-    position[b, t] = (sum_{s<=t} mask[b, s]) - 1, clamped at 0 for the pads before the start.
-    """
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
 def logprobs_and_entropy_from_logits(
     logits: torch.Tensor, targets: torch.Tensor, temperature: Temperature
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +69,9 @@ def token_logprobs(
     never exists at once. Models without a separable head (get_decoder/get_output_embeddings)
     or with logit soft-capping fall back to one full forward.
     """
-    _check_temperature(temperature)
+    values = temperature if isinstance(temperature, torch.Tensor) else torch.tensor(temperature)
+    if not bool((torch.isfinite(values) & (values > 0)).all()):
+        raise ValueError(f"temperature must be finite and > 0 for logprobs, got {temperature}")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, T], got shape {tuple(input_ids.shape)}")
     if attention_mask is None:
@@ -86,7 +80,9 @@ def token_logprobs(
     if not 0 <= start < seq_len - 1:
         raise ValueError(f"start={start} leaves no next tokens in a sequence of length {seq_len}")
     targets = input_ids[:, start + 1 :]
-    positions = position_ids_from_mask(attention_mask)
+    # positions count only attended tokens, so left padding does not shift a sequence:
+    # position[b, t] = (sum_{s<=t} mask[b, s]) - 1, clamped at 0 for the pads before the start
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
     decoder, head = _split_head(model)
     if decoder is None:
@@ -121,12 +117,6 @@ def token_logprobs(
         pieces_lp.append(lp)
         pieces_ent.append(ent)
     return torch.cat(pieces_lp, dim=1), torch.cat(pieces_ent, dim=1)
-
-
-def _check_temperature(temperature: Temperature) -> None:
-    values = temperature if isinstance(temperature, torch.Tensor) else torch.tensor(temperature)
-    if not bool((torch.isfinite(values) & (values > 0)).all()):
-        raise ValueError(f"temperature must be finite and > 0 for logprobs, got {temperature}")
 
 
 def _split_head(model: Any) -> tuple[Any, Any]:

@@ -441,7 +441,12 @@ class TorchTrainerEngine:
         )
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
-        total_loss, sums = self._accumulate(batch, loss_fn, self._micro_weights(batch))
+        # a micro-batch weighs its share of the action tokens (accumulation "token") or rows
+        groups = self._micro_batches(batch)
+        counts = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
+        if self.config.accumulation != "token" or sum(counts) == 0:
+            counts = [len(g) for g in groups]
+        total_loss, sums = self._accumulate(batch, loss_fn, [c / sum(counts) for c in counts])
         grad_norm, skipped = self._apply_gradients()
         return {
             **values,
@@ -581,13 +586,6 @@ class TorchTrainerEngine:
         mb = self.config.micro_batch_size
         return [list(range(lo, min(lo + mb, len(batch)))) for lo in range(0, len(batch), mb)]
 
-    def _micro_weights(self, batch: TrainBatch) -> list[float]:
-        groups = self._micro_batches(batch)
-        tokens = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
-        if self.config.accumulation == "token" and sum(tokens) > 0:
-            return [t / sum(tokens) for t in tokens]
-        return [len(g) / len(batch) for g in groups]
-
     def _collate(self, batch: TrainBatch, idx: list[int]) -> dict[str, torch.Tensor]:
         """Prompts left padded to P, responses right padded to R: response j is column P + j.
 
@@ -616,6 +614,15 @@ class TorchTrainerEngine:
             input_ids[row, p_len : p_len + len(response)] = torch.as_tensor(list(response))
             attention[row, p_len - len(prompt) : p_len + len(response)] = 1
         response_mask = attention[:, p_len:].to(fdtype)
+        # a sequence's advantage spreads over its row; token advantages keep their columns
+        if batch.advantages is None:
+            advantages = torch.zeros((b, r_len))
+        else:
+            advantages = batch.advantages[torch.tensor(idx, dtype=torch.long)]
+            if advantages.dim() == 1 or advantages.shape[1] == 1:
+                advantages = advantages.reshape(-1, 1).expand(-1, r_len)
+            else:
+                advantages = advantages[:, :r_len]
         tensors = {
             "input_ids": input_ids,
             "attention_mask": attention,
@@ -627,21 +634,11 @@ class TorchTrainerEngine:
             "old_logprobs": per_token(batch.old_logprobs),
             "action_mask": per_token(batch.action_mask) * response_mask,
             "response_mask": response_mask,
-            "advantages": self._advantages_of(batch, idx, r_len).to(fdtype) * response_mask,
+            "advantages": advantages.to(fdtype) * response_mask,
         }
         if batch.expert is not None:
             tensors["expert"] = batch.expert[torch.tensor(idx, dtype=torch.long)].to(torch.bool)
         return {k: v.to(self.device) for k, v in tensors.items()}
-
-    @staticmethod
-    def _advantages_of(batch: TrainBatch, idx: list[int], width: int) -> torch.Tensor:
-        """Rows `idx` of the batch's advantages as [b, width] (a sequence's spread over its row)."""
-        if batch.advantages is None:
-            return torch.zeros((len(idx), width))
-        adv = batch.advantages[torch.tensor(idx, dtype=torch.long)]
-        if adv.dim() == 1 or adv.shape[1] == 1:
-            return adv.reshape(-1, 1).expand(-1, width)
-        return adv[:, :width]
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
