@@ -137,6 +137,28 @@ class _Checker:
             self.issues += [Issue(k, m) for k, m in argument_issues(path, fn, args, fixed)]
 
 
+def _check_reward(c: _Checker, path: str, taskset: TasksetConfig) -> None:
+    """A taskset's reward function (its own, or explorer_input's, filled in at load): known, its
+    packages installed, its own checks of reward_fn_args (they say what a refused arg should be
+    instead), then every other arg against the function's keywords."""
+    from rft.rewards import REWARD_FUNCTIONS
+
+    name = taskset.default_reward_fn_type
+    if name is None:
+        return
+    key = f"{path}.default_reward_fn_type"
+    before = len(c.issues)
+    entry = c.entry(key, REWARD_FUNCTIONS, name, taskset.reward_fn_args, path)
+    if entry is None or entry.missing_packages():
+        return
+    said = {issue.path for issue in c.issues[before:]}
+    rest = {
+        k: v for k, v in taskset.reward_fn_args.items() if f"{path}.reward_fn_args.{k}" not in said
+    }
+    fixed = frozenset({"response_text", "task_payload"})
+    c.args(f"{path}.reward_fn_args", c.name(key, REWARD_FUNCTIONS, name), rest, fixed)
+
+
 def check_parts(cfg: RftConfig) -> list[Issue]:
     """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
     from rft.algorithms.advantages import ADVANTAGE_FN
@@ -218,10 +240,12 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         if name is not None:
             c.name(f"buffer.explorer_input.{key}", WORKFLOWS, name)
     if inputs.default_reward_fn_type is not None:
-        c.name(
+        c.entry(
             "buffer.explorer_input.default_reward_fn_type",
             REWARD_FUNCTIONS,
             inputs.default_reward_fn_type,
+            {},
+            "buffer.explorer_input",
         )
     tasksets: list[tuple[str, TasksetConfig | None]] = [
         ("buffer.explorer_input.taskset", inputs.taskset)
@@ -247,10 +271,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         c.name(
             f"{path}.format.tool_call_parser", TOOL_CALL_PARSERS, taskset.format.tool_call_parser
         )
-        if taskset.default_reward_fn_type is not None:
-            c.name(
-                f"{path}.default_reward_fn_type", REWARD_FUNCTIONS, taskset.default_reward_fn_type
-            )
+        _check_reward(c, path, taskset)
         selector = c.look(
             f"{path}.task_selector.selector_type",
             functools.partial(selector_part, taskset.task_selector.selector_type),

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rft.errors import TasksetError
-from rft.registry import Registry
+from rft.registry import Registry, Requirement
 
 RewardInfo = dict[str, float | str]
 
@@ -30,6 +30,17 @@ REWARD_FUNCTIONS.lazy("math_reward", "rft.rewards.math_reward:math_reward")
 REWARD_FUNCTIONS.lazy("accuracy_reward", "rft.rewards.math_reward:accuracy_reward")
 REWARD_FUNCTIONS.lazy("countdown_reward", "rft.rewards.countdown_reward:countdown_reward")
 REWARD_FUNCTIONS.lazy("format_reward", "rft.rewards.format_reward:format_reward")
+# equivalence by math-verify (an optional package: `make setup` installs it with the math extra)
+MATH_VERIFY = Requirement("math_verify", "pip install 'rft[math]' (or: pip install math-verify)")
+REWARD_FUNCTIONS.lazy(
+    "math_boxed_reward", "rft.rewards.math_verified:math_boxed_reward", requires=[MATH_VERIFY]
+)
+REWARD_FUNCTIONS.lazy(
+    "math_dapo_reward",
+    "rft.rewards.math_verified:math_dapo_reward",
+    requires=[MATH_VERIFY],
+    check="rft.rewards.math_verified:dapo_args_issues",
+)
 
 
 def payload_field(task_payload: dict[str, Any], key: str, reward_name: str) -> Any:
