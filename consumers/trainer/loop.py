@@ -57,6 +57,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
 
 from rft.buffer.batch_metrics import batch_metrics
+from rft.buffer.experience_pipeline import ExperiencePipeline
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
 from rft.buffer.sampler import Admitted, SampledBatch, Sampler
 from rft.consumers.replay.mirror import ExperienceMirror
@@ -115,6 +116,7 @@ class TrainerSummary:
     left_incomplete: int = 0  # at the end: experiences of incomplete groups, not trained
     left_untrained: int = 0  # at the end: experiences of complete groups, not trained
     input_ended: bool = False  # a bounded input (an offline range) was read to its end
+    pipeline_dropped: int = 0  # experiences the experience pipeline's operators dropped
     stop_reason: str = ""  # total_steps, stop signal, input end, or why it stopped short
     short: bool = False  # it stopped before total_steps for want of experiences
 
@@ -175,6 +177,7 @@ class TrainerLoop:
         claims: Claims | None = None,
         input_end: InputEnd | None = None,
         batch_size: int = 0,
+        pipeline: ExperiencePipeline | None = None,
     ) -> None:
         self.clients = clients
         self.sampler = sampler
@@ -192,6 +195,10 @@ class TrainerLoop:
         self.claims = claims  # the run's claim: tells a takeover from a fence the broker made
         self.input_end = input_end  # None: wait for experiences until idle_timeout_s
         self.batch_size = batch_size  # experiences a step trains (train_batch_size), for lines
+        self.pipeline = pipeline  # data_processor.experience_pipeline; None: batches as sampled
+        # the pipeline's drop counts of batches it emptied, said with the next step's metrics
+        self.pipeline_carry: dict[str, float] = {}
+        self.pipeline_values: dict[str, float] = {}
         self.end_checked = 0.0
         self.waits = WaitNotice(clients.status)
         self.ledger = OffsetLedger()
@@ -243,21 +250,22 @@ class TrainerLoop:
         self.read_control()
         # right after a step another batch may be ready (replay, a backlog): do not wait on Kafka
         read = self.ingest(wait_s=0.0 if self.trained_last_tick else 1.0)
-        batch = self.sampler.take_batch(self.step)
+        sampled = self.sampler.take_batch(self.step)
+        batch = sampled if sampled is None else self.through_pipeline(sampled)
         if batch is not None:
             self.train(batch)
         self.settle()
         if batch is not None and (self.style.should_publish(self.step) or self.finished):
             self.publish(final=self.finished)
-        self.trained_last_tick = batch is not None
-        if read or batch is not None:
+        self.trained_last_tick = sampled is not None
+        if read or sampled is not None:
             self.idle_since = time.monotonic()
-        if batch is None and self.input_ended is not None and self.input_ended():
+        if sampled is None and self.input_ended is not None and self.input_ended():
             # nothing more will arrive and the sampler has no batch from what is here
             self.summary.stop_reason = "input end"
             log.info("the input is read to its end and no batch is ready: stopping")
             return False
-        if batch is not None:
+        if sampled is not None:
             self.waits.over()
             return True
         ended = self.explorers_ended()
@@ -470,6 +478,29 @@ class TrainerLoop:
         except TransportError as exc:
             log.warning("group offset commit failed (resumes use the manifest's offsets): %s", exc)
 
+    def through_pipeline(self, batch: SampledBatch) -> SampledBatch | None:
+        """The batch through the experience pipeline (as sampled without one); None when the
+        operators dropped every row: no step then, and the drop counts wait for the next step's
+        metrics (the run's summary counts them too). The dropped rows' offsets settle as the
+        sampler let them go."""
+        if self.pipeline is None:
+            return batch
+        kept, values = self.pipeline.apply(batch)
+        self.summary.pipeline_dropped += int(values["pipeline/dropped"])
+        for k, v in self.pipeline_carry.items():
+            values[k] = values.get(k, 0.0) + v
+        if kept.rows:
+            self.pipeline_values, self.pipeline_carry = values, {}
+            return kept
+        self.pipeline_carry = {k: v for k, v in values.items() if k.endswith("/dropped")}
+        log.warning(
+            "the experience pipeline dropped all %d experiences of the batch for step %d; "
+            "they count in the next step's pipeline/dropped",
+            len(batch.rows),
+            self.step + 1,
+        )
+        return None
+
     def train(self, batch: SampledBatch) -> None:
         """One optimizer step on `batch`, and its metrics."""
         wait_s = time.monotonic() - self.wait_started
@@ -495,7 +526,8 @@ class TrainerLoop:
             span.set_attribute("rft.step_time_s", values["step_time_s"])
         self.unpublished_steps.append(span.get_span_context())
         fault_point("trainer.after_step")
-        values |= batch_metrics(batch, self.previous_counters)
+        values |= batch_metrics(batch, self.previous_counters) | self.pipeline_values
+        self.pipeline_values = {}
         values["wait_time_s"] = wait_s
         self.emit_step_metrics(values)
         self.commit_for_monitoring()

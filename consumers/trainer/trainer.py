@@ -24,6 +24,7 @@ from typing import Any
 
 from rft.algorithms.objective import build_loss
 from rft.algorithms.presets import resolve_algorithm
+from rft.buffer.experience_pipeline import ExperiencePipeline
 from rft.buffer.expert_source import ExpertContext, open_expert_sources
 from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.replay_buffer import replay_settings
@@ -276,6 +277,7 @@ class Trainer:
                 run_id=self.plan.run_id,
                 claims=claims,
                 batch_size=self.plan.train_batch_size,
+                pipeline=self._pipeline(),
                 input_end=self._input_end(reader, total_steps)
                 if isinstance(reader, EventReader)
                 else None,
@@ -377,6 +379,13 @@ class Trainer:
             model, tokenizer, engine_config, TrainerPlacement(self.plan.trainer_devices)
         )
         return engine, tokenizer
+
+    def _pipeline(self) -> ExperiencePipeline | None:
+        """data_processor.experience_pipeline's operators, or None when it names none."""
+        operators = self.cfg.data_processor.experience_pipeline.operators
+        if not operators:
+            return None
+        return ExperiencePipeline.of([(op.name, op.args) for op in operators])
 
     def _sampler(self, tokenizer: Any, stack: contextlib.ExitStack) -> Sampler:
         """The configured sample strategy, with the auxiliary buffers it may read."""

@@ -167,6 +167,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     from rft.algorithms.kl import KL_ESTIMATORS, KL_FN
     from rft.algorithms.policy_losses import POLICY_LOSS_FN
     from rft.algorithms.presets import ALGORITHM_TYPES, resolve_algorithm
+    from rft.buffer.experience_operators import EXPERIENCE_OPERATORS
     from rft.buffer.expert_source import EXPERT_SOURCES
     from rft.buffer.priority_fns import PRIORITY_FNS
     from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, sampler_choice
@@ -233,6 +234,14 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             EXPERT_SOURCES,
             aux.storage_type,
         )
+
+    pipeline_key = "data_processor.experience_pipeline.operators"
+    for i, op in enumerate(cfg.data_processor.experience_pipeline.operators):
+        at = f"{pipeline_key}[{i}]"
+        entry = c.entry(f"{at}.name", EXPERIENCE_OPERATORS, op.name, op.args, f"{at}.args")
+        if entry is not None:  # its args against its keywords (its own checks said the rest)
+            operator = c.name(f"{at}.name", EXPERIENCE_OPERATORS, op.name)
+            c.args(f"{at}.args", operator, op.args, frozenset({"experiences"}))
 
     inputs = cfg.buffer.explorer_input
     for key in ("default_workflow_type", "default_eval_workflow_type"):

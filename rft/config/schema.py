@@ -53,6 +53,7 @@ _READER = "producers/taskset_reader.py"
 _STRATEGY = "rft/buffer/sample_strategy.py"
 _REPLAY = "rft/buffer/replay_buffer.py"
 _EXPERT = "rft/buffer/expert_source.py"
+_PIPELINE = "rft/buffer/experience_pipeline.py"
 
 
 @dataclass
@@ -494,9 +495,9 @@ class TasksetConfig:
     )
     reward_fn_args: dict[str, Any] = key(
         field(default_factory=dict),
-        does="keyword args of the reward fn",
+        does="keyword args of the reward fn, checked at load against its signature and its entry's own checks",
         acts_in=_WORKFLOW,
-        shown_by="tests/unit/test_workflows.py",
+        shown_by="tests/unit/test_rewards_math_verify.py",
     )
     generator_args: dict[str, Any] = key(
         field(default_factory=dict),
@@ -1176,6 +1177,54 @@ class MonitorConfig:
 
 
 @dataclass
+class OperatorConfig:
+    """An entry of `data_processor.experience_pipeline.operators`: one experience operator."""
+
+    name: str = field(
+        metadata=fate(
+            "the EXPERIENCE_OPERATORS part (reward_std_filter, invalid_reward_filter, mask_response_truncated, reward_shaping_mapper, pass_rate_calculator), checked at load",
+            _PIPELINE,
+            "tests/unit/test_experience_operators.py",
+        )
+    )
+    args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="the operator's keyword args, checked at load against its signature",
+        acts_in=_PIPELINE,
+        shown_by="tests/unit/test_experience_operators.py",
+    )
+
+
+@dataclass
+class ExperiencePipelineConfig:
+    """`data_processor.experience_pipeline`: operators the trainer applies, in order, to each
+    sampled batch before the step (rft.buffer.experience_pipeline)."""
+
+    operators: list[OperatorConfig] = field(default_factory=list)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "save_input": "the experience topic already keeps every input experience; the pipeline "
+        "runs in the trainer on what it reads",
+        "input_save_path": "the experience topic already keeps every input experience",
+        "inputs": "the pipeline reads the trainer's sampled batches only; extra input buffers "
+        "are not supported (buffer.trainer_input.auxiliary_buffers feed demonstrations)",
+        "output": "the pipeline's output is the trainer's batch",
+    }
+
+
+@dataclass
+class DataProcessorConfig:
+    """`data_processor`: Trinity's data pipelines; rft runs the experience pipeline."""
+
+    experience_pipeline: ExperiencePipelineConfig = field(default_factory=ExperiencePipelineConfig)
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "task_pipeline": "task pipelines are not supported yet; tasks are published as the "
+        "taskset holds them",
+    }
+
+
+@dataclass
 class RftConfig:
     """A whole run: the top-level keys and one dataclass per section."""
 
@@ -1219,6 +1268,7 @@ class RftConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
     stack: StackSettings = field(default_factory=StackSettings)  # rft: Kafka and object store
     plugins: list[str] = key(
         field(default_factory=list),
@@ -1236,7 +1286,6 @@ class RftConfig:
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "ray_namespace": _RAY,
         "service": "the Data-Juicer service is not supported",
-        "data_processor": "task/experience pipelines are not supported yet",
         "log": "rft logs through Python logging; set the level with RFT_LOG_LEVEL",
         "stages": "multi-stage runs are not supported yet; run one config per stage",
         "actor_rollout_ref": _VERL,
@@ -1287,6 +1336,7 @@ _TOP_LEVEL_ORDER = (
     "trainer",
     "synchronizer",
     "monitor",
+    "data_processor",
     "stack",
     "plugins",
 )
