@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from rft.config.connections import StackSettings
-from rft.events.models import Experience, Metric, WeightVersion
+from rft.events.models import Experience, WeightVersion
 from rft.events.reader import EventReader
-from rft.events.writer import EventWriter
-from tests.integration.test_rft_loop import published_run, read_all
-from tests.integration.test_trainer_resume import run_verb
+from tests.integration.test_rft_loop import read_all
+from tests.integration.test_trainer_masks import train_one_step
 
 pytestmark = pytest.mark.integration
 
@@ -54,28 +53,15 @@ def _experiences() -> list[Experience]:
 def test_the_pipeline_drops_before_the_step_and_says_so(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
-    config_path, cfg, plan = published_run(stack, unique, tmp_path, "trainer_driven", 1)
     exps = _experiences()
-    with EventWriter.open(cfg.stack.kafka) as writer:
-        for exp in exps:
-            writer.send(plan.experience_topic, exp, key=exp.task_id)
-        writer.flush()
-    run_verb(
-        "train",
-        config_path,
-        "trainer.total_steps=1",
-        f"buffer.train_batch_size={len(exps)}",
-        "buffer.trainer_input.experience_buffer.max_read_timeout=60",
+    cfg, plan, values = train_one_step(
+        stack,
+        unique,
+        tmp_path,
+        exps,
         "data_processor.experience_pipeline.operators="
         "[{name: invalid_reward_filter}, {name: reward_std_filter, args: {threshold: 0.0}}]",
     )
-    steps = [
-        m
-        for m in read_all(cfg, plan.topics.metrics, unique + "-metrics")
-        if isinstance(m, Metric) and "sequences" in m.values
-    ]
-    assert len(steps) == 1, steps
-    values = steps[0].values
     assert values["pipeline/invalid_reward_filter/dropped"] == 1
     assert values["pipeline/reward_std_filter/dropped"] == 4
     assert values["pipeline/reward_std_filter/dropped_groups"] == 1

@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 from rft.buffer.expert_source import EXPERT_SOURCES, ExpertContext
+from rft.config import RftConfig
 from rft.config.connections import StackSettings
 from rft.config.schema import AuxiliaryBufferConfig
+from rft.consumers.run_plan import RunPlan
 from rft.engines.models import build_byte_tokenizer
 from rft.events.models import Experience, Metric
 from rft.events.topics import ensure_topics
@@ -64,11 +66,12 @@ def _experiences(rng: random.Random) -> list[Experience]:
     return out
 
 
-def test_trainer_trains_holed_masks_of_step_wise_groups(
-    stack: StackSettings, unique: str, tmp_path: Path
-) -> None:
+def train_one_step(
+    stack: StackSettings, unique: str, tmp_path: Path, exps: list[Experience], *overrides: str
+) -> tuple[RftConfig, RunPlan, dict[str, float]]:
+    """`exps` written to a fresh run's experience topic as an explorer would, one `rft train`
+    step over all of them (with `overrides`), and that step's metrics."""
     config_path, cfg, plan = published_run(stack, unique, tmp_path, "trainer_driven", 1)
-    exps = _experiences(random.Random(17))
     with EventWriter.open(cfg.stack.kafka) as writer:
         for exp in exps:
             writer.send(plan.experience_topic, exp, key=exp.task_id)
@@ -77,18 +80,31 @@ def test_trainer_trains_holed_masks_of_step_wise_groups(
         "train",
         config_path,
         "trainer.total_steps=1",
-        "algorithm.algorithm_type=multi_step_grpo",
-        "algorithm.kl_loss_fn=none",
         f"buffer.train_batch_size={len(exps)}",
         "buffer.trainer_input.experience_buffer.max_read_timeout=60",
+        *overrides,
     )
     steps = [
         m
         for m in read_all(cfg, plan.topics.metrics, unique + "-metrics")
-        if isinstance(m, Metric) and "action_tokens" in m.values
+        if isinstance(m, Metric) and "sequences" in m.values
     ]
     assert len(steps) == 1, steps
-    values = steps[0].values
+    return cfg, plan, steps[0].values
+
+
+def test_trainer_trains_holed_masks_of_step_wise_groups(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    exps = _experiences(random.Random(17))
+    _, _, values = train_one_step(
+        stack,
+        unique,
+        tmp_path,
+        exps,
+        "algorithm.algorithm_type=multi_step_grpo",
+        "algorithm.kl_loss_fn=none",
+    )
     assert values["sequences"] == len(exps)
     mask_ones = sum(int(e.action_mask.sum()) for e in exps)
     assert mask_ones < sum(e.response_length for e in exps)
