@@ -196,9 +196,7 @@ class TrainerLoop:
         self.input_end = input_end  # None: wait for experiences until idle_timeout_s
         self.batch_size = batch_size  # experiences a step trains (train_batch_size), for lines
         self.pipeline = pipeline  # data_processor.experience_pipeline; None: batches as sampled
-        # the pipeline's drop counts of batches it emptied, said with the next step's metrics
-        self.pipeline_carry: dict[str, float] = {}
-        self.pipeline_values: dict[str, float] = {}
+        self.pipeline_values: dict[str, float] = {}  # the pipeline's, for the next step
         self.end_checked = 0.0
         self.waits = WaitNotice(clients.status)
         self.ledger = OffsetLedger()
@@ -480,26 +478,20 @@ class TrainerLoop:
 
     def through_pipeline(self, batch: SampledBatch) -> SampledBatch | None:
         """The batch through the experience pipeline (as sampled without one); None when the
-        operators dropped every row: no step then, and the drop counts wait for the next step's
-        metrics (the run's summary counts them too). The dropped rows' offsets settle as the
-        sampler let them go."""
+        operators dropped every row: no step then (the pipeline says its counts with the next
+        step's metrics). The dropped rows' offsets settle as the sampler let them go."""
         if self.pipeline is None:
             return batch
-        kept, values = self.pipeline.apply(batch)
-        self.summary.pipeline_dropped += int(values["pipeline/dropped"])
-        for k, v in self.pipeline_carry.items():
-            values[k] = values.get(k, 0.0) + v
-        if kept.rows:
-            self.pipeline_values, self.pipeline_carry = values, {}
-            return kept
-        self.pipeline_carry = {k: v for k, v in values.items() if k.endswith("/dropped")}
-        log.warning(
-            "the experience pipeline dropped all %d experiences of the batch for step %d; "
-            "they count in the next step's pipeline/dropped",
-            len(batch.rows),
-            self.step + 1,
-        )
-        return None
+        kept, self.pipeline_values = self.pipeline.run(batch)
+        self.summary.pipeline_dropped = self.pipeline.dropped_total
+        if kept is None:
+            log.warning(
+                "the experience pipeline dropped all %d experiences of the batch for step %d; "
+                "they count in the next step's pipeline/dropped",
+                len(batch.rows),
+                self.step + 1,
+            )
+        return kept
 
     def train(self, batch: SampledBatch) -> None:
         """One optimizer step on `batch`, and its metrics."""

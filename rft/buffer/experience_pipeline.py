@@ -39,6 +39,9 @@ class Stage:
 class ExperiencePipeline:
     def __init__(self, stages: Sequence[Stage]) -> None:
         self.stages = list(stages)
+        self.dropped_total = 0  # experiences dropped since this pipeline was built
+        # the drop counts of batches the operators emptied, said with the next step's metrics
+        self._carried: dict[str, float] = {}
 
     @classmethod
     def of(cls, operators: Sequence[tuple[str, Mapping[str, Any]]]) -> ExperiencePipeline:
@@ -51,6 +54,20 @@ class ExperiencePipeline:
             label = name if seen[name] == 1 else f"{name}#{seen[name]}"
             stages.append(Stage(name, EXPERIENCE_OPERATORS.get(name), dict(args), label))
         return cls(stages)
+
+    def run(self, batch: SampledBatch) -> tuple[SampledBatch | None, dict[str, float]]:
+        """`apply`, for the trainer: (the batch to train, or None when nothing is left; the
+        metrics for its step). The drop counts of an emptied batch are added to those of the
+        next batch that trains, so every drop reaches a step's metrics."""
+        kept, metrics = self.apply(batch)
+        self.dropped_total += int(metrics["pipeline/dropped"])
+        for key, value in self._carried.items():
+            metrics[key] = metrics.get(key, 0.0) + value
+        if kept.rows:
+            self._carried = {}
+            return kept, metrics
+        self._carried = {k: v for k, v in metrics.items() if k.endswith("/dropped")}
+        return None, {}
 
     def apply(self, batch: SampledBatch) -> tuple[SampledBatch, dict[str, float]]:
         """The batch with its learner rows through every operator in order, and the metrics."""

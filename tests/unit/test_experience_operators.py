@@ -196,6 +196,20 @@ def test_the_pipeline_loses_nothing_silently(groups: list[list[float]]) -> None:
     assert per_stage == metrics["pipeline/dropped"]
 
 
+def test_a_batch_the_pipeline_empties_trains_nothing_and_its_drops_reach_the_next_step() -> None:
+    pipeline = ExperiencePipeline.of([("reward_std_filter", {})])
+    kept, metrics = pipeline.run(sampled([[1.0, 1.0], [0.0, 0.0, 0.0]]))
+    assert (kept, metrics) == (None, {})
+    kept, metrics = pipeline.run(sampled([[0.0, 1.0], [2.0, 2.0]]))
+    assert kept is not None and len(kept.rows) == 2
+    assert metrics["pipeline/reward_std_filter/dropped"] == 5 + 2
+    assert metrics["pipeline/dropped"] == 7
+    assert metrics["pipeline/reward_std_filter/kept_groups"] == 1  # this batch's own
+    kept, metrics = pipeline.run(sampled([[0.0, 1.0]]))
+    assert metrics["pipeline/dropped"] == 0  # said once, not again
+    assert pipeline.dropped_total == 7
+
+
 def test_an_operator_that_invents_or_reorders_experiences_is_named() -> None:
     def reorder(experiences: list[Experience]) -> tuple[list[Experience], dict[str, float]]:
         return list(reversed(experiences)), {}
