@@ -8,17 +8,15 @@ the sampler holds (and may replay) keep what the log says.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from rft.buffer.experience_operators import ExperienceBatch, OperatorResult
+from rft.buffer.experience_operators import ExperienceBatch, OperatorResult, experience_stat
 from rft.config.binding import Issue
 from rft.errors import ConfigError
-from rft.events.models import Experience
 
 SHAPING_OPS = ("ADD", "SUB", "MUL", "DIV")
 _SHAPING_KEYS = ("stats_key", "op_type", "weight")
@@ -61,7 +59,7 @@ def reward_shaping_mapper(
     for exp in experiences:
         reward = exp.reward
         for rule in rules:
-            stat = _stat(exp, rule["stats_key"])
+            stat = experience_stat(exp, rule["stats_key"])
             if stat is None:
                 missing += 1
                 continue
@@ -91,19 +89,6 @@ def _apply(op: str, reward: float, term: float) -> float:
     if op == "MUL":
         return reward * term
     return reward / term
-
-
-def _stat(exp: Experience, key: str) -> float | None:
-    if key in exp.metrics:
-        return float(exp.metrics[key])
-    text = exp.info.get(key)
-    if text is None:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def reward_shaping_issues(args: Mapping[str, Any], path: str) -> list[Issue]:

@@ -11,6 +11,7 @@ The trainer applies the operators in order to each batch before the step
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from rft.events.models import Experience
@@ -22,6 +23,10 @@ ExperienceOperator = Callable[..., OperatorResult]
 ExperienceBatch = Sequence[Experience]
 
 EXPERIENCE_OPERATORS: Registry[ExperienceOperator] = Registry("experience operator")
+EXPERIENCE_OPERATORS.lazy("reward_filter", "rft.buffer.reward_filters:reward_filter")
+EXPERIENCE_OPERATORS.lazy(
+    "dapo_dynamic_sampling", "rft.buffer.reward_filters:dapo_dynamic_sampling"
+)
 EXPERIENCE_OPERATORS.lazy("reward_std_filter", "rft.buffer.reward_filters:reward_std_filter")
 EXPERIENCE_OPERATORS.lazy(
     "invalid_reward_filter", "rft.buffer.reward_filters:invalid_reward_filter"
@@ -37,3 +42,18 @@ EXPERIENCE_OPERATORS.lazy(
 EXPERIENCE_OPERATORS.lazy(
     "pass_rate_calculator", "rft.buffer.experience_mappers:pass_rate_calculator"
 )
+
+
+def experience_stat(exp: Experience, key: str) -> float | None:
+    """A statistic of one experience by name: its metric `key`, else its reward info `key` when
+    that reads as a finite number (reward functions' info is stored as text); None otherwise."""
+    if key in exp.metrics:
+        return float(exp.metrics[key])
+    text = exp.info.get(key)
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

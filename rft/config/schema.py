@@ -1182,7 +1182,7 @@ class OperatorConfig:
 
     name: str = field(
         metadata=fate(
-            "the EXPERIENCE_OPERATORS part (reward_std_filter, invalid_reward_filter, mask_response_truncated, reward_shaping_mapper, pass_rate_calculator), checked at load",
+            "the EXPERIENCE_OPERATORS part (reward_filter, reward_std_filter, dapo_dynamic_sampling, invalid_reward_filter, mask_response_truncated, reward_shaping_mapper, pass_rate_calculator), checked at load with a did-you-mean; data_juicer is not built",
             _PIPELINE,
             "tests/unit/test_experience_operators.py",
         )

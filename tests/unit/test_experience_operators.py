@@ -19,7 +19,12 @@ from rft.buffer.experience_mappers import (
 )
 from rft.buffer.experience_operators import EXPERIENCE_OPERATORS
 from rft.buffer.experience_pipeline import ExperiencePipeline, OperatorOutputError, Stage
-from rft.buffer.reward_filters import invalid_reward_filter, reward_std_filter
+from rft.buffer.reward_filters import (
+    dapo_dynamic_sampling,
+    invalid_reward_filter,
+    reward_filter,
+    reward_std_filter,
+)
 from rft.buffer.sampler import Admitted, BatchRow, SampledBatch, SamplerCounters
 from rft.catalog import load_config
 from rft.config import ConfigValidationError
@@ -84,6 +89,41 @@ def test_invalid_reward_filter_drops_exactly_the_non_finite(groups: list[list[fl
     kept, metrics = invalid_reward_filter(exps)
     assert ids(kept) == [e.experience_id for e in exps if math.isfinite(e.reward)]
     assert metrics == {"dropped": float(len(exps) - len(kept))}
+
+
+@given(group_rewards, st.floats(-2, 2))
+@settings(max_examples=200, deadline=None)
+def test_reward_filter_keeps_exactly_the_rewards_at_or_above(
+    groups: list[list[float]], threshold: float
+) -> None:
+    exps = batch_of(groups)
+    kept, metrics = reward_filter(exps, threshold=threshold)
+    assert ids(kept) == [e.experience_id for e in exps if e.reward >= threshold]
+    assert metrics == {"dropped": float(len(exps) - len(kept))}
+
+
+@given(st.lists(st.lists(st.booleans(), min_size=1, max_size=5), max_size=6), st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_dapo_dynamic_sampling_keeps_the_groups_partly_right(
+    groups: list[list[bool]], in_info: bool
+) -> None:
+    # correctness in the reward info (as the math rewards write it), while the reward itself says
+    # the opposite: the statistic decides, the reward only stands in when it is absent
+    exps = []
+    for g, rights in enumerate(groups):
+        for m, right in enumerate(rights):
+            exp = experience(
+                f"g{g}", len(rights), m, 0, float(not right) if in_info else float(right)
+            )
+            exps.append(
+                dataclasses.replace(exp, info={"accuracy": str(float(right))}) if in_info else exp
+            )
+    kept, metrics = dapo_dynamic_sampling(exps)
+    partly = {f"g{g}" for g, rights in enumerate(groups) if any(rights) and not all(rights)}
+    assert ids(kept) == [e.experience_id for e in exps if e.group_id in partly]
+    assert metrics["dropped_all_correct"] == sum(len(r) for r in groups if all(r))
+    assert metrics["dropped_all_wrong"] == sum(len(r) for r in groups if not any(r))
+    assert metrics["dropped"] == len(exps) - len(kept)
 
 
 @given(st.lists(st.booleans(), max_size=8))
@@ -303,8 +343,10 @@ def test_the_parts_not_built_are_said(tmp_path: Path) -> None:
     ]
 
 
-def test_every_trinity_operator_name_is_registered() -> None:
+def test_every_trinity_operator_name_but_data_juicer_is_registered() -> None:
     for name in (
+        "reward_filter",
+        "dapo_dynamic_sampling",
         "reward_std_filter",
         "invalid_reward_filter",
         "mask_response_truncated",
