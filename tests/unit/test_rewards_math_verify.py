@@ -14,7 +14,7 @@ import pytest
 from rft.catalog import load_config
 from rft.config import ConfigValidationError
 from rft.registry import Requirement
-from rft.rewards import REWARD_FUNCTIONS
+from rft.rewards import REWARD_FUNCTIONS, RewardInputError
 from rft.rewards.math_equivalence import EquivalenceWorker
 from rft.rewards.math_verified import last_boxed
 from tests.unit.config_samples import MINIMAL
@@ -117,7 +117,7 @@ def test_a_reference_solution_is_read_by_its_box_and_a_bad_reference_is_named() 
     reward_fn = REWARD_FUNCTIONS.get("math_boxed_reward")
     solution = {"solution": "Since 2x = 1, x = \\boxed{\\frac{1}{2}}."}
     assert reward_fn("\\boxed{0.5}", solution, answer_key="solution")[0] == 1.0
-    with pytest.raises(Exception, match=r"payload\['answer'\] = '\\\\text\{\}'"):
+    with pytest.raises(RewardInputError, match=r"payload\['answer'\] = '\\\\text\{\}'"):
         reward_fn("\\boxed{2}", {"answer": "\\text{}"})
 
 
