@@ -74,7 +74,7 @@ def math_boxed_reward(
         format_score = -format_score_coef
     info = _info(verdict, gold, answer)
     info["format_score"] = format_score
-    return info["accuracy"] + format_score, info  # type: ignore[operator]
+    return float(verdict.equal) + format_score, info
 
 
 def math_dapo_reward(
@@ -93,7 +93,7 @@ def math_dapo_reward(
     verdict = _compare(gold, answer, timeout_s, boxed=boxed is not None)
     _require_gold_parsed(verdict, gold, answer_key, "math_dapo_reward")
     info = _info(verdict, gold, boxed)
-    return info["accuracy"], info  # type: ignore[return-value]
+    return float(verdict.equal), info
 
 
 def dapo_args_issues(reward_fn_args: Mapping[str, Any], path: str) -> list[Issue]:
