@@ -65,10 +65,7 @@ def _loopback(host: str) -> bool:
 def settings_of(cfg: RftConfig, plan: RunPlan, server_id: str) -> ServeSettings:
     serve, model = cfg.explorer.serve, cfg.model
     assert model.max_model_len is not None  # filled when the config is loaded
-    try:
-        parse = TOOL_CALL_PARSERS.get(cfg.explorer.rollout_model.tool_call_parser)
-    except KeyError as exc:
-        raise ConfigError(f"explorer.rollout_model.tool_call_parser: {exc}") from exc
+    parse = TOOL_CALL_PARSERS.get(cfg.explorer.rollout_model.tool_call_parser)  # checked at load
     return ServeSettings(
         limits=ServeLimits(
             model_name=serve.model_name,

@@ -808,8 +808,8 @@ class RolloutModelConfig:
     tool_call_parser: str = key(
         "hermes",
         does="TOOL_CALL_PARSERS entry serve mode reads tool calls in replies with, when a request offers tools (workflows read a taskset's format.tool_call_parser)",
-        acts_in="consumers/serve/core.py",
-        shown_by=_SERVE_TEST,
+        acts_in="consumers/serve/server.py",
+        shown_by="tests/unit/test_config_validation.py",
     )
     engine_args: dict[str, Any] = key(
         field(default_factory=dict),
@@ -842,7 +842,7 @@ class ServeConfig:
         "127.0.0.1",
         does="address the server binds (localhost unless set otherwise)",
         acts_in="consumers/serve/server.py",
-        shown_by=_SERVE_TEST,
+        shown_by="tests/unit/test_config_validation.py",
     )
     port: int = key(
         bounded(8000, ge=1, le=65535),
@@ -861,7 +861,7 @@ class ServeConfig:
         "rft-policy",
         does="the one model id /v1/models lists and requests must name (404 otherwise)",
         acts_in="rft/serve/requests.py",
-        shown_by=_SERVE_TEST,
+        shown_by="tests/unit/test_serve_shapes.py",
     )
     max_body_bytes: int = key(
         bounded(1_000_000, ge=1024),
@@ -873,7 +873,7 @@ class ServeConfig:
         bounded(None, ge=1),
         does="most tokens a request may ask for, and what it gets when it names none (default: model.max_response_tokens); prompts are bound by model.max_prompt_tokens and model.max_model_len",
         acts_in="rft/serve/requests.py",
-        shown_by=_SERVE_TEST,
+        shown_by="tests/unit/test_config_validation.py",
     )
     max_n: int = key(
         bounded(8, ge=1),
@@ -897,7 +897,7 @@ class ServeConfig:
         True,
         does="a session's chain of calls is one experience with holed action masks (off: one experience per call, step-wise)",
         acts_in="rft/serve/sessions.py",
-        shown_by=_SERVE_TEST,
+        shown_by="tests/unit/test_serve_shapes.py",
     )
 
 

@@ -148,7 +148,7 @@ def _same_message(sent: dict, ours: dict) -> bool:
     return _calls(sent) == _calls(ours)
 
 
-def _calls(message: dict) -> list[tuple[str, object]]:
+def _calls(message: dict) -> list[tuple[object, object]]:
     out = []
     for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}

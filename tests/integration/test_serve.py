@@ -136,7 +136,9 @@ def make_server(tmp_path: Path, stack: StackSettings, name: str, **serve: Any) -
 
 @pytest.fixture
 def server(stack: StackSettings, unique: str, tmp_path: Path) -> Iterator[Server]:
-    srv = make_server(tmp_path, stack, unique, api_key=KEY, session_ttl_s=6.0, max_n=4)
+    srv = make_server(
+        tmp_path, stack, unique, api_key=KEY, session_ttl_s=6.0, max_n=4, max_body_bytes=100_000
+    )
     srv.start()
     yield srv
     srv.stop()
@@ -336,7 +338,7 @@ def test_401_and_bad_requests_get_openai_error_bodies(server: Server) -> None:
     broken = httpx.post(f"{server.url}/chat/completions", content=b"{not json", headers=auth)
     assert broken.status_code == 400
     assert broken.json()["error"]["message"].startswith("the request body is not valid JSON")
-    huge = httpx.post(f"{server.url}/chat/completions", content=b"x" * 1_100_000, headers=auth)
+    huge = httpx.post(f"{server.url}/chat/completions", content=b"x" * 200_000, headers=auth)
     assert huge.status_code == 413 and huge.json()["error"]["code"] == "request_too_large"
     nowhere = httpx.get(f"{server.url}/nowhere", headers=auth)
     assert nowhere.status_code == 404 and set(nowhere.json()["error"]) == {
