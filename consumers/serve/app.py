@@ -41,7 +41,7 @@ VERSION_HEADER = "X-RFT-Model-Version"
 
 def build_app(core: ServeCore, api_key: str | None, max_body_bytes: int) -> FastAPI:
     app = FastAPI(title="rft serve", docs_url=None, redoc_url=None, openapi_url=None)
-    decode = core.batcher.engine.tokenizer.decode
+    decode = core.batcher.decode
 
     def guard(request: Request) -> None:
         if api_key is None:

@@ -121,6 +121,26 @@ class ServeCore:
         session_id = session_id or request.session_id or f"sess-{uuid.uuid4().hex}"
         task_id = task_id or request.task_id or ""
         session = self._session_for(session_id, task_id)
+        try:
+            call, choices = self._answer(session, request)
+        finally:
+            with self._lock:
+                session.in_flight -= 1
+                if not session.calls and not session.in_flight:
+                    self.sessions.pop(session_id, None)  # nothing answered: no session
+        answer = Answer(
+            call.call_id,
+            int(call.created_at // 1000),
+            self.settings.limits.model_name,
+            call.model_version,
+            len(call.prompt_ids),
+        )
+        return Answered(session_id, answer, choices)
+
+    def _answer(
+        self, session: Session, request: CompletionRequest
+    ) -> tuple[ServeCall, list[ShapedChoice]]:
+        """Generate, then record the call; it joins its session once Kafka has it."""
         with self.batcher.handle() as handle:
             prompt = self._prompt_ids(handle, session, request)
             self._check_lengths(len(prompt), request)
@@ -141,15 +161,8 @@ class ServeCore:
                 503, f"the call could not be recorded, so it is not answered: {exc}"
             ) from exc
         with self._lock:
-            self.sessions.setdefault(session_id, session).add(call)
-        answer = Answer(
-            call.call_id,
-            int(call.created_at // 1000),
-            self.settings.limits.model_name,
-            version,
-            len(prompt),
-        )
-        return Answered(session_id, answer, choices)
+            session.add(call)
+        return call, choices
 
     def _session_for(self, session_id: str, task_id: str) -> Session:
         with self._lock:
@@ -169,6 +182,7 @@ class ServeCore:
                         f"not {task_id!r}",
                         "task_id",
                     )
+                session.in_flight += 1
                 return session
             if len(self.sessions) >= self.settings.max_sessions:
                 raise ApiError(
@@ -178,7 +192,9 @@ class ServeCore:
                     "expire",
                     code="too_many_sessions",
                 )
-            return Session(session_id, task_id)
+            # open from its first call on, so that the limit counts calls in flight too
+            session = self.sessions[session_id] = Session(session_id, task_id, in_flight=1)
+            return session
 
     def _prompt_ids(
         self, handle: BatchedModelHandle, session: Session, request: CompletionRequest
@@ -193,9 +209,8 @@ class ServeCore:
                         "prompt",
                     )
                 return list(request.prompt)
-            return [
-                int(i) for i in handle.tokenizer.encode(request.prompt, add_special_tokens=False)
-            ]
+            assert request.prompt is not None  # read_completion requires one
+            return self.batcher.encode(request.prompt)
         assert request.messages is not None
         found = session.replied_to(request.messages, request.tools)
         try:
@@ -291,7 +306,15 @@ class ServeCore:
                         code="session_closed",
                     )
                 session = self.sessions.get(session_id)
-            if session is None:
+                if session is not None and session.in_flight:
+                    raise ApiError(
+                        409,
+                        f"session {session_id!r} has a call still being answered; send its "
+                        "feedback once the answer came",
+                        param="session_id",
+                        code="session_busy",
+                    )
+            if session is None or not session.calls:
                 raise ApiError(
                     404,
                     f"no open session {session_id!r}",
@@ -365,13 +388,17 @@ class ServeCore:
         now = now_ms() if now is None else now
         ttl_ms = int(self.settings.session_ttl_s * 1000)
         with self._lock:
-            due = [s for s in self.sessions.values() if now - s.last_at_ms > ttl_ms]
+            due = [
+                s
+                for s in self.sessions.values()
+                if s.calls and not s.in_flight and now - s.last_at_ms > ttl_ms
+            ]
         expired = []
         for session in due:
             with self._closing:
                 if session.session_id in self.closed:
                     continue
-                if now - session.last_at_ms <= ttl_ms:  # a call came meanwhile
+                if session.in_flight or now - session.last_at_ms <= ttl_ms:  # a call came
                     continue
                 self._expire(session, now)
                 expired.append(session.session_id)

@@ -150,6 +150,16 @@ class RequestBatcher:
                 messages, add_generation_prompt, chat_template, tools=tools
             )
 
+    def encode(self, text: str) -> list[int]:
+        """`text`'s token ids (no special tokens added), one tokenizer use at a time."""
+        with self._template_lock:
+            return [int(i) for i in self._engine.tokenizer.encode(text, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """`ids` as text, one tokenizer use at a time."""
+        with self._template_lock:
+            return str(self._engine.tokenizer.decode(list(ids)))
+
     # ---- called by handles ----
 
     def _submit(self, request: _Request) -> list[Rollout]:

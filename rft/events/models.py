@@ -158,15 +158,21 @@ class Experience(SchemaRecord):
         return np.concatenate([self.prompt_ids, self.response_ids])
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Experience):
-            return NotImplemented
-        return all(_same(getattr(self, n), getattr(other, n)) for n in _EXPERIENCE_FIELDS)
+        return _records_equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
 
-_EXPERIENCE_FIELDS = tuple(f.name for f in dataclasses.fields(Experience))
 _PER_TOKEN = ("logprobs", "action_mask", "token_rewards")  # one value per response token
+
+
+def _records_equal(mine: Any, theirs: object) -> bool | Any:
+    """Records holding token arrays: equal when of one type and every field is `_same`."""
+    if type(theirs) is not type(mine):
+        return NotImplemented
+    return all(
+        _same(getattr(mine, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(mine)
+    )
 
 
 def _same(mine: Any, theirs: Any) -> bool:
@@ -397,6 +403,11 @@ class ServeChoice(SchemaRecord):
         if self.logprobs.shape[0] != n:
             raise fail("ServeChoice", "logprobs", f"has {self.logprobs.shape[0]} values for {n}")
 
+    def __eq__(self, other: object) -> bool:
+        return _records_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ServeCall(SchemaRecord):
@@ -418,6 +429,11 @@ class ServeCall(SchemaRecord):
     model_version: int
     server_id: str
     created_at: int = field(default_factory=now_ms)
+
+    def __eq__(self, other: object) -> bool:
+        return _records_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, slots=True)

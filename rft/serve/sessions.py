@@ -35,6 +35,7 @@ class Session:
     last_at_ms: int = 0
     # where its first call lies on the calls topic, when known (a rebuilt session), for its letter
     first_offset: tuple[int, int] | None = None
+    in_flight: int = 0  # calls being answered now (the server's count; not in the log)
 
     def add(self, call: ServeCall) -> None:
         self.calls.append(call)

@@ -232,3 +232,27 @@ def test_a_chat_that_repeats_a_reply_is_found_as_its_continuation() -> None:
     changed = [*USER, {"role": "assistant", "content": "not ours"}, more[2]]
     assert session.replied_to(changed, None) is None
     assert session.replied_to([*USER, reply], None) is None  # nothing new to answer
+
+
+def test_a_session_with_a_call_in_flight_is_neither_closed_nor_expired() -> None:
+    """Feedback while one of its calls is still being answered would leave that call out of the
+    session's experiences: it is refused (409), and the TTL sweep passes the session by."""
+    from rft.consumers.serve.core import ServeCore, ServeSettings
+
+    settings = ServeSettings(
+        limits=LIMITS, max_prompt_tokens=64, max_model_len=128, max_sessions=4,
+        session_ttl_s=1.0, concatenated=True, group_size=2, server_id="srv",
+        explorer_group="g", parse=TOOL_CALL_PARSERS.get("hermes"),
+    )  # fmt: skip
+    # no engine and no log: neither is reached before the refusal
+    core = ServeCore(batcher=None, log_=None, settings=settings)  # type: ignore[arg-type]
+    session = Session("s", in_flight=1)
+    session.add(served("c1", [1, 2], [[10]]))
+    core.sessions["s"] = session
+    with pytest.raises(ApiError) as busy:
+        core.feedback("s", 1.0, None)
+    assert (busy.value.status, busy.value.code) == (409, "session_busy")
+    assert core.expire_due(now=session.last_at_ms + 60_000) == []
+    with pytest.raises(ApiError) as unknown:
+        core.feedback("other", 1.0, None)
+    assert (unknown.value.status, unknown.value.code) == (404, "session_not_found")
