@@ -168,11 +168,10 @@ _PER_TOKEN = ("logprobs", "action_mask", "token_rewards")  # one value per respo
 
 def _records_equal(mine: Any, theirs: object) -> bool | Any:
     """Records holding token arrays: equal when of one type and every field is `_same`."""
+    names = [f.name for f in dataclasses.fields(mine)]
     if type(theirs) is not type(mine):
         return NotImplemented
-    return all(
-        _same(getattr(mine, f.name), getattr(theirs, f.name)) for f in dataclasses.fields(mine)
-    )
+    return all(_same(getattr(mine, name), getattr(theirs, name)) for name in names)
 
 
 def _same(mine: Any, theirs: Any) -> bool:
