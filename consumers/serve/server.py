@@ -4,8 +4,9 @@ model and chat template), loads the newest announced weight version when
 app (rft.consumers.serve.app) with uvicorn on `explorer.serve.host:port` until interrupted. A
 thread dead-letters sessions past their TTL.
 
-The served version is the one loaded at start: this process does not yet follow WeightVersion
-events while it runs (docs/known-limits.md).
+While it serves, a thread follows the weights topic and loads each newer verified version between
+the batcher's engine calls (`RequestBatcher.between_waves`), as sync_style fully_async does; each
+answer names the version that produced it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rft.tools.call_parsers import TOOL_CALL_PARSERS
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "RFT_SERVE_API_KEY"
+WEIGHT_POLL_S = 1.0
 
 
 def calls_topic(plan: RunPlan) -> str:
@@ -99,8 +101,8 @@ def _engine(cfg: RftConfig, plan: RunPlan) -> RolloutEngine:
     return engine
 
 
-def _load_newest(cfg: RftConfig, plan: RunPlan, engine: RolloutEngine, server_id: str) -> None:
-    with WeightFollower(
+def _follower(cfg: RftConfig, plan: RunPlan, server_id: str) -> WeightFollower:
+    return WeightFollower(
         cfg.stack.kafka,
         plan.topics.weights,
         f"{plan.run_id}.weights.{server_id}",
@@ -108,9 +110,26 @@ def _load_newest(cfg: RftConfig, plan: RunPlan, engine: RolloutEngine, server_id
         consumer_config=plan.consumer_config,
         explorer_id=server_id,
         dead_letter_topic=plan.topics.dead_letter,
-    ) as follower:
-        follower.poll(timeout_s=1.0)
-        follower.load_newest(engine)
+    )
+
+
+def _follow_weights(
+    follower: WeightFollower, batcher: RequestBatcher, stop: threading.Event
+) -> None:
+    """Load each newer announced version between the batcher's engine calls."""
+    engine = batcher.engine
+    while not stop.is_set():
+        try:
+            latest = follower.poll(timeout_s=1.0)
+            if (
+                latest is not None
+                and latest.version > engine.model_version
+                and latest.version not in follower.refused
+            ):
+                batcher.between_waves(lambda: follower.load_newest(engine))
+        except Exception:  # noqa: BLE001 - the follower logs and tries again next round
+            log.exception("serve: following weight versions failed; tried again")
+            stop.wait(WEIGHT_POLL_S)
 
 
 def serve(cfg: RftConfig) -> int:
@@ -125,8 +144,16 @@ def serve(cfg: RftConfig) -> int:
     server_id = f"{socket.gethostname()}-{os.getpid()}"
     core_settings = settings_of(cfg, plan, server_id)
     engine = _engine(cfg, plan)
+    if cfg.synchronizer.sync_style != "fully_async":
+        log.warning(
+            "mode serve loads each announced weight version between engine calls, as "
+            "synchronizer.sync_style fully_async does; sync_style %r is not applied",
+            cfg.synchronizer.sync_style,
+        )
+    follower = _follower(cfg, plan, server_id)
+    follower.poll(timeout_s=1.0)
     if cfg.continue_from_checkpoint:
-        _load_newest(cfg, plan, engine, server_id)
+        follower.load_newest(engine)
     session_log = SessionLog(
         cfg.stack.kafka,
         calls_topic=topic,
@@ -136,13 +163,20 @@ def serve(cfg: RftConfig) -> int:
     )
     stop = threading.Event()
     batcher = RequestBatcher(engine, max_batch_size=cfg.explorer.runner_per_model)
-    with batcher, session_log:
+    with follower, batcher, session_log:
         core = ServeCore(batcher, session_log, core_settings)
         open_sessions = core.rebuild(session_log.read_back())
-        sweeper = threading.Thread(
-            target=_sweep, args=(core, stop), name="rft-serve-ttl", daemon=True
-        )
-        sweeper.start()
+        threads = [
+            threading.Thread(target=_sweep, args=(core, stop), name="rft-serve-ttl", daemon=True),
+            threading.Thread(
+                target=_follow_weights,
+                args=(follower, batcher, stop),
+                name="rft-serve-weights",
+                daemon=True,
+            ),
+        ]
+        for thread in threads:
+            thread.start()
         app = build_app(core, key, settings.max_body_bytes)
         print(
             f"rft serve: {settings.model_name} (weight version {core.version}) at "
@@ -157,7 +191,8 @@ def serve(cfg: RftConfig) -> int:
             uvicorn.Server(config).run()
         finally:
             stop.set()
-            sweeper.join()
+            for thread in threads:
+                thread.join()
     return 0
 
 

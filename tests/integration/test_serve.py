@@ -397,3 +397,52 @@ def test_kill_9_between_answers_and_feedback_loses_nothing(
         if e.session_id == "sess-k"
     ]
     assert [(e.outcome, e.experiences) for e in ends] == [("feedback", 1)]
+
+
+def test_the_served_policy_follows_weight_versions_and_answers_name_theirs(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """A version announced while the server runs is loaded between engine calls; a session
+    whose calls two versions answered becomes an experience tagged with the older one."""
+    from rft.engines.models import ModelSpec
+    from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
+    from rft.events.topics import TopicNames
+    from rft.storage.checkpoint_store import CheckpointStore
+    from rft.storage.object_store import S3ObjectStore
+    from tests.integration.test_weight_follower import announce, perturbed_checkpoint
+
+    srv = make_server(tmp_path, stack, unique, api_key=KEY)
+    srv.start()
+    try:
+        client = srv.client("sess-v", task="task-v")
+        chat = [{"role": "user", "content": "Which version are you?"}]
+        before = client.chat.completions.create(model=MODEL, messages=chat, max_tokens=3)
+        assert before.system_fingerprint == "rft-v0"
+
+        engine = create_rollout_engine("hf", RolloutEngineConfig(model=ModelSpec("tiny")))
+        store = CheckpointStore(
+            S3ObjectStore(stack.object_store, bucket="rft-it"), "rft-it", unique
+        )
+        store.write(1, 1, perturbed_checkpoint(engine, tmp_path / "v1", 0.01))
+        announce(stack, TopicNames.for_run("rft-it", unique).weights, store, 1)
+        deadline = time.monotonic() + 120
+        version = 0
+        while version != 1 and time.monotonic() < deadline:
+            time.sleep(1)
+            version = srv.client("probe").models.list().data[0].model_extra["model_version"]
+        assert version == 1, "the announced version was not loaded"
+
+        chat += [before.choices[0].message.model_dump(exclude_none=True)]
+        chat += [{"role": "user", "content": "And now?"}]
+        after = client.chat.completions.create(model=MODEL, messages=chat, max_tokens=3)
+        assert after.system_fingerprint == "rft-v1" and after.model_extra["model_version"] == 1
+        fed = srv.feedback({"session_id": "sess-v", "reward": 1.0})
+        assert fed.status_code == 200 and fed.json()["model_version"] == 0, fed.text
+    finally:
+        srv.stop()
+    (exp,) = [e for e in events_of(srv, "experiences", unique, Experience) if e.task_id == "task-v"]
+    assert exp.model_version == 0  # the oldest version that answered one of its calls
+    calls = [
+        c for c in events_of(srv, "serve-calls", unique, ServeCall) if c.session_id == "sess-v"
+    ]
+    assert [c.model_version for c in calls] == [0, 1]
