@@ -144,12 +144,12 @@ def serve(cfg: RftConfig) -> int:
     server_id = f"{socket.gethostname()}-{os.getpid()}"
     core_settings = settings_of(cfg, plan, server_id)
     engine = _engine(cfg, plan)
-    if cfg.synchronizer.sync_style != "fully_async":
-        log.warning(
-            "mode serve loads each announced weight version between engine calls, as "
-            "synchronizer.sync_style fully_async does; sync_style %r is not applied",
-            cfg.synchronizer.sync_style,
-        )
+    log.warning(
+        "mode serve loads each announced weight version between engine calls, as "
+        "synchronizer.sync_style fully_async does; the config's sync_style (%r), sync_interval "
+        "and sync_offset are not applied",
+        cfg.synchronizer.sync_style,
+    )
     follower = _follower(cfg, plan, server_id)
     follower.poll(timeout_s=1.0)
     if cfg.continue_from_checkpoint:
