@@ -111,7 +111,9 @@ def build_app(core: ServeCore, api_key: str | None, max_body_bytes: int) -> Fast
                 done.answer, done.choices, read.logprobs, read.include_usage, decode
             )
             return _stream(chunks, headers(done))
-        body = replies.chat_completion(done.answer, done.choices, read.logprobs, decode)
+        body = replies.chat_completion(
+            done.answer, done.choices, read.logprobs, decode, read.return_token_ids
+        )
         return JSONResponse(body, headers=headers(done))
 
     @app.post("/v1/completions")
@@ -123,7 +125,9 @@ def build_app(core: ServeCore, api_key: str | None, max_body_bytes: int) -> Fast
                 done.answer, done.choices, read.include_usage, decode
             )
             return _stream(chunks, headers(done))
-        body = replies.text_completion(done.answer, done.choices, read.logprobs, decode)
+        body = replies.text_completion(
+            done.answer, done.choices, read.logprobs, decode, read.return_token_ids
+        )
         return JSONResponse(body, headers=headers(done))
 
     async def feedback(request: Request) -> Response:

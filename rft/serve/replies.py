@@ -105,7 +105,11 @@ class Answer:
 
 
 def chat_completion(
-    answer: Answer, choices: Sequence[ShapedChoice], logprobs: bool, decode: Decode
+    answer: Answer,
+    choices: Sequence[ShapedChoice],
+    logprobs: bool,
+    decode: Decode,
+    token_ids: bool = False,
 ) -> dict[str, Any]:
     return {
         **answer.head("chat.completion"),
@@ -117,6 +121,7 @@ def chat_completion(
                 "logprobs": {"content": _token_logprobs(choice.reply, decode)}
                 if logprobs
                 else None,
+                **(_ids(choice) if token_ids else {}),
             }
             for i, choice in enumerate(choices)
         ],
@@ -124,8 +129,19 @@ def chat_completion(
     }
 
 
+def _ids(choice: ShapedChoice) -> dict[str, list[int]]:
+    return {
+        "prompt_token_ids": choice.reply.prompt_ids.tolist(),
+        "token_ids": choice.reply.response_ids.tolist(),
+    }
+
+
 def text_completion(
-    answer: Answer, choices: Sequence[ShapedChoice], logprobs: bool, decode: Decode
+    answer: Answer,
+    choices: Sequence[ShapedChoice],
+    logprobs: bool,
+    decode: Decode,
+    token_ids: bool = False,
 ) -> dict[str, Any]:
     out = []
     for i, choice in enumerate(choices):
@@ -134,6 +150,7 @@ def text_completion(
             "text": choice.reply.text,
             "finish_reason": choice.finish_reason,
             "logprobs": None,
+            **(_ids(choice) if token_ids else {}),
         }
         if logprobs:
             tokens = [decode([t]) for t in choice.reply.response_ids.tolist()]

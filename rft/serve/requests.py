@@ -4,7 +4,8 @@
 `/v1/completions`. Every parameter read is acted on; any other one is refused with 400 naming it
 (`unsupported_parameter`), so a caller never believes a setting took effect when it did not.
 `top_logprobs` above 0 (chat) and `logprobs` above 0 (completions) are refused: the engine reports
-the sampled token's logprob, not the alternatives. Sampling defaults are the API's (temperature
+the sampled token's logprob, not the alternatives. `return_token_ids` (vLLM's name) asks for each
+choice's `prompt_token_ids` and `token_ids`, exactly what the engine was fed and generated. Sampling defaults are the API's (temperature
 1, top_p 1, n 1); `max_tokens` defaults to, and may not exceed, `ServeLimits.max_completion_tokens`.
 """
 
@@ -20,7 +21,7 @@ from rft.serve.api_error import ApiError, bad_request
 _ROLES = ("system", "user", "assistant", "tool")
 _COMMON = frozenset(
     {"model", "temperature", "top_p", "n", "stop", "seed", "stream", "stream_options"}
-    | {"max_tokens", "metadata"}
+    | {"max_tokens", "metadata", "return_token_ids"}
 )
 _CHAT = _COMMON | {
     "messages",
@@ -55,6 +56,7 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False
+    return_token_ids: bool = False  # each choice carries its prompt's and its reply's token ids
     session_id: str | None = None  # from metadata; a header wins (rft.consumers.serve.app)
     task_id: str | None = None
 
@@ -92,6 +94,7 @@ def read_chat(body: Any, limits: ServeLimits) -> CompletionRequest:
         stream=stream,
         include_usage=usage,
         logprobs=logprobs,
+        return_token_ids=_flag(body, "return_token_ids"),
         session_id=session,
         task_id=task,
     )
@@ -131,6 +134,7 @@ def read_completion(body: Any, limits: ServeLimits) -> CompletionRequest:
         stream=stream,
         include_usage=usage,
         logprobs=logprobs == 0,
+        return_token_ids=_flag(body, "return_token_ids"),
         session_id=session,
         task_id=task,
     )
@@ -225,6 +229,8 @@ def _flag(body: Mapping[str, Any], name: str) -> bool:
 
 def _stream(body: Mapping[str, Any]) -> tuple[bool, bool]:
     stream = _flag(body, "stream")
+    if stream and _flag(body, "return_token_ids"):
+        raise _unsupported("return_token_ids", "token ids come with whole answers, not streams")
     options = body.get("stream_options")
     if options is None:
         return stream, False

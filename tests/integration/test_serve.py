@@ -263,20 +263,35 @@ def test_chat_with_tools_streaming_logprobs_and_feedback_into_one_masked_experie
     assert again.status_code == 409 and again.json()["error"]["code"] == "session_closed"
 
 
-def test_concurrent_sessions_and_completions_are_answered_and_recorded(
+def test_concurrent_completions_are_recorded_with_the_ids_and_logprobs_the_caller_got(
     server: Server, unique: str
 ) -> None:
-    def ask(i: int) -> str:
+    def ask(i: int) -> Any:
         client = server.client(f"conc-{i}")
-        reply = client.completions.create(model=MODEL, prompt=f"{i} + {i} =", max_tokens=4, n=2)
+        reply = client.completions.create(
+            model=MODEL,
+            prompt=f"{i} + {i} =",
+            max_tokens=4,
+            n=2,
+            logprobs=0,
+            extra_body={"return_token_ids": True},
+        )
         assert len(reply.choices) == 2 and reply.model_extra["model_version"] == 0
-        return reply.id
+        return reply
 
     with ThreadPoolExecutor(8) as pool:
-        ids = list(pool.map(ask, range(8)))
+        replies = list(pool.map(ask, range(8)))
     calls = {c.call_id: c for c in events_of(server, "serve-calls", unique, ServeCall)}
-    assert set(ids) <= set(calls)
-    assert all(calls[i].endpoint == "completions" and len(calls[i].choices) == 2 for i in ids)
+    for reply in replies:
+        call = calls[reply.id]  # each answered call is on the log
+        assert call.endpoint == "completions" and len(call.choices) == 2
+        for choice, logged in zip(reply.choices, call.choices, strict=True):
+            # the ids and logprobs the caller got are the ones the log keeps
+            assert choice.model_extra["prompt_token_ids"] == call.prompt_ids.tolist()
+            assert choice.model_extra["token_ids"] == logged.response_ids.tolist()
+            assert choice.logprobs is not None and choice.logprobs.token_logprobs is not None
+            assert lp32(choice.logprobs.token_logprobs) == logged.logprobs.tolist()
+            assert choice.text == logged.text
 
 
 def test_a_session_without_feedback_is_dead_lettered_with_its_reason(
