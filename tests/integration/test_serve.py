@@ -137,7 +137,7 @@ def make_server(tmp_path: Path, stack: StackSettings, name: str, **serve: Any) -
 @pytest.fixture
 def server(stack: StackSettings, unique: str, tmp_path: Path) -> Iterator[Server]:
     srv = make_server(
-        tmp_path, stack, unique, api_key=KEY, session_ttl_s=6.0, max_n=4, max_body_bytes=100_000
+        tmp_path, stack, unique, api_key=KEY, session_ttl_s=10.0, max_n=4, max_body_bytes=100_000
     )
     srv.start()
     yield srv
@@ -312,7 +312,7 @@ def test_a_session_without_feedback_is_dead_lettered_with_its_reason(
         ]
     (letter,) = letters
     assert letter.error_class.endswith("SessionExpiredError")
-    assert "no feedback within 6 s" in letter.error_message
+    assert "no feedback within 10 s" in letter.error_message
     assert letter.source_topic.endswith(".serve-calls")
     ends = [e for e in events_of(server, "serve-calls", unique, ServeSessionEnd)]
     assert [e.outcome for e in ends if e.session_id == "sess-quiet"] == ["expired"]
