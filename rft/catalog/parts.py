@@ -308,6 +308,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
                         f"(it reads: {', '.join(reads) or 'nothing'})",
                     )
                 )
+    c.name("explorer.rollout_model.tool_call_parser", TOOL_CALL_PARSERS, rollout.tool_call_parser)
     if c.entry("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name, cfg):
         c.issues += trainer_rank_issues(cfg)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)

@@ -5,6 +5,8 @@ as separate processes and print progress and a summary. mode explore / train: ru
 in this process (Trinity-RFT's split setup: two configs differing only in `mode`), with a thread
 that feeds that side's metrics to the configured sinks (`monitor.monitor_type`). mode bench:
 evaluate the run's checkpoint versions on its eval tasksets and print a table (`rft bench`).
+mode serve: the OpenAI-compatible endpoint on the run's policy, in this process, until interrupted
+(rft.consumers.serve.server).
 """
 
 from __future__ import annotations
@@ -31,12 +33,16 @@ def run(args: argparse.Namespace) -> int:
     from rft.consumers.explorer.env_vars import apply_env_vars
 
     def explorer_env(cfg: Any) -> None:  # before the load's registry checks import torch
-        if cfg.mode == "explore":
+        if cfg.mode in ("explore", "serve"):
             apply_env_vars(cfg.explorer.env_vars)
 
     cfg = load_config(args.config, args.override, before_parts=explorer_env)
     if cfg.mode in ("explore", "train"):
         return run_side(cfg, args)
+    if cfg.mode == "serve":
+        from rft.consumers.serve.server import serve
+
+        return serve(cfg)
     if cfg.mode == "bench":
         from rft.cli import bench_cmd
 

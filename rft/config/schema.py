@@ -22,7 +22,7 @@ from rft.config.binding import Alias, bounded
 from rft.config.connections import StackSettings
 from rft.config.fate import fate, key
 
-Mode = Literal["both", "explore", "train", "bench"]
+Mode = Literal["both", "explore", "train", "bench", "serve"]
 DType = Literal["float32", "bfloat16", "float16", "auto"]
 TasksetStorage = Literal["file", "generator"]
 # kafka/queue: the Kafka topic; sql: the topic plus a SQL mirror that the trainer writes
@@ -44,6 +44,8 @@ _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
 _PARTS = "rft/catalog/parts.py"
 _EXPLORER = "consumers/explorer/explorer.py"
+_SERVE = "consumers/serve/core.py"
+_SERVE_TEST = "tests/integration/test_serve.py"
 _EXPLORER_SYNC = "consumers/explorer/sync.py"
 _TRAINER = "consumers/trainer/trainer.py"
 _PRESETS = "rft/algorithms/presets.py"
@@ -804,6 +806,12 @@ class RolloutModelConfig:
         acts_in=_DERIVED,
         shown_by="tests/unit/test_vllm_engine.py",
     )
+    tool_call_parser: str = key(
+        "hermes",
+        does="TOOL_CALL_PARSERS entry serve mode reads tool calls in replies with, when a request offers tools (workflows read a taskset's format.tool_call_parser)",
+        acts_in="consumers/serve/server.py",
+        shown_by="tests/unit/test_config_validation.py",
+    )
     engine_args: dict[str, Any] = key(
         field(default_factory=dict),
         does="the engine's own settings: the keys its ROLLOUT_ENGINES entry reads (`args`); others are refused at load",
@@ -813,19 +821,85 @@ class RolloutModelConfig:
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "enable_history": "workflows return their experiences explicitly",
-        "enable_openai_api": "rft serves no OpenAI-compatible endpoint from its engines",
+        "enable_openai_api": "workflows get an in-process OpenAI-style client "
+        "(rft.engines.openai_facade); `mode: serve` serves the endpoint over HTTP",
         "base_url": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
         "api_key": "read only by an OpenAI-compatible rollout engine, which rft does not have yet",
         "enable_chunked_prefill": "vllm 0.26 always chunks long prefills; the hf engine does not",
         "use_v1": "vllm 0.26 has only its V1 engine",
-        "tool_call_parser": "the workflow reads tool calls, not the engine: set a taskset's "
-        "format.tool_call_parser",
         "enable_auto_tool_choice": "a tool workflow offers its tools and runs every call the "
-        "reply makes; the engine chooses nothing",
+        "reply makes; serve mode reads tool calls whenever a request offers tools",
     }
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},
     }
+
+
+@dataclass
+class ServeConfig:
+    """`explorer.serve`: the OpenAI-compatible endpoint of `mode: serve` (rft.consumers.serve)."""
+
+    host: str = key(
+        "127.0.0.1",
+        does="address the server binds (localhost unless set otherwise)",
+        acts_in="consumers/serve/server.py",
+        shown_by="tests/unit/test_config_validation.py",
+    )
+    port: int = key(
+        bounded(8000, ge=1, le=65535),
+        does="TCP port the server listens on",
+        acts_in="consumers/serve/server.py",
+        shown_by=_SERVE_TEST,
+    )
+    api_key: str | None = key(
+        None,
+        does="callers must send `Authorization: Bearer <key>` (401 otherwise); default: $RFT_SERVE_API_KEY; with neither, a server bound to a non-loopback host is refused at start",
+        acts_in="consumers/serve/app.py",
+        shown_by=_SERVE_TEST,
+        shown_default="$RFT_SERVE_API_KEY",
+    )
+    model_name: str = key(
+        "rft-policy",
+        does="the one model id /v1/models lists and requests must name (404 otherwise)",
+        acts_in="rft/serve/requests.py",
+        shown_by="tests/unit/test_serve_shapes.py",
+    )
+    max_body_bytes: int = key(
+        bounded(1_000_000, ge=1024),
+        does="largest request body accepted (413 beyond)",
+        acts_in="consumers/serve/app.py",
+        shown_by=_SERVE_TEST,
+    )
+    max_completion_tokens: int | None = key(
+        bounded(None, ge=1),
+        does="most tokens a request may ask for, and what it gets when it names none (default: model.max_response_tokens); prompts are bound by model.max_prompt_tokens and model.max_model_len",
+        acts_in="rft/serve/requests.py",
+        shown_by="tests/unit/test_config_validation.py",
+    )
+    max_n: int = key(
+        bounded(8, ge=1),
+        does="most choices (`n`) one request may ask for",
+        acts_in="rft/serve/requests.py",
+        shown_by=_SERVE_TEST,
+    )
+    max_sessions: int = key(
+        bounded(64, ge=1),
+        does="open sessions (answered, awaiting feedback) at once; a call opening one more gets 429",
+        acts_in=_SERVE,
+        shown_by=_SERVE_TEST,
+    )
+    session_ttl_s: float = key(
+        bounded(600.0, gt=0),
+        does="seconds after its last call a session without feedback is dead-lettered",
+        acts_in=_SERVE,
+        shown_by=_SERVE_TEST,
+    )
+    concatenated: bool = key(
+        True,
+        does="a session's chain of calls is one experience with holed action masks (off: one experience per call, step-wise)",
+        acts_in="rft/serve/sessions.py",
+        shown_by="tests/unit/test_serve_shapes.py",
+    )
 
 
 @dataclass
@@ -869,6 +943,7 @@ class ExplorerConfig:
         shown_by="tests/unit/test_explorer_settings.py",
     )
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     eval_interval: int = key(
         bounded(100, ge=1),
         does="explorer steps between evaluations",
@@ -1246,7 +1321,7 @@ class RftConfig:
     buffer: BufferConfig
     mode: Mode = key(
         "both",
-        does="both / explore / train / bench select what `rft run` starts; serve is refused",
+        does="both / explore / train / bench / serve select what `rft run` starts (serve: the OpenAI-compatible endpoint, explorer.serve)",
         acts_in="rft/cli/run_cmd.py",
         shown_by="tests/integration/test_bench.py",
     )
@@ -1277,12 +1352,6 @@ class RftConfig:
         shown_by="tests/unit/test_config_parts.py",
     )
 
-    REFUSED_VALUES: ClassVar[dict[str, dict[str, str]]] = {
-        "mode": {
-            "serve": "rft has no serving mode; load a checkpoint version with any inference "
-            "server, or run mode 'bench' to evaluate versions",
-        }
-    }
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "ray_namespace": _RAY,
         "service": "the Data-Juicer service is not supported",
@@ -1305,6 +1374,7 @@ class RftConfig:
         if not include_secrets:
             data["stack"]["object_store"].pop("access_key", None)
             data["stack"]["object_store"].pop("secret_key", None)
+            data["explorer"]["serve"].pop("api_key", None)
         return data
 
     def to_yaml(self, include_secrets: bool = False) -> str:

@@ -16,6 +16,9 @@ others never wait on it. When a batched call fails, each of its requests is trie
 so only the request that made the engine fail gets the error. vLLM schedules requests itself;
 the same queue serves it, handing it many prompts per call.
 
+`between_waves(work)` runs work (a weight load) on the dispatcher thread between two engine calls,
+so a long-lived batcher (serve mode's) changes weights without a call in flight.
+
 Rows of one batched call share the call's random stream: a sampled reply depends on the other
 requests it was batched with, as a single-turn step's replies do today. Greedy replies do not.
 A seeded call after the batcher's first gets the seed moved on by its call number, so each turn's
@@ -28,12 +31,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError
+
+T = TypeVar("T")
 
 # long enough for instances woken by one wave's replies to send their next turn's requests on
 # a busy CPU, short beside a GPU wave's generation
@@ -59,6 +64,23 @@ class _Request:
 
     def finish(self, replies: list[Rollout] | None, error: BaseException | None) -> None:
         self.replies, self.error = replies, error
+        self.done.set()
+
+
+@dataclass
+class _Chore:
+    """Work for the dispatcher thread between waves (`RequestBatcher.between_waves`)."""
+
+    work: Callable[[], Any]
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller waiting on it
+            self.error = exc
         self.done.set()
 
 
@@ -98,6 +120,7 @@ class RequestBatcher:
         self._cap = cap
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
+        self._chores: list[_Chore] = []
         self._live = 0
         self._last_arrival = 0.0
         self._closed = False
@@ -121,6 +144,22 @@ class RequestBatcher:
             self._live += 1
             self._start()
         return BatchedModelHandle(self, deadline)
+
+    def between_waves(self, work: Callable[[], T]) -> T:
+        """Run `work` on the dispatcher thread, between two engine calls (the engine is not
+        re-entrant: loading weights while a batch generates would mix versions); its result,
+        or its exception raised here."""
+        chore = _Chore(work)
+        with self._cond:
+            if self._closed:
+                raise EngineError("the request batcher is closed")
+            self._chores.append(chore)
+            self._start()
+            self._cond.notify_all()
+        chore.done.wait()
+        if chore.error is not None:
+            raise chore.error
+        return chore.result  # type: ignore[no-any-return]
 
     def close(self) -> None:
         """Serve what is queued, then stop the dispatcher; later requests are refused."""
@@ -149,6 +188,16 @@ class RequestBatcher:
             return self._engine.chat_prompt_ids(
                 messages, add_generation_prompt, chat_template, tools=tools
             )
+
+    def encode(self, text: str) -> list[int]:
+        """`text`'s token ids (no special tokens added), one tokenizer use at a time."""
+        with self._template_lock:
+            return [int(i) for i in self._engine.tokenizer.encode(text, add_special_tokens=False)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """`ids` as text, one tokenizer use at a time."""
+        with self._template_lock:
+            return str(self._engine.tokenizer.decode(list(ids)))
 
     # ---- called by handles ----
 
@@ -189,17 +238,23 @@ class RequestBatcher:
     def _dispatch(self) -> None:
         while True:
             with self._cond:
-                while not self._pending and not self._closed:
+                while not self._pending and not self._closed and not self._chores:
                     self._cond.wait()
-                if not self._pending:
-                    return  # closed, nothing left to serve
-                while not self._ready():
-                    left = self._last_arrival + self._window_s - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                batch, self._pending = self._pending, []
-                self.stats.waves += 1
+                chores, self._chores = self._chores, []
+                if not chores:
+                    if not self._pending:
+                        return  # closed, nothing left to serve
+                    while not self._ready():
+                        left = self._last_arrival + self._window_s - time.monotonic()
+                        if left <= 0:
+                            break
+                        self._cond.wait(left)
+                    batch, self._pending = self._pending, []
+                    self.stats.waves += 1
+            if chores:
+                for chore in chores:
+                    chore.run()
+                continue
             self._serve(batch)
 
     def _serve(self, batch: list[_Request]) -> None:

@@ -158,15 +158,20 @@ class Experience(SchemaRecord):
         return np.concatenate([self.prompt_ids, self.response_ids])
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Experience):
-            return NotImplemented
-        return all(_same(getattr(self, n), getattr(other, n)) for n in _EXPERIENCE_FIELDS)
+        return _records_equal(self, other)
 
     __hash__ = None  # type: ignore[assignment]
 
 
-_EXPERIENCE_FIELDS = tuple(f.name for f in dataclasses.fields(Experience))
 _PER_TOKEN = ("logprobs", "action_mask", "token_rewards")  # one value per response token
+
+
+def _records_equal(mine: Any, theirs: object) -> bool | Any:
+    """Records holding token arrays: equal when of one type and every field is `_same`."""
+    names = [f.name for f in dataclasses.fields(mine)]
+    if type(theirs) is not type(mine):
+        return NotImplemented
+    return all(_same(getattr(mine, name), getattr(theirs, name)) for name in names)
 
 
 def _same(mine: Any, theirs: Any) -> bool:
@@ -375,6 +380,75 @@ class Claim(SchemaRecord):
     claimed_at: int = field(default_factory=now_ms)
 
 
+SERVE_ENDPOINTS = ("chat.completions", "completions")
+SESSION_OUTCOMES = ("feedback", "expired")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServeChoice(SchemaRecord):
+    """One reply of a served call: its ids and logprobs (numpy, as in Experience), its text,
+    the engine's finish reason and the assistant message returned, as JSON object text."""
+
+    SCHEMA: ClassVar[str] = "rft.events.ServeChoice"
+
+    response_ids: npt.NDArray[np.int32]
+    logprobs: npt.NDArray[np.float32]
+    text: str
+    finish_reason: str
+    message: dict[str, Any]
+
+    def _invariants(self) -> None:
+        n = self.response_ids.shape[0]
+        if self.logprobs.shape[0] != n:
+            raise fail("ServeChoice", "logprobs", f"has {self.logprobs.shape[0]} values for {n}")
+
+    def __eq__(self, other: object) -> bool:
+        return _records_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServeCall(SchemaRecord):
+    """One call a serve-mode endpoint answered (rft.consumers.serve): what was fed, what came
+    back, which version answered, and the call it continues within its session."""
+
+    SCHEMA: ClassVar[str] = "rft.events.ServeCall"
+
+    session_id: str
+    task_id: str
+    call_id: str
+    parent_call_id: str
+    parent_choice: int
+    endpoint: str = field(metadata=one_of(SERVE_ENDPOINTS))
+    request: dict[str, Any]
+    prompt_ids: npt.NDArray[np.int32]
+    choices: tuple[ServeChoice, ...]
+    logprob_temperature: float = field(metadata=FINITE_POSITIVE)
+    model_version: int
+    server_id: str
+    created_at: int = field(default_factory=now_ms)
+
+    def __eq__(self, other: object) -> bool:
+        return _records_equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSessionEnd(SchemaRecord):
+    """A serve-mode session closed, in the transaction of its experiences or its dead letter."""
+
+    SCHEMA: ClassVar[str] = "rft.events.ServeSessionEnd"
+
+    session_id: str
+    outcome: str = field(metadata=one_of(SESSION_OUTCOMES))
+    reward: float = 0.0
+    experiences: int = field(default=0, metadata=at_least(0))
+    detail: str = ""
+    created_at: int = field(default_factory=now_ms)
+
+
 # The states and finishing reasons a ComponentStatus may carry (its schema's doc lists them too)
 COMPONENT_STATES = ("running", "waiting", "finished")
 FINISH_REASONS = ("", "total_steps", "tasks_exhausted", "stopped", "input_ended", "short")
@@ -409,7 +483,16 @@ class ComponentStatus(SchemaRecord):
 
 
 Event = (
-    Task | Experience | WeightVersion | Metric | DeadLetter | SyncRequest | ComponentStatus | Claim
+    Task
+    | Experience
+    | WeightVersion
+    | Metric
+    | DeadLetter
+    | SyncRequest
+    | ComponentStatus
+    | Claim
+    | ServeCall
+    | ServeSessionEnd
 )
 
 EVENT_TYPES: tuple[type[Any], ...] = (
@@ -421,6 +504,8 @@ EVENT_TYPES: tuple[type[Any], ...] = (
     SyncRequest,
     Claim,
     ComponentStatus,
+    ServeCall,
+    ServeSessionEnd,
 )
 """Every event type, each naming its Avro record in `SCHEMA`."""
 
@@ -431,6 +516,7 @@ RECORD_TYPES: tuple[type[SchemaRecord], ...] = (
     OffsetRanges,
     RetrainedOffset,
     TrainedLog,
+    ServeChoice,
 )
 """Every record dataclass: the events and the records nested in them."""
 
@@ -452,6 +538,11 @@ __all__ = [
     "Metric",
     "OffsetRanges",
     "RetrainedOffset",
+    "SERVE_ENDPOINTS",
+    "SESSION_OUTCOMES",
+    "ServeCall",
+    "ServeChoice",
+    "ServeSessionEnd",
     "SyncRequest",
     "Task",
     "TopicOffset",

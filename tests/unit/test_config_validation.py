@@ -161,9 +161,35 @@ def test_nccl_and_memory_sync_read_as_checkpoint_with_what_happens(tmp_path: Pat
         assert cfg.synchronizer.sync_method == "checkpoint"
 
 
-def test_serve_mode_is_refused_with_a_reason(tmp_path: Path) -> None:
-    err = error_for(tmp_path, MINIMAL, ("mode=serve",))
-    assert "`mode` 'serve' is refused: rft has no serving mode" in str(err)
+def test_serve_mode_loads_with_its_section_and_checks_what_the_server_acts_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rft.consumers.run_plan import RunPlan
+    from rft.consumers.serve.server import api_key_of, settings_of
+
+    path = write(tmp_path, MINIMAL)
+    cfg = load_config(path, ["mode=serve", "explorer.serve.max_sessions=3"])
+    assert cfg.mode == "serve" and cfg.explorer.serve.max_sessions == 3
+    assert cfg.explorer.serve.host == "127.0.0.1"  # localhost unless configured
+    assert "api_key" not in cfg.to_dict()["explorer"]["serve"]  # a secret, left out
+    monkeypatch.delenv("RFT_SERVE_API_KEY", raising=False)
+    assert api_key_of(cfg) is None
+    monkeypatch.setenv("RFT_SERVE_API_KEY", "from-env")
+    assert api_key_of(cfg) == "from-env"
+    monkeypatch.delenv("RFT_SERVE_API_KEY")
+    open_to_all = load_config(path, ["mode=serve", "explorer.serve.host=0.0.0.0"])
+    with pytest.raises(ConfigError, match="explorer.serve.host: '0.0.0.0' is reachable"):
+        api_key_of(open_to_all)
+    settings = settings_of(cfg, RunPlan(cfg), "srv")
+    assert settings.limits.max_completion_tokens == cfg.model.max_response_tokens
+    assert settings.group_size == cfg.algorithm.repeat_times
+    err = error_for(tmp_path, MINIMAL, ("explorer.rollout_model.tool_call_parser=hermez",))
+    assert "`explorer.rollout_model.tool_call_parser`" in str(err)
+
+
+def test_enable_openai_api_is_warned_about_truthfully(tmp_path: Path) -> None:
+    with pytest.warns(ConfigWarning, match="`mode: serve` serves the endpoint over HTTP"):
+        load_config(write(tmp_path, MINIMAL), ["explorer.rollout_model.enable_openai_api=true"])
 
 
 def test_token_limits_must_fit_the_model_length(tmp_path: Path) -> None:

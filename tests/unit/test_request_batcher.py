@@ -212,3 +212,30 @@ def test_a_salted_seed_draws_differently_on_the_cpu() -> None:
     ]
     assert draws[0] != draws[1] != draws[2] != draws[0]
     assert moved_seed(11, 0) == 11 and salted(base, 0) == base
+
+
+def test_work_between_waves_runs_on_the_dispatcher_never_inside_an_engine_call() -> None:
+    """A weight load handed to `between_waves` while two instances wait on a wave runs after
+    that wave's engine call, on the dispatcher thread; its result or its error comes back."""
+    engine = CountingEngine(tiny_engine())
+    seen: list[tuple[str, int]] = []
+    with RequestBatcher(engine, window_s=LONG_WINDOW) as batcher:
+        first, second = batcher.handle(), batcher.handle()
+        results: list[Any] = []
+        waiting = threading.Thread(target=lambda: results.append(first.generate([5, 6], GREEDY)))
+        waiting.start()
+        # one of two live handles waits: the wave is not flushed, so the chore goes first
+        ran = batcher.between_waves(
+            lambda: seen.append((threading.current_thread().name, len(engine.calls))) or 7
+        )
+        assert ran == 7  # the chore's own return value comes back
+        second.generate([5, 6], GREEDY)
+        waiting.join(60)
+        assert seen == [("rft-request-batcher", 0)] and len(engine.calls) == 1 and results
+        assert batcher.between_waves(lambda: len(engine.calls)) == 1
+        with pytest.raises(ZeroDivisionError):
+            batcher.between_waves(lambda: 1 / 0)
+        first.close()
+        second.close()
+    with pytest.raises(EngineError, match="closed"):
+        batcher.between_waves(lambda: None)
