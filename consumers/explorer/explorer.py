@@ -57,6 +57,7 @@ from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import check_chat_template, configured_chat_template
 from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import (
+    ROLLOUT_ENGINES,
     RolloutEngine,
     SamplingParams,
     create_rollout_engine,
@@ -200,6 +201,12 @@ class Explorer:
         )
 
     # -- set-up -------------------------------------------------------------------------------
+
+    @property
+    def _loads_weights(self) -> bool:
+        """Whether the engine's entry says it can load the trainer's versions."""
+        engine_type = self.cfg.explorer.rollout_model.engine_type
+        return bool(ROLLOUT_ENGINES.trait(engine_type, "loads_weights", True))
 
     def _build_engine(self) -> RolloutEngine:
         return create_rollout_engine(
@@ -364,6 +371,7 @@ class Explorer:
             control_topic=topics.control,
             weights_topic=topics.weights,
             status=status,
+            loads_weights=self._loads_weights,
         )
         return ExplorerIO(engine, tasks, tx, plain, follower, metrics, status, sync)
 
@@ -371,8 +379,16 @@ class Explorer:
         """Load the weights to start from, find the step to resume after and announce `running`
         (a restart replaces this explorer's earlier `finished` before it does anything)."""
         io.follower.poll(timeout_s=1.0)
-        if self.cfg.continue_from_checkpoint:
+        if self.cfg.continue_from_checkpoint and self._loads_weights:
             io.follower.load_newest(io.engine)
+        if not self._loads_weights:
+            log.info(
+                "explorer %s: engine %s answers with its server's weights: no version is loaded "
+                "or waited for (synchronizer requirements are not held); each experience carries "
+                "the version its server said answered",
+                self.explorer_id,
+                self.cfg.explorer.rollout_model.engine_type,
+            )
         step = self._resumed_step(io.tasks)
         self.summary.resumed_from = step
         io.status.announce("running", step=step)
@@ -616,6 +632,7 @@ class Explorer:
             self._step_limits(),
             before_rollout=lambda ids: io.sync.between_rollouts(engine, ids),
             spans=work.spans,
+            after_rollout=lambda ids: io.sync.after_rollouts(engine, ids),
         )
         # a compiling engine's first call on a new shape is reported apart from rollout time
         work.compile_s = engine.compile_seconds - compiled_before

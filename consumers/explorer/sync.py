@@ -18,6 +18,11 @@ in the log and as a `waiting` status on the control topic, at most every 30 s
 
 `fully_async` also loads a newly announced version between the rollout chunks of a step
 (`between_rollouts`); each chunk's tasks record the version they were sampled with.
+
+An engine whose entry says it cannot load weights (`loads_weights: False`: its weights live in a
+server it calls) is never given a version and never waited for: the explorer cannot make its
+server load one. Each chunk's tasks then record the oldest version the server said answered the
+chunk's calls (`after_rollouts`), and staleness is judged by the trainer on those versions.
 """
 
 from __future__ import annotations
@@ -88,8 +93,10 @@ class ExplorerSync:
         control_topic: str,
         weights_topic: str,
         status: StatusAnnouncer | None = None,
+        loads_weights: bool = True,
     ) -> None:
         self.settings = settings
+        self.loads_weights = loads_weights  # False: versions are the engine's server's
         self.style = style
         self.follower = follower
         self.explorer_id = explorer_id
@@ -117,7 +124,9 @@ class ExplorerSync:
                 key=self.explorer_id,
             )
             writer.flush()
-        if need > engine.model_version:
+        if not self.loads_weights:
+            pass  # nothing to hold for or load: the server answers with its own version
+        elif need > engine.model_version:
             self._hold_for(step, need, engine, started)
         elif wished:
             self._wait_for_answer(step, engine)
@@ -133,6 +142,7 @@ class ExplorerSync:
         sync = self.current
         if sync is None:
             return
+        engine.oldest_answering_version()  # what answered earlier calls is not these tasks'
         if self.style.loads_between_rollouts:
             self.follower.poll()
             if self._load_newest(engine):
@@ -140,7 +150,19 @@ class ExplorerSync:
         for task_id in task_ids:
             sync.task_versions[task_id] = engine.model_version
 
+    def after_rollouts(self, engine: RolloutEngine, task_ids: list[str]) -> None:
+        """After a chunk of a step's rollouts: where the engine's server said which versions
+        answered, these tasks record the oldest of them."""
+        sync = self.current
+        answered = engine.oldest_answering_version()
+        if sync is None or answered is None:
+            return
+        for task_id in task_ids:
+            sync.task_versions[task_id] = answered
+
     def _load_newest(self, engine: RolloutEngine) -> bool:
+        if not self.loads_weights:
+            return False
         loaded = self.follower.load_newest(engine)
         if loaded:
             self.counters.loads += 1

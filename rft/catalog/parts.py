@@ -297,6 +297,16 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     engine = c.entry(
         "explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg
     )
+    if engine is not None:  # the server settings, read only by an engine that calls one
+        for key in ("base_url", "api_key"):
+            if getattr(rollout, key) is not None and key not in engine.trait("reads", ()):
+                c.issues.append(
+                    Issue(
+                        f"explorer.rollout_model.{key}",
+                        f"is not read by engine {rollout.engine_type!r}: only an engine that "
+                        "calls a server reads it (engine_type openai)",
+                    )
+                )
     if engine is not None:  # engine_args: the settings the engine's entry says it reads
         reads = engine.trait("args", ())
         for key in rollout.engine_args:

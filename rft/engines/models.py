@@ -120,6 +120,16 @@ def load_model(spec: ModelSpec | str) -> ModelAndTokenizer:
     return model, tokenizer
 
 
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """The model's tokenizer, for an engine that holds no weights: read from a local directory,
+    else from its model source (which builds the model to hand it over)."""
+    if spec.name_or_path not in MODEL_SOURCES and Path(spec.name_or_path).expanduser().is_dir():
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(str(Path(spec.name_or_path).expanduser()))
+    return load_model(spec)[1]
+
+
 def materialize_model_dir(spec: ModelSpec) -> Path:
     """An HF directory (config, safetensors, tokenizer) holding `spec`'s model, for engines that
     load from disk themselves (vLLM). A local directory is itself; a source's model is written

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rft.config.binding import Issue
-from rft.engines.models import MODEL_SOURCES, ModelSpec, load_model
+from rft.engines.models import load_tokenizer
 from rft.engines.rollout import Rollout, RolloutEngine, RolloutEngineConfig, SamplingParams
 from rft.errors import ConfigError, EngineError, ReplayError
 from rft.events.models import Experience
@@ -74,7 +74,7 @@ class ReplayRolloutEngine(RolloutEngine):
         path = config.options.get("path")
         if not isinstance(path, str):
             raise ConfigError(f"{PATH_KEY}: is required by engine_type replay")
-        return cls(read_recording(path), _tokenizer(config.model), path)
+        return cls(read_recording(path), load_tokenizer(config.model), path)
 
     @property
     def tokenizer(self) -> Any:
@@ -131,16 +131,6 @@ def _rollout(exp: Experience, max_tokens: int, tokenizer: Any) -> Rollout:
         finish_reason=finish,
         logprob_temperature=exp.logprob_temperature,
     )
-
-
-def _tokenizer(spec: ModelSpec) -> Any:
-    """The model's tokenizer: read from a local directory, else from its model source (which
-    builds the model to hand it over)."""
-    if spec.name_or_path not in MODEL_SOURCES and Path(spec.name_or_path).expanduser().is_dir():
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(str(Path(spec.name_or_path).expanduser()))
-    return load_model(spec)[1]
 
 
 def replay_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:

@@ -173,6 +173,12 @@ class RolloutEngine(abc.ABC):
     ) -> list[list[Rollout]]:
         """For each prompt, `params.n` rollouts (outer list follows prompt order)."""
 
+    def oldest_answering_version(self) -> int | None:
+        """For an engine whose weights live in a server it calls: the oldest weight version the
+        server said answered one of its generate calls since this was last asked. None: no call
+        answered since, or the engine answers with the weights it loaded (`model_version`)."""
+        return None
+
     @abc.abstractmethod
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         """Replace the weights (HF names) and set `model_version`."""
@@ -505,6 +511,18 @@ ROLLOUT_ENGINES.lazy(
     check="rft.engines.vllm_engine:exact_logprob_issues",
     reads=VLLM_READS,
     tensor_parallel=True,
+)
+OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'"
+# `loads_weights`: whether the engine can load the trainer's versions (default True); one that
+# cannot (its weights live in a server) is never given one, and reports the server's versions
+ROLLOUT_ENGINES.lazy(
+    "openai",
+    "rft.engines.openai_engine:openai_rollout_engine",
+    requires=[Requirement("openai", OPENAI_INSTALL_COMMAND)],
+    check="rft.engines.openai_engine_checks:server_issues",
+    reads=("base_url", "api_key"),
+    args=("model", "returns_token_ids"),
+    loads_weights=False,
 )
 ROLLOUT_ENGINES.lazy(
     "replay",

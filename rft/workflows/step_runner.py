@@ -93,12 +93,14 @@ def run_step(
     limits: StepLimits,
     before_rollout: Callable[[list[str]], None] | None = None,
     spans: RolloutSpans | None = None,
+    after_rollout: Callable[[list[str]], None] | None = None,
 ) -> StepOutcome:
     """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`.
 
     `before_rollout(task_ids)` runs before each engine call (a chunk, or one retry): the
     explorer's sync loads weights announced since (fully_async) and records which version
-    samples those tasks. `spans` makes each task's rollout and reward spans, per attempt.
+    samples those tasks; `after_rollout(task_ids)` runs after it, when a remote engine has said
+    which version answered. `spans` makes each task's rollout and reward spans, per attempt.
     """
     outcome = StepOutcome()
     ready = _prepare(tasks, engine, params, limits, outcome)
@@ -131,6 +133,8 @@ def run_step(
         if before_rollout is not None:
             before_rollout([item.task.task_id for item in chunk])
         got = _traced_roll_out(chunk, engine, limits, chunk_index, spans, attempt=0)
+        if after_rollout is not None:
+            after_rollout([item.task.task_id for item in chunk])
         for item, result in zip(chunk, got, strict=True):
             record(item, result, 0)
     for attempt in range(1, limits.max_retry_times + 1):
@@ -142,6 +146,8 @@ def run_step(
             if before_rollout is not None:
                 before_rollout([item.task.task_id])
             (result,) = _traced_roll_out([item], engine, limits, salt, spans, attempt=attempt)
+            if after_rollout is not None:
+                after_rollout([item.task.task_id])
             record(item, result, attempt)
     for item in ready:
         tid = item.task.task_id

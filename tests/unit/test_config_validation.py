@@ -249,7 +249,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_rollout_engines_without_an_implementation_are_refused_at_load(tmp_path: Path) -> None:
-    for engine in ("openai", "sglang"):
+    for engine in ("sglang",):
         err = error_for(tmp_path, MINIMAL, (f"explorer.rollout_model.engine_type={engine}",))
         assert "`explorer.rollout_model.engine_type`" in str(err)
         assert f"known: {', '.join(ROLLOUT_ENGINES.names())}" in str(err)
