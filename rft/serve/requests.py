@@ -5,7 +5,9 @@
 (`unsupported_parameter`), so a caller never believes a setting took effect when it did not.
 `top_logprobs` above 0 (chat) and `logprobs` above 0 (completions) are refused: the engine reports
 the sampled token's logprob, not the alternatives. `return_token_ids` (vLLM's name) asks for each
-choice's `prompt_token_ids` and `token_ids`, exactly what the engine was fed and generated. Sampling defaults are the API's (temperature
+choice's `prompt_token_ids` and `token_ids`, exactly what the engine was fed and generated.
+vLLM's extra sampling settings `top_k`, `min_tokens`, `repetition_penalty` and `stop_token_ids`
+are read too (the `openai` rollout engine sends them when set). Sampling defaults are the API's (temperature
 1, top_p 1, n 1); `max_tokens` defaults to, and may not exceed, `ServeLimits.max_completion_tokens`.
 """
 
@@ -22,6 +24,7 @@ _ROLES = ("system", "user", "assistant", "tool")
 _COMMON = frozenset(
     {"model", "temperature", "top_p", "n", "stop", "seed", "stream", "stream_options"}
     | {"max_tokens", "metadata", "return_token_ids"}
+    | {"top_k", "min_tokens", "repetition_penalty", "stop_token_ids"}  # vLLM's extra settings
 )
 _CHAT = _COMMON | {
     "messages",
@@ -299,6 +302,20 @@ def _params(body: Mapping[str, Any], limits: ServeLimits, limit_key: str) -> Sam
     seed = body.get("seed")
     if seed is not None and not _is_int(seed):
         raise bad_request("seed must be an integer", "seed")
+    top_k = body.get("top_k")
+    if top_k is not None and (not _is_int(top_k) or top_k < -1):
+        raise bad_request("top_k must be an integer >= -1 (-1 or 0: off)", "top_k")
+    min_tokens = body.get("min_tokens")
+    if min_tokens is not None and (not _is_int(min_tokens) or not 0 <= min_tokens <= max_tokens):
+        raise bad_request(f"min_tokens must be an integer in [0, {max_tokens}]", "min_tokens")
+    penalty = _number(body, "repetition_penalty", 0.0, 2.0, 1.0)
+    if penalty == 0.0:
+        raise bad_request("repetition_penalty must be > 0", "repetition_penalty")
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is not None and (
+        not isinstance(stop_ids, list) or not all(_is_int(t) and t >= 0 for t in stop_ids)
+    ):
+        raise bad_request("stop_token_ids must be a list of token ids", "stop_token_ids")
     return SamplingParams(
         temperature=temperature,
         top_p=top_p,
@@ -306,4 +323,8 @@ def _params(body: Mapping[str, Any], limits: ServeLimits, limit_key: str) -> Sam
         n=int(n),
         seed=None if seed is None else int(seed) % (1 << 63),
         stop=tuple(stop or ()),
+        top_k=max(0, int(top_k or 0)),
+        min_tokens=int(min_tokens or 0),
+        repetition_penalty=penalty,
+        stop_token_ids=tuple(int(t) for t in stop_ids or ()),
     )

@@ -117,3 +117,18 @@ def test_server_keys_are_refused_by_an_engine_that_calls_no_server(tmp_path: Pat
     assert "`explorer.rollout_model.base_url`" in str(info.value)
     assert "`explorer.rollout_model.api_key`" in str(info.value)
     assert "is not read by engine 'hf'" in str(info.value)
+
+
+def test_rfts_server_reads_the_extra_settings_the_engine_sends() -> None:
+    from rft.serve.api_error import ApiError
+    from rft.serve.requests import ServeLimits
+    from rft.serve.requests import read_completion as read_request
+
+    limits = ServeLimits("m", max_completion_tokens=8, max_n=4)
+    settings = {"max_tokens": 8, "top_k": 5, "min_tokens": 2, "repetition_penalty": 1.2}
+    body = completion_body("m", [1, 2], settings | {"stop_token_ids": (7,)})
+    params = read_request(body, limits).params
+    assert (params.top_k, params.min_tokens, params.repetition_penalty) == (5, 2, 1.2)
+    assert params.stop_token_ids == (7,)
+    with pytest.raises(ApiError, match="min_tokens must be an integer in"):
+        read_request(completion_body("m", [1], {"max_tokens": 2, "min_tokens": 3}), limits)
