@@ -138,11 +138,14 @@ class ExplorerSync:
 
     def between_rollouts(self, engine: RolloutEngine, task_ids: list[str]) -> None:
         """Before a chunk of a step's rollouts: under fully_async load what was announced since;
-        either way record the version these tasks are sampled with."""
+        either way record the version these tasks are sampled with (for an engine that loads
+        weights: a remote engine's is known only after, see `after_rollouts`)."""
         sync = self.current
         if sync is None:
             return
         engine.oldest_answering_version()  # what answered earlier calls is not these tasks'
+        if not self.loads_weights:
+            return  # the version is known once the server has answered (after_rollouts)
         if self.style.loads_between_rollouts:
             self.follower.poll()
             if self._load_newest(engine):
