@@ -512,7 +512,7 @@ ROLLOUT_ENGINES.lazy(
     reads=VLLM_READS,
     tensor_parallel=True,
 )
-OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'"
+OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'  (or: pip install 'rft[openai]')"
 # `loads_weights`: whether the engine can load the trainer's versions (default True); one that
 # cannot (its weights live in a server) is never given one, and reports the server's versions
 ROLLOUT_ENGINES.lazy(

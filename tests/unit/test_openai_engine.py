@@ -132,3 +132,16 @@ def test_rfts_server_reads_the_extra_settings_the_engine_sends() -> None:
     assert params.stop_token_ids == (7,)
     with pytest.raises(ApiError, match="min_tokens must be an integer in"):
         read_request(completion_body("m", [1], {"max_tokens": 2, "min_tokens": 3}), limits)
+
+
+def test_without_the_openai_package_the_config_names_its_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rft.registry import Requirement
+
+    real = Requirement.missing
+    monkeypatch.setattr(Requirement, "missing", lambda self: self.package == "openai" or real(self))
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, SERVER, RETURNS)
+    assert "needs the openai package" in str(info.value)
+    assert "pip install 'rft[openai]'" in str(info.value)
