@@ -64,7 +64,10 @@ class OpenAIRolloutEngine(RolloutEngine):
             raise ConfigError(f"{BASE_URL_KEY}: is required by engine_type openai")
         api_key = options.get("api_key") or os.environ.get(API_KEY_ENV)
         model = str(options.get("model") or DEFAULT_MODEL)
-        client = OpenAIClient(base_url.rstrip("/"), api_key)
+        # no retries in the client: a failed call fails the task's attempt, and
+        # explorer.max_retry_times retries it (a client retry would also stretch a call's
+        # time budget by its retries)
+        client = OpenAIClient(base_url.rstrip("/"), api_key, max_retries=0)
         return cls(client, load_tokenizer(config.model), model)
 
     @property
