@@ -37,6 +37,7 @@ from rft.tools.chat_templates import tool_chat_template, tool_chat_template_path
 from rft.tracing.file_exporter import read_span_records
 from rft.tracing.spans import PUBLISH, ROLLOUT, TOOL_CALL, TURN
 from rft.workflows import WORKFLOWS
+from tests.integration.test_metrics_follow import follow, jsonl_rows
 from tests.integration.test_rft_loop import read_all
 from tests.integration.test_trace_chain import finish, run_cli
 from tests.unit.test_tool_workflow import ScriptedHandle
@@ -120,6 +121,7 @@ def test_turns_and_tool_calls_are_spans_of_the_tasks_trace_and_counted_in_step_m
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
     spans_file = tmp_path / "traces.jsonl"
+    metrics_file = tmp_path / "metrics.jsonl"
     recording = tmp_path / "script.jsonl"
     raw = {
         "project": "rft-it",
@@ -152,7 +154,12 @@ def test_turns_and_tool_calls_are_spans_of_the_tasks_trace_and_counted_in_step_m
             "rollout_model": {"engine_type": "replay", "engine_args": {"path": str(recording)}},
         },
         "synchronizer": {"sync_style": "trainer_driven"},  # the explorer never waits for weights
-        "monitor": {"trace_exporter": "file", "trace_args": {"path": str(spans_file)}},
+        "monitor": {
+            "monitor_type": "jsonl",
+            "monitor_args": {"path": str(metrics_file)},
+            "trace_exporter": "file",
+            "trace_args": {"path": str(spans_file)},
+        },
         "stack": {
             "kafka": {"bootstrap_servers": stack.kafka.bootstrap_servers},
             "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
@@ -217,3 +224,9 @@ def test_turns_and_tool_calls_are_spans_of_the_tasks_trace_and_counted_in_step_m
     assert values["tool_calls/calculator/ok_total"] == float(trajectories)
     assert values["tool_calls/search/unknown_tool_total"] == float(trajectories)
     assert values["truncated_mean"] == 0.0 and values["prompt_limit_ends_mean"] == 0.0
+    # and a sink gets them as they are on the topic
+    follow(config, "--from-beginning", "--until-idle", "3")
+    (sunk,) = [v for c, _, v in jsonl_rows(metrics_file) if c == "explorer" and "turns_mean" in v]
+    assert {k: v for k, v in sunk.items() if k.startswith(("tool_calls", "turns"))} == {
+        k: v for k, v in values.items() if k.startswith(("tool_calls", "turns"))
+    }
