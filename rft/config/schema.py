@@ -182,7 +182,8 @@ class ModelConfig:
     )
     max_prompt_tokens: int = key(
         bounded(1024, ge=1),
-        does="longer prompts are truncated (last tokens kept) or refused",
+        does="longer prompts are truncated (last tokens kept) or refused; a multi-turn turn "
+        "over it ends its trajectory, marked truncated",
         acts_in="rft/engines/prompt_limits.py",
         shown_by="tests/unit/test_prompt_limits.py",
     )
@@ -194,7 +195,8 @@ class ModelConfig:
     )
     max_model_len: int | None = key(
         bounded(None, ge=2),
-        does="prompt + response tokens are clamped to it (default: max_prompt_tokens + max_response_tokens)",
+        does="prompt + response tokens are clamped to it, each turn of a multi-turn rollout too "
+        "(default: max_prompt_tokens + max_response_tokens)",
         acts_in="rft/engines/prompt_limits.py",
         shown_by="tests/unit/test_prompt_limits.py",
     )

@@ -7,6 +7,11 @@ where the generation prompt, the reply prefix and the latest turn of the convers
 what is dropped (the start of the system prompt or of a long chat) is what the reply depends on
 least. The generation prompt and reply prefix must survive whole; a prompt that cannot keep them
 is refused instead. Responses are then clamped so that prompt + response fit `max_model_len`.
+
+A multi-turn workflow's turn (`turn_params`) is held to the same limits, but its prompt is the
+conversation so far, whose start is the trajectory being built: it is never truncated. A turn
+whose prompt is over `max_prompt_tokens`, or leaves no room for a reply within `max_model_len`,
+is refused, and the workflow ends the trajectory there, marked truncated.
 """
 
 from __future__ import annotations
@@ -68,6 +73,17 @@ class PromptLimits:
         if params.max_tokens <= room:
             return params
         return dataclasses.replace(params, max_tokens=room, min_tokens=min(params.min_tokens, room))
+
+    def turn_params(self, prompt_len: int, params: SamplingParams) -> SamplingParams:
+        """A multi-turn turn's `params`, its reply clamped to fit model.max_model_len;
+        PromptTooLongError when its prompt (the whole conversation so far) is over
+        model.max_prompt_tokens or leaves no room for a reply."""
+        if prompt_len > self.max_prompt_tokens:
+            raise PromptTooLongError(
+                f"the conversation is {prompt_len} tokens, over model.max_prompt_tokens "
+                f"({self.max_prompt_tokens})"
+            )
+        return self.response_params(prompt_len, params)
 
 
 def generation_prompt_len(

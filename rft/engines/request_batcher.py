@@ -8,8 +8,10 @@ handle is waiting, when the queued rows (prompts x n) reach the engine's batch s
 request has come for the gathering window (`window_s`), the case where some live instance is busy
 elsewhere (a tool, an environment step). Each live handle has at most one request queued, so a
 wave gathers for at most (live handles x window_s). A flush issues one
-`engine.generate` per distinct sampling settings (a request's `timeout_s` is left out of that
-comparison: each request carries its own deadline), each of at most `max_batch_size` rows.
+`engine.generate` per distinct sampling settings, each of at most `max_batch_size` rows. A
+request's `timeout_s` is left out of that comparison (each request carries its own deadline), and
+so is its `max_tokens` (replies clamped near a limit ask for their own): the call asks for the
+largest, and each reply is cut to its own, as a call of its own would have ended it.
 
 A handle stops counting as live when it is closed (a workflow that finished or raised), so the
 others never wait on it. When a batched call fails, each of its requests is tried again alone,
@@ -260,7 +262,9 @@ class RequestBatcher:
     def _serve(self, batch: list[_Request]) -> None:
         groups: dict[SamplingParams, list[_Request]] = {}
         for request in batch:
-            key = dataclasses.replace(request.params, timeout_s=None)
+            # max_tokens is left out too: requests clamped near a limit share the call, each
+            # reply cut to its own max_tokens after it (see `_own_length`)
+            key = dataclasses.replace(request.params, timeout_s=None, max_tokens=1)
             groups.setdefault(key, []).append(request)
         for key, requests in groups.items():
             for call in _calls_of(requests, self._cap):
@@ -281,7 +285,7 @@ class RequestBatcher:
         if not requests:
             return
         deadlines = [r.deadline for r in requests]
-        params = key
+        params = dataclasses.replace(key, max_tokens=max(r.params.max_tokens for r in requests))
         if all(d is not None for d in deadlines):
             left = max(d for d in deadlines if d is not None) - now
             params = dataclasses.replace(key, timeout_s=left)
@@ -296,6 +300,7 @@ class RequestBatcher:
                 self._call(key, [request])
             return
         for request, replies in zip(requests, outputs, strict=True):
+            replies = [_own_length(r, request.params.max_tokens, self._engine) for r in replies]
             self.stats.requests += 1
             self.stats.rows += len(replies)
             self.stats.generated_tokens += sum(len(r.response_ids) for r in replies)
@@ -313,6 +318,22 @@ class RequestBatcher:
                 f"prompt(s) x n={params.n}"
             )
         return outputs
+
+
+def _own_length(reply: Rollout, max_tokens: int, engine: RolloutEngine) -> Rollout:
+    """`reply` as a call with `max_tokens` would have ended it: its first `max_tokens` tokens,
+    finish "length", text decoded again (a reply's tokens do not depend on how many follow)."""
+    if len(reply.response_ids) <= max_tokens:
+        return reply
+    ids = reply.response_ids[:max_tokens]
+    text = engine.tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+    return dataclasses.replace(
+        reply,
+        response_ids=ids,
+        logprobs=reply.logprobs[:max_tokens],
+        text=text,
+        finish_reason="length",
+    )
 
 
 def _calls_of(requests: list[_Request], cap: int | None) -> list[list[_Request]]:

@@ -247,14 +247,21 @@ class HFRolloutEngine(RolloutEngine):
 
     Compiled mode (the default on a GPU; `enforce_eager: true` turns it off): a static KV cache
     and transformers' automatic `torch.compile` of the decode step (CUDA graphs). Compiled graphs
-    hold fixed shapes, so each call is padded to a shape bucket, rows to a power of two and the
-    prompt width to a multiple of WIDTH_BUCKET; the first call on a new bucket compiles, and its
-    wall time is added to `compile_seconds`. Weight updates copy into the same parameter storage,
-    so the graphs stay valid across versions.
+    hold fixed shapes, and the decode step's shape is (rows, cache length), the cache holding the
+    prompt width plus max_tokens. So each call is padded to a shape bucket: rows to a power of two,
+    and the cache length to `cache_bucket(width + max_tokens)` by left-padding the prompts (the
+    padding is masked). A multi-turn conversation's prompts grow each turn and its replies may be
+    clamped to any max_tokens: both land in the same few length buckets (multiples of 64 up to
+    512, then at most 4 per doubling), not a new graph per turn. The first call on a new bucket
+    compiles, and its wall time is added to `compile_seconds`. Weight updates copy into the same
+    parameter storage, so the graphs stay valid across versions.
     """
 
     WIDTH_BUCKET = 64
     MIN_ROWS_BUCKET = 8
+    # torch recompiles a function for each new shape up to its recompile limit (8), then runs
+    # it uncompiled: a multi-turn run meets more buckets (row buckets x length buckets) than that
+    RECOMPILE_LIMIT = 128
 
     def __init__(
         self,
@@ -270,7 +277,11 @@ class HFRolloutEngine(RolloutEngine):
         self._version = version
         self._max_batch_size = max_batch_size
         self._compiled = compiled
-        self._buckets: set[tuple[int, int, int]] = set()
+        if compiled:
+            import torch._dynamo.config as dynamo_config
+
+            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, self.RECOMPILE_LIMIT)
+        self._buckets: set[tuple[int, int]] = set()  # (rows, cache length) compiled for
         self.compile_seconds = 0.0
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -360,11 +371,13 @@ class HFRolloutEngine(RolloutEngine):
         width = max(len(r) for r in rows)
         bucket = None
         if self._compiled:
-            # pad to the shape bucket: duplicate rows fill the batch and are dropped afterwards
-            width = -(-width // self.WIDTH_BUCKET) * self.WIDTH_BUCKET
+            # pad to the shape bucket: duplicate rows fill the batch and are dropped afterwards;
+            # the prompts are left-padded so that prompt + max_tokens fills the bucket's cache
+            total = cache_bucket(width + params.max_tokens, self.WIDTH_BUCKET)
+            width = total - params.max_tokens
             size = max(self.MIN_ROWS_BUCKET, 1 << (len(rows) - 1).bit_length())
             rows = rows + [rows[-1]] * (size - len(rows))
-            bucket = (len(rows), width, params.max_tokens)
+            bucket = (len(rows), total)
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
@@ -463,6 +476,14 @@ class HFRolloutEngine(RolloutEngine):
             finish_reason=finish,
             logprob_temperature=params.logprob_temperature,
         )
+
+
+def cache_bucket(length: int, step: int = 64) -> int:
+    """The compiled path's cache length for `length` tokens: a multiple of `step` up to
+    8 x `step`, then of a step that doubles with each doubling of the length (at most 4 buckets
+    per doubling, at most 25% padding)."""
+    grain = max(step, 1 << max(0, (length - 1).bit_length() - 3))
+    return -(-length // grain) * grain
 
 
 def _stop_string_cut(

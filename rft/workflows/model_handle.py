@@ -8,6 +8,7 @@ once; an engine that batches (`rft.engines.request_batcher`) gathers their concu
 batched `generate` calls, so a step of many multi-turn rollouts makes about one call per turn.
 
 `DirectModelHandle` is the plain implementation: each request is one engine call of its own.
+`LimitedModelHandle` holds every turn of another handle to the model's prompt limits.
 
 This module imports no engine at run time (workflows are loaded where torch never is).
 """
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from rft.engines.prompt_limits import PromptLimits
     from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams
 
 Message = Mapping[str, Any]
@@ -80,6 +82,44 @@ class DirectModelHandle:
     ) -> list[int]:
         return chat_ids(
             self._engine,
+            messages,
+            tools=tools,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+
+class LimitedModelHandle:
+    """`inner`, with each request held to `limits` (`PromptLimits.turn_params`): the reply
+    clamped so that prompt + reply fit model.max_model_len, and a prompt over
+    model.max_prompt_tokens, or with no room left for a reply, refused with PromptTooLongError
+    before any engine sees it (the engine would fail on it, or make a sequence the trainer
+    cannot take)."""
+
+    def __init__(self, inner: ModelHandle, limits: PromptLimits) -> None:
+        self._inner = inner
+        self._limits = limits
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._inner.tokenizer
+
+    @property
+    def model_version(self) -> int:
+        return self._inner.model_version
+
+    def generate(self, prompt_ids: Sequence[int], params: SamplingParams) -> list[Rollout]:
+        return self._inner.generate(prompt_ids, self._limits.turn_params(len(prompt_ids), params))
+
+    def chat_ids(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> list[int]:
+        return self._inner.chat_ids(
             messages,
             tools=tools,
             chat_template=chat_template,

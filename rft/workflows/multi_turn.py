@@ -17,7 +17,10 @@ steps by, until the experience schema has fields for them.
 
 Limits: `max_turns` model turns; `max_total_tokens` ids in all (a reply is cut to fit, and a
 rollout that reaches the limit ends with finish_reason "length", i.e. truncated; a reply cut by
-its own `max_tokens` is still answered, and counted in `cut_turns`); an episode step
+its own `max_tokens` is still answered, and counted in `cut_turns`); the model's prompt limits,
+when the handle holds turns to them (`LimitedModelHandle`, as the explorer's runner does): a turn
+whose conversation is over them ends the rollout, truncated, counted in `prompt_limit_ends` (the
+first turn's refusal is the task's: PromptTooLongError); an episode step
 longer than `env_step_timeout_s` fails the rollout with WorkflowTimeoutError (it is retried and
 dead-lettered as any failed task is). Each turn and each tool call is a span (`explorer.turn`,
 `explorer.tool_call`) under whatever span is current, the task's rollout span in the explorer.
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from opentelemetry import trace
 
+from rft.engines.prompt_limits import PromptTooLongError
 from rft.errors import ConfigError, TasksetError
 from rft.events.models import Task
 from rft.tools import ToolExecutor
@@ -97,6 +101,7 @@ class _Rollout:
 
     trajectory: Trajectory
     messages: list[Message]
+    replied: Trajectory | None = None  # the trajectory as the model's last reply left it
     steps: list[Trajectory] = field(default_factory=list)
     reward: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -174,7 +179,17 @@ class MultiTurnWorkflow(Workflow):
             if room <= 0:
                 return self._truncate(state)
             params = dataclasses.replace(params, max_tokens=min(params.max_tokens, room))
-        reply = model.generate(so_far.tolist(), params)[0]
+        try:
+            reply = model.generate(so_far.tolist(), params)[0]
+        except PromptTooLongError as exc:
+            if turn == 0:  # no trajectory to end: the task itself does not fit
+                raise PromptTooLongError(f"task {task.task_id}: first prompt: {exc}") from exc
+            state.counts["prompt_limit_ends"] += 1
+            trace.get_current_span().set_attribute("rft.prompt_limit", str(exc))
+            # no reply follows the last environment message: the trajectory ends at the model's
+            assert state.replied is not None  # a turn after the first follows a reply
+            state.trajectory = state.replied
+            return self._truncate(state)
         state.trajectory = state.trajectory.then_model(reply)
         state.counts["turns"] += 1
         state.steps.append(Trajectory.of_reply(reply))
@@ -214,6 +229,7 @@ class MultiTurnWorkflow(Workflow):
         total = len(state.trajectory.token_ids) + len(found.ids)
         if limits.max_total_tokens is not None and total >= limits.max_total_tokens:
             return self._truncate(state)
+        state.replied = state.trajectory
         state.trajectory = state.trajectory.then_environment(found.ids, _text(model, found.ids))
         return False
 
@@ -261,6 +277,7 @@ class MultiTurnWorkflow(Workflow):
             "turns": float(counts["turns"]),
             "tool_calls": float(counts["tool_calls"]),
             "cut_turns": float(counts["cut_turns"]),
+            "prompt_limit_ends": float(counts["prompt_limit_ends"]),
             "truncated": float(state.trajectory.truncated),
         }
         metrics.update({k: float(v) for k, v in counts.items() if k.startswith("tool_calls/")})

@@ -12,6 +12,13 @@ abandoned as `rft.workflows.deadline.call_with_timeout` says, and its handle is 
 others never wait for it. A task's outcome is its trajectories, in index order, or the error of
 its first instance that failed; `rft.workflows.step_runner` retries and dead-letters it as it does
 single-turn tasks.
+
+With `prompt_limits` (the explorer's `model` limits) each instance's handle is a
+`LimitedModelHandle`: every turn's reply is clamped to model.max_model_len, and a turn whose
+conversation is over the limits is refused before the engine sees it (the workflow ends the
+trajectory there, truncated). With `contexts` (item position -> the task's rollout span, as a
+context) that context is current in the item's instance threads, so the spans a workflow makes
+(each turn, each tool call) join the task's trace.
 """
 
 from __future__ import annotations
@@ -19,16 +26,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from opentelemetry import context as otel_context
+from opentelemetry.context import Context
+
+from rft.engines.prompt_limits import PromptLimits, PromptTooLongError
 from rft.engines.request_batcher import DEFAULT_WINDOW_S, BatchedModelHandle, RequestBatcher
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.errors import RftError, TasksetError
 from rft.events.models import Task
 from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
+from rft.workflows.model_handle import LimitedModelHandle
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
 
@@ -68,6 +80,8 @@ def roll_out_multi_turn(
     timeout_s: float | None = None,
     on_phase: PhaseRecorder | None = None,
     window_s: float | None = None,
+    prompt_limits: PromptLimits | None = None,
+    contexts: Mapping[int, Context] | None = None,
 ) -> list[list[Trajectory] | Exception]:
     """Per item, in order, its trajectories or the exception that ended it (see module doc).
 
@@ -89,7 +103,15 @@ def roll_out_multi_turn(
             params = dataclasses.replace(item.params, n=1)
             started = time.time_ns()
             handle = handles[slot]
-            run = functools.partial(_run_instance, item, handle, params, index)
+            run = functools.partial(
+                _run_instance,
+                item,
+                handle,
+                params,
+                index,
+                prompt_limits,
+                None if contexts is None else contexts.get(position),
+            )
             try:
                 got[(position, index)] = call_with_timeout(run, timeout_s, "multi-turn workflow")
             except CallTimedOut:
@@ -128,14 +150,28 @@ def roll_out_multi_turn(
 
 
 def _run_instance(
-    item: MultiTurnItem, handle: BatchedModelHandle, params: SamplingParams, index: int
+    item: MultiTurnItem,
+    handle: BatchedModelHandle,
+    params: SamplingParams,
+    index: int,
+    prompt_limits: PromptLimits | None,
+    parent: Context | None,
 ) -> list[Trajectory]:
     workflow: DrivesModel = item.workflow  # type: ignore[assignment]
+    model: ModelHandle = (
+        handle if prompt_limits is None else LimitedModelHandle(handle, prompt_limits)
+    )
+    token = otel_context.attach(parent) if parent is not None else None
     try:
         with handle:
-            trajectories = workflow.run(item.task, handle, params, index)
+            trajectories = workflow.run(item.task, model, params, index)
+    except PromptTooLongError:
+        raise  # its own type: the step runner refuses the task rather than retrying it
     except TasksetError as exc:
         raise TasksetError(f"task {item.task.task_id}: {exc}") from exc
+    finally:
+        if token is not None:
+            otel_context.detach(token)
     if not all(isinstance(t, Trajectory) for t in trajectories):
         raise RftError(
             f"task {item.task.task_id}: workflow {type(item.workflow).__name__}.run must return "

@@ -9,6 +9,11 @@ span; under it `explorer.reward`, its scoring. A failed attempt's rollout span e
 status; a retried task gets one rollout span per attempt, and the context of the attempt that
 succeeded parents its `explorer.produce` span (`context_of`).
 
+A multi-turn task's rollout span cannot wait for the end: the workflow makes a span per turn and
+per tool call while it runs, and they belong under it. `start_driven` starts those rollout spans
+before the call (the runner makes each one current in its task's workflow threads), and `record`
+finishes them with the others.
+
 Span attributes hold ids, sizes, versions and times; the prompt (the workflow's messages) and the
 response texts only with `monitor.trace_content: true`.
 """
@@ -16,6 +21,7 @@ response texts only with `monitor.trace_content: true`.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +30,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Status, StatusCode
 
 from rft.tracing.spans import REWARD, ROLLOUT
+from rft.workflows.multi_turn_runner import drives_model
 from rft.workflows.runner import PreparedTask, WorkflowResult
 
 _tracer = trace.get_tracer("rft.explorer")
@@ -76,6 +83,23 @@ class RolloutSpans:
             return found
         return self.parents.get(task_id, Context())
 
+    def start_driven(self, items: Sequence[PreparedTask]) -> dict[int, trace.Span]:
+        """The rollout spans, started now, of the `items` whose workflow drives the model (by
+        position): their turn and tool-call spans are made under them while they run."""
+        return {
+            position: self._start(item, time.time_ns())
+            for position, item in enumerate(items)
+            if drives_model(item.workflow)
+        }
+
+    def _start(self, item: PreparedTask, start_ns: int) -> trace.Span:
+        return self.tracer.start_span(
+            ROLLOUT,
+            context=self.parents.get(item.task.task_id, Context()),
+            links=[self.step_link] if self.step_link is not None else None,
+            start_time=start_ns,
+        )
+
     def record(
         self,
         items: Sequence[PreparedTask],
@@ -86,20 +110,17 @@ class RolloutSpans:
         call_end_ns: int,
         attempt: int,
         model_version: int,
+        started: Mapping[int, trace.Span] | None = None,
     ) -> None:
-        """The spans of one `roll_out` call: `outcomes[i]` is what became of `items[i]`."""
+        """The spans of one `roll_out` call: `outcomes[i]` is what became of `items[i]`;
+        `started`: the spans `start_driven` started for this call."""
         for position, (item, outcome) in enumerate(zip(items, outcomes, strict=True)):
             generate = times.of(position, "generate")
             reward = times.of(position, "reward")
             start = generate[0] if generate else call_start_ns
             end = reward[1] if reward else (generate[1] if generate else call_end_ns)
             task = item.task
-            span = self.tracer.start_span(
-                ROLLOUT,
-                context=self.parents.get(task.task_id, Context()),
-                links=[self.step_link] if self.step_link is not None else None,
-                start_time=start,
-            )
+            span = (started or {}).get(position) or self._start(item, start)
             for key, value in self.attributes.items():
                 span.set_attribute(key, value)
             span.set_attribute("rft.task_id", task.task_id)

@@ -16,10 +16,11 @@ import dataclasses
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError, RftError, TasksetError
 from rft.events.models import Task
@@ -29,6 +30,9 @@ from rft.workflows.multi_turn_runner import MultiTurnItem, drives_model, roll_ou
 from rft.workflows.registry import WORKFLOWS
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +167,14 @@ def roll_out(
     timeout_s: float | None = None,
     seed_salt: int = 0,
     on_phase: PhaseRecorder | None = None,
+    prompt_limits: PromptLimits | None = None,
+    contexts: Mapping[int, Context] | None = None,
 ) -> list[WorkflowResult | Exception]:
     """Generate and score `items`; per item, in order, its result or the exception that ended it.
 
     Items whose workflow drives the model go to `roll_out_multi_turn` (after the others, each
-    instance with `timeout_s` of its own); the rest are single-turn, one engine call per
+    instance with `timeout_s` of its own, each turn held to `prompt_limits`, and the item's
+    context from `contexts`, by position, current while it runs); the rest are single-turn, one engine call per
     distinct SamplingParams. With `timeout_s`, the items are one batch in
     flight together, each with that much time: generation shares the clock (the engine stops
     at the deadline, and every item times out if generation reaches it, since none has time left
@@ -197,7 +204,16 @@ def roll_out(
         MultiTurnItem(items[p].task, items[p].workflow, salted(items[p].params, seed_salt))
         for p in driven
     ]
-    ran = roll_out_multi_turn(multi, engine, timeout_s=timeout_s, on_phase=shifted(driven))
+    ran = roll_out_multi_turn(
+        multi,
+        engine,
+        timeout_s=timeout_s,
+        on_phase=shifted(driven),
+        prompt_limits=prompt_limits,
+        contexts=None
+        if contexts is None
+        else {at: contexts[p] for at, p in enumerate(driven) if p in contexts},
+    )
     for position, result in zip(driven, ran, strict=True):
         task = items[position].task
         outcomes[position] = (

@@ -3,7 +3,9 @@
 - `explorer.runner_per_model`: tasks in flight on the engine at once. The batch is rolled out in
   chunks of that many tasks, one engine call per chunk (per distinct sampling settings in it).
 - Prompt limits (`rft.engines.prompt_limits`): over-long prompts are truncated or refused, and
-  every response is clamped to fit `model.max_model_len`.
+  every response is clamped to fit `model.max_model_len`. A multi-turn task's turns are held to
+  them one by one (`PromptLimits.turn_params`): a turn over them ends its trajectory, truncated;
+  a first prompt over them refuses the task, with no retry (it would be the same prompt again).
 - `explorer.max_timeout` / `explorer.max_retry_times`: a task whose workflow overruns its time or
   raises is tried again, alone (so a chunk-mate's failure is never blamed on it twice), up to
   max_retry_times more times; then it is given up with the reason, for a dead letter.
@@ -21,6 +23,8 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+
+from opentelemetry import trace
 
 from rft.engines.prompt_limits import PromptLimits, PromptTooLongError, generation_prompt_len
 from rft.engines.rollout import RolloutEngine, SamplingParams
@@ -113,6 +117,13 @@ def run_step(
             done[tid] = got
             last_error.pop(tid, None)
             return
+        if isinstance(got, PromptTooLongError):
+            # a multi-turn task's first prompt over the limits: the same every attempt
+            outcome.refused_prompts += 1
+            outcome.given_up[tid] = got
+            last_error.pop(tid, None)
+            log.warning("task %s refused: %s", tid, got)
+            return
         last_error[tid] = got
         if isinstance(got, WorkflowTimeoutError):
             outcome.timeouts += 1
@@ -153,7 +164,7 @@ def run_step(
         tid = item.task.task_id
         if tid in done:
             outcome.results.append(done[tid])
-        else:
+        elif tid not in outcome.given_up:
             outcome.failed_tasks += 1
             outcome.given_up[tid] = _final_error(tid, last_error[tid], limits.max_retry_times)
     return outcome
@@ -170,12 +181,25 @@ def _traced_roll_out(
 ) -> list[WorkflowResult | Exception]:
     """`roll_out`, and with `spans` the rollout spans of its items, timed as the call reports."""
     if spans is None:
-        return roll_out(items, engine, timeout_s=limits.max_timeout, seed_salt=salt)
+        return roll_out(
+            items,
+            engine,
+            timeout_s=limits.max_timeout,
+            seed_salt=salt,
+            prompt_limits=limits.prompts,
+        )
     times = PhaseTimes()
     version = engine.model_version  # the call samples with the weights loaded before it
     started = time.time_ns()
+    live = spans.start_driven(items)
     got = roll_out(
-        items, engine, timeout_s=limits.max_timeout, seed_salt=salt, on_phase=times.record
+        items,
+        engine,
+        timeout_s=limits.max_timeout,
+        seed_salt=salt,
+        on_phase=times.record,
+        prompt_limits=limits.prompts,
+        contexts={p: trace.set_span_in_context(span) for p, span in live.items()},
     )
     spans.record(
         items,
@@ -185,6 +209,7 @@ def _traced_roll_out(
         call_end_ns=time.time_ns(),
         attempt=attempt,
         model_version=version,
+        started=live,
     )
     return got
 

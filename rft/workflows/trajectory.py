@@ -155,7 +155,11 @@ class Trajectory:
 
 def step_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     """A step's view of its trajectories' own metrics: each key's mean over the trajectories
-    (0 where one lacks it), `<key>_mean`, and for counts of tool calls their sum, `<key>_total`."""
+    (0 where one lacks it), `<key>_mean`, and for counts of tool calls their sum, `<key>_total`.
+
+    A step-wise rollout's steps all carry the rollout's metrics: only its first step (turn 0)
+    counts, so each rollout counts once whichever way it was cut."""
+    trajectories = [t for t in trajectories if t.turn == 0]
     keys = sorted({k for t in trajectories for k in t.metrics})
     out: dict[str, float] = {}
     for key in keys:

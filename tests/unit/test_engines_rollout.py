@@ -13,9 +13,11 @@ from rft.engines.rollout import (
     HFRolloutEngine,
     RolloutEngineConfig,
     SamplingParams,
+    cache_bucket,
     create_rollout_engine,
 )
 from rft.errors import ConfigError, EngineError
+from rft.events.models import Task
 
 
 @pytest.fixture(scope="module")
@@ -350,10 +352,62 @@ def test_only_the_first_call_on_a_bucket_counts_as_compile_time(engine, prompts)
     first = fresh.compile_seconds
     assert first > 0
     fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=4, n=3, seed=4))  # 6 -> 8
-    assert fresh.compile_seconds == first  # same bucket: (8 rows, width 64, 4 tokens)
-    fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=5, seed=5))
-    assert fresh.compile_seconds > first  # a new bucket
+    assert fresh.compile_seconds == first  # same bucket: (8 rows, cache 64)
+    # another max_tokens whose prompt + reply still fit the same cache length: the same graph
+    width = max(len(p) for p in prompts)
+    assert cache_bucket(width + 5) == cache_bucket(width + 4)
+    fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=5, n=2, seed=5))
+    assert fresh.compile_seconds == first
+    fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=70, seed=5))
+    assert fresh.compile_seconds > first  # a longer cache: a new bucket
     assert engine.compile_seconds == 0.0  # the eager engine never compiles
+
+
+def test_cache_buckets_are_few_and_pad_little() -> None:
+    lengths = range(1, 8193)
+    buckets = [cache_bucket(n) for n in lengths]
+    assert all(b >= n for n, b in zip(lengths, buckets, strict=True))
+    assert all(b - n < 64 for n, b in zip(lengths, buckets, strict=True) if n <= 512)
+    assert all(b <= 1.25 * n for n, b in zip(lengths, buckets, strict=True) if n > 512)
+    assert buckets == sorted(buckets)  # a longer conversation never needs a shorter cache
+    # 8 up to 512, then 4 per doubling: 8 + 4 x 4 up to 8192, where multiples of 64 make 128
+    assert len(set(buckets)) == 8 + 4 * 4
+
+
+def test_a_multi_turn_conversation_on_the_compiled_path_matches_the_eager_one(engine) -> None:
+    """A guess_number rollout played greedily turn by turn on the compiled path's shapes (static
+    cache, prompts left-padded to growing cache buckets) is the eager engine's, token for token,
+    and its growing prompts share a few buckets."""
+    from rft.workflows import WORKFLOWS
+    from rft.workflows.model_handle import DirectModelHandle
+
+    shaped = HFRolloutEngine(engine.model, engine.tokenizer, compiled=True)
+    task = Task(
+        task_id="g",
+        taskset="games",
+        epoch=0,
+        index=0,
+        payload={"seed": 3},
+        workflow="guess_number",
+        format={"workflow_args": '{"max_turns": 4}'},
+    )
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    workflow = WORKFLOWS.get("guess_number")()
+    (eager,) = workflow.run(task, DirectModelHandle(engine), greedy, 0)
+    fed: list[int] = []
+
+    class Recording(DirectModelHandle):
+        def generate(self, prompt_ids, params):  # type: ignore[no-untyped-def]
+            fed.append(len(prompt_ids))
+            return super().generate(prompt_ids, params)
+
+    (compiled,) = workflow.run(task, Recording(shaped), greedy, 0)
+    assert eager.metrics["turns"] == compiled.metrics["turns"] == len(fed) > 1
+    assert compiled.token_ids.tolist() == eager.token_ids.tolist()
+    np.testing.assert_allclose(compiled.logprobs, eager.logprobs, atol=1e-4)
+    # each turn ran in the bucket of its conversation's length, and they grew past one bucket
+    assert shaped._buckets == {(8, cache_bucket(n + 24)) for n in fed}
+    assert len(shaped._buckets) > 1
 
 
 def test_the_hf_engine_compiles_on_a_gpu_unless_eager() -> None:

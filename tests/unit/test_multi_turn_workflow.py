@@ -4,6 +4,7 @@ mode makes one trajectory per turn; the token limit truncates; a hung environmen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -13,11 +14,12 @@ import numpy as np
 import pytest
 
 from rft.engines.models import ModelSpec
+from rft.engines.prompt_limits import PromptLimits, PromptTooLongError
 from rft.engines.rollout import ROLLOUT_ENGINES, Rollout, RolloutEngineConfig, SamplingParams
 from rft.events.models import Task
 from rft.workflows import WORKFLOWS
 from rft.workflows.deadline import WorkflowTimeoutError
-from rft.workflows.model_handle import DirectModelHandle
+from rft.workflows.model_handle import DirectModelHandle, LimitedModelHandle
 from rft.workflows.multi_turn import Episode, MultiTurnWorkflow, StepAnswer
 from rft.workflows.step_runner import StepLimits, run_step
 from rft.workflows.trajectory import step_metrics
@@ -185,3 +187,89 @@ def test_the_step_runner_plays_a_multi_turn_task_through_the_request_batcher(eng
         if turns > 1:  # environment feedback sits between the model's turns, with mask 0
             assert not trajectory.action_mask.all()
             assert trajectory.action_mask[-1]
+
+
+def test_a_turn_over_the_prompt_limit_ends_the_trajectory_at_the_last_reply(engine: Any) -> None:
+    """Held to model.max_prompt_tokens turn by turn, a rollout whose third prompt is over the
+    limit plays two turns (the same as unlimited, seeded), ends truncated at its second reply
+    (the environment's message after it is not kept) and counts the end; the engine never sees
+    the over-long prompt."""
+    free = RecordingHandle(engine)
+    workflow = multi_turn("guess_number")
+    t = task("guess_number", workflow_args={"max_turns": 3})
+    (whole,) = workflow.run(t, free, PARAMS, 0)
+    assert len(free.calls) == 3
+    second = len(free.calls[1][0])
+    limited = RecordingHandle(engine)
+    (cut,) = workflow.run(t, LimitedModelHandle(limited, PromptLimits(second, 10_000)), PARAMS, 0)
+    assert [fed for fed, _ in limited.calls] == [fed for fed, _ in free.calls[:2]]
+    (reply,) = limited.calls[1][1]
+    assert cut.token_ids.tolist() == whole.token_ids.tolist()[: second + len(reply.response_ids)]
+    assert cut.action_mask[-1] and cut.truncated
+    assert cut.metrics["prompt_limit_ends"] == 1.0 and cut.metrics["truncated"] == 1.0
+    assert whole.metrics["prompt_limit_ends"] == 0.0
+
+
+def test_a_turn_reply_is_clamped_to_max_model_len(engine: Any) -> None:
+    """The reply of a turn is cut so that the conversation fits model.max_model_len; the next
+    turn, with no room left, ends the trajectory: it never grows past the limit."""
+    free = RecordingHandle(engine)
+    workflow = multi_turn("guess_number")
+    t = task("guess_number", workflow_args={"max_turns": 3})
+    workflow.run(t, free, PARAMS, 0)
+    second = len(free.calls[1][0])
+    limited = RecordingHandle(engine)
+    (cut,) = workflow.run(
+        t, LimitedModelHandle(limited, PromptLimits(10_000, second + 2)), PARAMS, 0
+    )
+    assert len(limited.calls) == 2
+    (reply,) = limited.calls[1][1]
+    assert len(reply.response_ids) <= 2
+    assert len(cut.token_ids) <= second + 2 and cut.truncated
+
+
+def test_the_step_runner_holds_multi_turn_tasks_to_the_prompt_limits(engine: Any) -> None:
+    """Through the explorer's step runner: every rollout of a task stays within
+    model.max_model_len and ends truncated when its conversation outgrows it (no engine error,
+    nothing given up); a task whose first prompt is over model.max_prompt_tokens is refused at
+    once, counted, and not retried."""
+    free = RecordingHandle(engine)
+    game = task("guess_number", workflow_args={"max_turns": 6})
+    multi_turn("guess_number").run(game, free, PARAMS, 0)
+    first = len(free.calls[0][0])
+    limit = first + 12
+    outcome = run_step(
+        [game], engine, PARAMS, StepLimits(prompts=PromptLimits(limit, limit), max_retry_times=2)
+    )
+    assert not outcome.given_up
+    (result,) = outcome.results
+    for trajectory in result.trajectories:
+        assert len(trajectory.token_ids) <= limit
+        assert trajectory.truncated and trajectory.metrics["prompt_limit_ends"] == 1.0
+    refused = run_step(
+        [game],
+        engine,
+        PARAMS,
+        StepLimits(prompts=PromptLimits(first - 1, 10_000), max_retry_times=2),
+    )
+    assert not refused.results and refused.retries == 0
+    assert refused.refused_prompts == 1 and refused.failed_tasks == 0
+    error = refused.given_up[game.task_id]
+    assert isinstance(error, PromptTooLongError)
+    assert "first prompt" in str(error) and "model.max_prompt_tokens" in str(error)
+
+
+def test_step_metrics_count_a_step_wise_rollout_once(engine: Any) -> None:
+    """Every step of a step-wise rollout carries the rollout's metrics; the step's tool-call
+    totals count the rollout once, not once per step."""
+    workflow = multi_turn("guess_number")
+    t = task("guess_number", enable_concatenated_multi_turn=False, workflow_args={"max_turns": 3})
+    steps = workflow.run(t, DirectModelHandle(engine), PARAMS, 0)
+    assert len(steps) == 3
+    counted = [
+        dataclasses.replace(s, metrics={**s.metrics, "tool_calls/calculator/ok": 2.0})
+        for s in steps
+    ]
+    metrics = step_metrics(counted)
+    assert metrics["tool_calls/calculator/ok_total"] == 2.0
+    assert metrics["turns_mean"] == 3.0

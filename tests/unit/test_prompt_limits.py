@@ -51,3 +51,23 @@ def test_generation_prompt_len_of_chatml_and_of_a_template_without_one() -> None
     tail = len(tok.encode("<|im_start|>assistant\n", add_special_tokens=False))
     assert generation_prompt_len(engine, chat, None) == tail
     assert generation_prompt_len(engine, chat, "{{ messages[0].content }}") == 0
+
+
+@given(st.integers(1, 40), st.integers(1, 40), st.integers(2, 60), st.integers(1, 30))
+def test_a_turn_is_refused_over_either_limit_and_its_reply_clamped(
+    prompt_len: int, max_prompt: int, model_len: int, max_tokens: int
+) -> None:
+    """A multi-turn turn's prompt (the conversation so far) is never truncated: over
+    max_prompt_tokens, or with no room within max_model_len, it is refused; otherwise its reply
+    is clamped so that the turn fits max_model_len."""
+    limits = PromptLimits(max_prompt_tokens=max_prompt, max_model_len=model_len, truncate=True)
+    params = SamplingParams(max_tokens=max_tokens)
+    if prompt_len > max_prompt:
+        with pytest.raises(PromptTooLongError, match="over model.max_prompt_tokens"):
+            limits.turn_params(prompt_len, params)
+    elif prompt_len >= model_len:
+        with pytest.raises(PromptTooLongError, match="no room"):
+            limits.turn_params(prompt_len, params)
+    else:
+        got = limits.turn_params(prompt_len, params)
+        assert got.max_tokens == min(max_tokens, model_len - prompt_len)

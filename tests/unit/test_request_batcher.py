@@ -239,3 +239,24 @@ def test_work_between_waves_runs_on_the_dispatcher_never_inside_an_engine_call()
         second.close()
     with pytest.raises(EngineError, match="closed"):
         batcher.between_waves(lambda: None)
+
+
+def test_requests_differing_only_in_max_tokens_share_a_call_each_cut_to_its_own() -> None:
+    """Replies clamped to a limit ask for fewer tokens than the others: they share the wave's one
+    call, and each comes back as a call with its own max_tokens ends it (greedy: token for token
+    the direct call's, cut replies marked "length")."""
+    engine = CountingEngine(tiny_engine())
+    asks = [SP(temperature=0.0, max_tokens=k) for k in (8, 3, 1, 8, 5)]
+
+    def job(text: str, params: SP) -> Callable[[BatchedModelHandle], Any]:
+        return lambda h: h.generate(h.chat_ids([{"role": "user", "content": text}]), params)
+
+    with RequestBatcher(engine, window_s=LONG_WINDOW) as batcher:
+        got = run_concurrently(batcher, [job(t, p) for t, p in zip(TEXTS, asks, strict=True)])
+    assert [(n, p.max_tokens) for n, p in engine.calls] == [(5, 8)]
+    for text, params, replies in zip(TEXTS, asks, got, strict=True):
+        handle = DirectModelHandle(tiny_engine())
+        alone = handle.generate(handle.chat_ids([{"role": "user", "content": text}]), params)
+        same_replies(replies, alone)
+        assert len(replies[0].response_ids) <= params.max_tokens
+        assert replies[0].text == alone[0].text

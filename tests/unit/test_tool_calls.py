@@ -209,3 +209,29 @@ def test_offering_refuses_unknown_tools_naming_the_key():
         ConfigError, match=r"unknown taskset\.tools 'calculater'; did you mean 'calculator'"
     ):
         ToolExecutor.offering(["calculater"], key="taskset.tools")
+
+
+def test_the_docs_list_of_bad_calls_is_what_the_executor_answers():
+    """docs/tool-calls.md is rendered from the catalogue run through the real parser and
+    executor; every kind of bad input is answered with an error message and a non-ok outcome."""
+    from pathlib import Path
+
+    from rft.tools import bad_calls
+
+    page = bad_calls.render()
+    root = Path(__file__).resolve().parents[2]
+    committed = (root / bad_calls.PAGE_PATH).read_text(encoding="utf-8")
+    assert committed == page, (
+        f"{bad_calls.PAGE_PATH} is stale: run `python -m rft.tools.bad_calls > "
+        f"{bad_calls.PAGE_PATH}`"
+    )
+    seen = bad_calls.outcomes()
+    assert len(seen) == len(bad_calls.CASES)
+    (good, *bad) = seen
+    assert [r.outcome for r in good[1]] == ["ok"]
+    for case, results in bad:
+        assert len(results) == 1, case.what
+        (result,) = results
+        assert result.outcome in OUTCOMES and result.outcome != "ok", case.what
+        assert result.content.startswith("Error: ") or result.outcome == "truncated", case.what
+    assert {r.outcome for _, results in bad for r in results} == set(OUTCOMES) - {"ok"}
