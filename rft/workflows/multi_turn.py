@@ -19,7 +19,9 @@ Limits: `max_turns` model turns; `max_total_tokens` ids in all (a reply is cut t
 rollout that reaches the limit ends with finish_reason "length", i.e. truncated; a reply cut by
 its own `max_tokens` is still answered, and counted in `cut_turns`); an episode step
 longer than `env_step_timeout_s` fails the rollout with WorkflowTimeoutError (it is retried and
-dead-lettered as any failed task is). Each turn and each tool call is a span (`explorer.turn`,
+dead-lettered as any failed task is). Shaping: an episode's `call_reward` (a tool workflow's
+`workflow_args.tool_call_reward`) is added to the reward of a rollout in which at least one tool
+call ran (outcome "ok"), and metric `call_rewarded` says so. Each turn and each tool call is a span (`explorer.turn`,
 `explorer.tool_call`) under whatever span is current, the task's rollout span in the explorer.
 """
 
@@ -82,6 +84,8 @@ class Episode:
     tools: list[dict[str, Any]] = field(default_factory=list)
     executor: ToolExecutor | None = None
     parser: ToolCallParser | None = None
+    # added to the reward of a rollout in which at least one tool call ran (outcome "ok")
+    call_reward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,11 @@ class MultiTurnWorkflow(Workflow):
                 span.set_attribute("rft.turn_tokens", len(state.trajectory.token_ids))
             if done:
                 break
+        if episode.call_reward and any(
+            k.startswith("tool_calls/") and k.endswith("/ok") for k in state.counts
+        ):
+            state.reward += episode.call_reward
+            state.counts["call_reward"] = 1
         return self._finished(task, state, index)
 
     def _turn(
@@ -262,6 +271,7 @@ class MultiTurnWorkflow(Workflow):
             "tool_calls": float(counts["tool_calls"]),
             "cut_turns": float(counts["cut_turns"]),
             "truncated": float(state.trajectory.truncated),
+            "call_rewarded": float(counts["call_reward"]),
         }
         metrics.update({k: float(v) for k, v in counts.items() if k.startswith("tool_calls/")})
         metrics.update({k: float(v) for k, v in counts.items() if k.startswith("template_")})
