@@ -85,3 +85,32 @@ def test_demonstrations_start_where_the_workflow_starts_and_teach_both_turns(
         assert tok.decode(prompt).startswith(tok.decode(fed))
         assert f"<tool_response>\n{a * b}\n</tool_response>" in tok.decode(prompt)
         assert env.step(tok.decode(response)).reward == 1.0
+
+
+def test_the_agent_example_configs_load_and_evaluate_on_held_out_seeds_only(
+    script: ModuleType,
+) -> None:
+    from rft.catalog import load_config
+
+    root = Path(__file__).parents[2]
+    for name, train_workflow, eval_workflows in (
+        ("guess_number", "guess_number", {"guess_number"}),
+        ("multiplication_tool", "multiplication_tool", {"multiplication_tool", "multiplication"}),
+    ):
+        cfg = load_config(root / "examples" / "agents" / f"{name}.yaml")
+        inputs = cfg.buffer.explorer_input
+        assert inputs.taskset is not None
+        assert inputs.taskset.default_workflow_type == train_workflow
+        assert inputs.taskset.generator_args["split"] == "train"
+        assert {t.default_workflow_type for t in inputs.eval_tasksets} == eval_workflows
+        assert all(t.generator_args["split"] == "eval" for t in inputs.eval_tasksets)
+        assert all("tool_call_reward" not in t.workflow_args for t in inputs.eval_tasksets)
+    # the tool example mixes in the demonstrations the script's docstring writes
+    aux = cfg.buffer.trainer_input.auxiliary_buffers["sft_dataset"]
+    assert f"--out {aux.path}" in (SCRIPT.read_text())
+    assert cfg.algorithm.sample_strategy == "mix"
+    # and its prompts start from the system prompt the demonstrations were written with
+    tool_tasksets = [cfg.buffer.explorer_input.taskset, cfg.buffer.explorer_input.eval_tasksets[0]]
+    assert all(
+        t is not None and t.format.system_prompt == script.SYSTEM_PROMPT for t in tool_tasksets
+    )
