@@ -21,8 +21,9 @@ its own `max_tokens` is still answered, and counted in `cut_turns`); an episode 
 longer than `env_step_timeout_s` fails the rollout with WorkflowTimeoutError (it is retried and
 dead-lettered as any failed task is). Shaping: an episode's `call_reward` (a tool workflow's
 `workflow_args.tool_call_reward`) is added to the reward of a rollout in which at least one tool
-call ran (outcome "ok"), and metric `call_rewarded` says so. Each turn and each tool call is a span (`explorer.turn`,
-`explorer.tool_call`) under whatever span is current, the task's rollout span in the explorer.
+call ran (outcome "ok"), and metric `call_rewarded` says so. Each turn and each tool call is a
+span (`explorer.turn`, `explorer.tool_call`) under whatever span is current, the task's rollout
+span in the explorer.
 """
 
 from __future__ import annotations
