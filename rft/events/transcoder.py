@@ -291,8 +291,9 @@ class _Mapper:
         origin = typing.get_origin(hint) or hint
         args = typing.get_args(hint)
         if isinstance(wire, str):
-            if origin is np.ndarray and wire == "bytes" and len(args) == 2:
-                dtype = np.dtype(typing.get_args(args[1])[0])
+            scalar = _array_scalar(hint)
+            if scalar is not None and wire == "bytes":
+                dtype = np.dtype(scalar)
                 if dtype in _ARRAYS:
                     return _ARRAYS[dtype]
             elif (wire, origin) in _SCALARS:
@@ -368,6 +369,19 @@ def _nullable(inner: _Form, *, wire_too: bool = True) -> _Form:
         decode=either(inner.decode) if wire_too else inner.decode,
         names=inner.names,
     )
+
+
+def _array_scalar(hint: Any) -> Any:
+    """The scalar type of a numpy array annotation (`npt.NDArray[np.int32]` -> np.int32), else
+    None. NDArray is `ndarray[shape, dtype[scalar]]` in some numpy versions and a `type` alias
+    of it (origin the alias, one argument) in others (2.5 on the GPU machine)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is np.ndarray and len(args) == 2:
+        return typing.get_args(args[1])[0]
+    aliased = getattr(origin, "__value__", None)
+    if aliased is not None and typing.get_origin(aliased) is np.ndarray and len(args) == 1:
+        return args[0]
+    return None
 
 
 def _optional_hint(hint: Any) -> Any:

@@ -22,8 +22,11 @@ when the handle holds turns to them (`LimitedModelHandle`, as the explorer's run
 whose conversation is over them ends the rollout, truncated, counted in `prompt_limit_ends` (the
 first turn's refusal is the task's: PromptTooLongError); an episode step
 longer than `env_step_timeout_s` fails the rollout with WorkflowTimeoutError (it is retried and
-dead-lettered as any failed task is). Each turn and each tool call is a span (`explorer.turn`,
-`explorer.tool_call`) under whatever span is current, the task's rollout span in the explorer.
+dead-lettered as any failed task is). Shaping: an episode's `call_reward` (a tool workflow's
+`workflow_args.tool_call_reward`) is added to the reward of a rollout in which at least one tool
+call ran (outcome "ok"), and metric `call_rewarded` says so. Each turn and each tool call is a
+span (`explorer.turn`, `explorer.tool_call`) under whatever span is current, the task's rollout
+span in the explorer.
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ class Episode:
     tools: list[dict[str, Any]] = field(default_factory=list)
     executor: ToolExecutor | None = None
     parser: ToolCallParser | None = None
+    # added to the reward of a rollout in which at least one tool call ran (outcome "ok")
+    call_reward: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,11 @@ class MultiTurnWorkflow(Workflow):
                 span.set_attribute("rft.turn_tokens", len(state.trajectory.token_ids))
             if done:
                 break
+        if episode.call_reward and any(
+            k.startswith("tool_calls/") and k.endswith("/ok") for k in state.counts
+        ):
+            state.reward += episode.call_reward
+            state.counts["call_reward"] = 1
         return self._finished(task, state, index)
 
     def _turn(
@@ -279,6 +289,7 @@ class MultiTurnWorkflow(Workflow):
             "cut_turns": float(counts["cut_turns"]),
             "prompt_limit_ends": float(counts["prompt_limit_ends"]),
             "truncated": float(state.trajectory.truncated),
+            "call_rewarded": float(counts["call_reward"]),
         }
         metrics.update({k: float(v) for k, v in counts.items() if k.startswith("tool_calls/")})
         metrics.update({k: float(v) for k, v in counts.items() if k.startswith("template_")})

@@ -4,6 +4,8 @@ The tools are the row's `format.tools_key` column when the taskset names one (to
 function specs naming registered tools, as Trinity's rows hold them), else the workflow's
 `workflow_args.tools`, else the workflow's default. Replies are read with the format's
 `tool_call_parser` (default hermes); each call runs in a `ToolExecutor` bounded by `tool_timeout_s`.
+`tool_call_reward` (default 0) is reward shaping for a model that does not call tools yet: it is
+added to the reward of a rollout in which at least one call ran (see `rft.workflows.multi_turn`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rft.errors import TasksetError
+from rft.errors import ConfigError, TasksetError
 from rft.events.models import Task
 from rft.tools import TOOL_CALL_PARSERS, ToolExecutor
 from rft.workflows.multi_turn import Episode
@@ -22,6 +24,7 @@ _Param = inspect.Parameter
 TOOL_PARAMS = [
     _Param("tools", _Param.KEYWORD_ONLY, default=None, annotation="list[str] | None"),
     _Param("tool_timeout_s", _Param.KEYWORD_ONLY, default=30.0, annotation="float"),
+    _Param("tool_call_reward", _Param.KEYWORD_ONLY, default=0.0, annotation="float"),
 ]
 
 
@@ -37,6 +40,11 @@ def offer_tools(
     episode.tools = [entry.spec() for entry in executor.tools.values()]
     parser_name = task.format.get("tool_call_parser") or "hermes"
     episode.parser = TOOL_CALL_PARSERS.get(parser_name, key="format.tool_call_parser")
+    episode.call_reward = float(args.get("tool_call_reward", 0.0))
+    if episode.call_reward < 0:
+        raise ConfigError(
+            f"workflow_args.tool_call_reward must be 0 or above, got {episode.call_reward!r}"
+        )
     return episode
 
 

@@ -144,3 +144,21 @@ def test_a_schema_that_drifted_from_its_dataclass_is_refused(tmp_path: Path) -> 
     newest.write_text(json.dumps(definition))
     with pytest.raises(RecordDriftError, match=r"SyncRequest\.step: no mapping of Avro 'string'"):
         transcoder_of(SyncRequest, SchemaCatalog.from_dir(target))
+
+
+def test_array_annotations_of_either_numpy_spelling_map_to_their_scalar() -> None:
+    """npt.NDArray is ndarray[shape, dtype[T]] in numpy 2.4 and a `type` alias of that in 2.5
+    (the GPU machine's), whose Experience fields were then refused as schema drift."""
+    import numpy as np
+    import numpy.typing as npt
+    from typing_extensions import TypeAliasType, TypeVar
+
+    from rft.events.transcoder import _array_scalar
+
+    scalar = TypeVar("scalar", bound=np.generic)
+    alias = TypeAliasType(
+        "alias", np.ndarray[tuple[Any, ...], np.dtype[scalar]], type_params=(scalar,)
+    )
+    assert _array_scalar(npt.NDArray[np.int32]) is np.int32
+    assert _array_scalar(alias[np.float32]) is np.float32
+    assert _array_scalar(alias) is None and _array_scalar(list[np.int32]) is None

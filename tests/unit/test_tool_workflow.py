@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import ROLLOUT_ENGINES, Rollout, RolloutEngineConfig, SamplingParams
 from rft.environments.multiplication import Multiplication
+from rft.errors import ConfigError
 from rft.events.models import Task
 from rft.tools.chat_templates import tool_chat_template
 from rft.tracing.spans import ROLLOUT, TOOL_CALL, TURN
@@ -191,3 +192,30 @@ def test_tool_call_workflow_answers_a_row_with_its_tools_and_scores_the_answer(
     wrong = ScriptedHandle(engine, [f"It is {a * b + 1}."])
     (traj,) = workflow.run(t, wrong, SamplingParams(max_tokens=64), 0)
     assert traj.reward == 0.0 and traj.metrics["tool_calls"] == 0
+
+
+def test_tool_call_reward_shapes_rollouts_whose_call_ran(engine: Any) -> None:
+    workflow = WORKFLOWS.get("multiplication_tool")()
+    assert isinstance(workflow, MultiTurnWorkflow)
+    env = Multiplication()
+    env.reset(7)
+    product = env.factors[0] * env.factors[1]
+    good = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
+    shaped = tool_task(workflow_args=json.dumps({"tool_call_reward": 0.25}))
+    params = SamplingParams(max_tokens=64)
+
+    def play(task: Task, replies: list[str]) -> tuple[float, float]:
+        (traj,) = workflow.run(task, ScriptedHandle(engine, replies), params, 0)
+        return traj.reward, traj.metrics["call_rewarded"]
+
+    # a call that ran, then a wrong answer: only the shaping reward; a right one: both
+    assert play(shaped, [good, f"Answer: {product + 1}"]) == (0.25, 1.0)
+    assert play(shaped, [good, f"Answer: {product}"]) == (1.25, 1.0)
+    # no call, or only calls that did not run, earn nothing for calling
+    assert play(shaped, [f"Answer: {product}"]) == (1.0, 0.0)
+    bad = '<tool_call>{"name": "calc", "arguments": {}}</tool_call>'
+    assert play(shaped, ["<tool_call>{not json</tool_call>", bad, "Answer: 1"]) == (0.0, 0.0)
+    # unset (the default) it changes nothing
+    assert play(tool_task(), [good, f"Answer: {product + 1}"]) == (0.0, 0.0)
+    with pytest.raises(ConfigError, match="tool_call_reward"):
+        play(tool_task(workflow_args=json.dumps({"tool_call_reward": -1})), [good])
