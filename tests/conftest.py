@@ -87,6 +87,16 @@ def unique(request: pytest.FixtureRequest, _module_topics: _ModuleTopics) -> Ite
         _module_topics.stack = request.getfixturevalue("stack")
 
 
+@pytest.fixture(scope="module")
+def module_unique(stack: StackSettings, _module_topics: _ModuleTopics) -> str:
+    """One `unique` name shared by a module's tests (e.g. one server process they all call),
+    its topics deleted with the module's."""
+    name = "t" + uuid.uuid4().hex[:UNIQUE_HEX]
+    _module_topics.names.append(name)
+    _module_topics.stack = stack
+    return name
+
+
 def _delete_topics_of_earlier_sessions(stack: StackSettings) -> None:
     """A session killed before its tests' teardown leaves their topics on the default root, and
     the next session on that root would start with them all loaded in the broker."""

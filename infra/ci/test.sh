@@ -19,7 +19,8 @@ echo "== docs"
 NO_MKDOCS_2_WARNING=1 "$BIN/mkdocs" build --strict --site-dir site
 echo "== pytest"
 set +e
-"$BIN/pytest" -q tests "$@"
+# the slowest tests, printed on every run: where to look when the suite nears its 30 minutes
+"$BIN/pytest" -q --durations=25 tests "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then

@@ -134,10 +134,20 @@ def make_server(tmp_path: Path, stack: StackSettings, name: str, **serve: Any) -
     return Server(path, port, tmp_path / f"{name}.log")
 
 
-@pytest.fixture
-def server(stack: StackSettings, unique: str, tmp_path: Path) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def server(
+    stack: StackSettings, module_unique: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One server process for the module's tests that need no server of their own (each starts
+    an `rft run` and loads a model): they call it with session ids of their own."""
     srv = make_server(
-        tmp_path, stack, unique, api_key=KEY, session_ttl_s=10.0, max_n=4, max_body_bytes=100_000
+        tmp_path_factory.mktemp("serve"),
+        stack,
+        module_unique,
+        api_key=KEY,
+        session_ttl_s=10.0,
+        max_n=4,
+        max_body_bytes=100_000,
     )
     srv.start()
     yield srv
