@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rft.errors import TransportError
+from rft.errors import FencedError, TransportError
 from rft.events.models import ComponentStatus
 from rft.events.writer import EventWriter
 
@@ -69,12 +69,27 @@ class StatusAnnouncer:
                 self.writer.commit()
             else:
                 self.writer.flush()
+        except FencedError:
+            # not a status lost but the process's role taken over: the caller must stop (a fence
+            # swallowed here left a trainer retrying a dead producer for its whole outage window)
+            raise
         except TransportError as exc:
             # a status informs; the run's data does not depend on it reaching the topic
             log.warning(
                 "could not announce %s %s on %s: %s", state, detail, self.control_topic, exc
             )
+            if self.transactional and self.writer.in_transaction:
+                self._abort()
         return status
+
+    def _abort(self) -> None:
+        """Abort a status's failed transaction: the caller's next one must not begin inside it."""
+        try:
+            self.writer.abort()
+        except FencedError:
+            raise
+        except TransportError as exc:
+            log.warning("could not abort the transaction of a status: %s", exc)
 
     def waits(self, step: int = 0) -> WaitNotice:
         return WaitNotice(self, step)

@@ -52,7 +52,7 @@ from rft.consumers.explorer.sync import ExplorerSync, StepSync
 from rft.consumers.explorer.weight_follower import WeightFollower
 from rft.consumers.run_plan import RunPlan
 from rft.consumers.tasks.left import tasks_left
-from rft.consumers.tasks.order import OrderedTasks, PartitionEnds
+from rft.consumers.tasks.order import OrderedTasks, PartitionEnds, drop_revoked
 from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import check_chat_template, configured_chat_template
 from rft.engines.prompt_limits import PromptLimits
@@ -152,21 +152,6 @@ class StepWork:
     def __post_init__(self) -> None:
         self.tasks = [e for e in self.batch if isinstance(e.event, Task)]
         self.by_id = {e.event.task_id: e for e in self.tasks}  # type: ignore[union-attr]
-
-
-def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
-    """`batch` without the envelopes of partitions in `revoked`."""
-    if not revoked:
-        return batch
-    kept = [e for e in batch if (e.topic, e.partition) not in revoked]
-    if len(kept) < len(batch):
-        log.info(
-            "rebalance: %d task(s) of revoked partitions %s dropped: the partition's next owner "
-            "(this explorer too, if it comes back) reads them again from the committed offset",
-            len(batch) - len(kept),
-            sorted(revoked),
-        )
-    return kept
 
 
 def default_explorer_id() -> str:
@@ -511,26 +496,11 @@ class Explorer:
 
     def _poll_batch(self, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
         """Up to batch_size tasks, in the order they were published over all of this member's
-        partitions (rft.consumers.tasks.order); waits a little for a full batch, returns what it has.
-
-        A rebalance happens inside poll: tasks already taken or buffered from a partition this
-        member has just lost are dropped, and whoever holds the partition next reads them again
-        from the group's committed offset: another member, or this one when the partition comes
-        straight back (the reader seeks it there, `Resume.COMMITTED`), so no task is ever skipped
-        past the commit and the step's transaction never commits offsets of a partition it does
-        not hold. No transaction is open while this polls: each step's begins after its rollouts.
-        """
-        want = self.plan.batch_size
+        partitions (`OrderedTasks.batch`), what was carried over from a step cut short first.
+        No transaction is open while this polls: each step's begins after its rollouts."""
         self._order.merge.add(self._carried)
         self._carried = []
-        batch: list[Envelope] = []
-        deadline = time.monotonic() + 5.0
-        while not stop.is_set():
-            batch += self._order.take(tasks, want - len(batch))
-            if len(batch) >= want or time.monotonic() > deadline:
-                break
-            batch = drop_revoked(batch, self._order.poll(tasks, timeout_s=1.0))
-        return batch
+        return self._order.batch(tasks, self.plan.batch_size, stop)
 
     def _taken_over(self, tx: EventWriter) -> bool:
         """Whether another process took this explorer id over, asked when the group fences this

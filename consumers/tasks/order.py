@@ -20,7 +20,7 @@ ended only against an end read after the heads it lets through. A partition that
 its end without moving for `STALL_S` (e.g. only aborted records left, which no position shows)
 counts as ended, with a warning: order is relaxed there, nothing is skipped.
 
-`OrderedTasks` joins the two for the explorer. A member of a group merges the partitions it
+`OrderedTasks` joins the two for the explorer and makes its batches (`OrderedTasks.batch`). A member of a group merges the partitions it
 holds: each member's tasks follow the published order over its share. Buffered tasks of a
 partition this member loses, or rewinds, must be dropped (`drop`): the reader reads them again
 from the group's committed offset or the rewind point.
@@ -29,6 +29,7 @@ from the group's committed offset or the rewind point.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable
@@ -49,6 +50,8 @@ Partition = tuple[str, int]
 STALL_S = 10.0
 # Records asked of the reader per poll while the merge waits for heads of other partitions
 POLL_RECORDS = 256
+# Seconds a batch waits for more tasks before it goes with what it has
+BATCH_WAIT_S = 5.0
 
 _FIRST = (-1, -1)  # the order of an event that is not a Task: before every task
 
@@ -248,10 +251,38 @@ class OrderedTasks:
             lambda partitions, fresh: self.ends.finished(reader, partitions, fresh),
         )
 
+    def batch(self, reader: EventReader, want: int, stop: threading.Event) -> list[Envelope]:
+        """Up to `want` tasks in published order over this member's partitions; waits up to
+        BATCH_WAIT_S for a full batch, then returns what it has.
+
+        A rebalance happens inside poll: tasks already taken or buffered from a partition this
+        member has just lost are dropped, and whoever holds the partition next reads them again
+        from the group's committed offset: another member, or this one when the partition comes
+        straight back (the reader seeks it there), so no task is ever skipped past the commit and
+        a step never commits offsets of a partition it does not hold.
+
+        It polls at least once per batch, without waiting for records, even when the buffer holds the whole
+        batch: the group's rebalances run inside members' polls, so a member living off its
+        buffer would hold up a joining member's share until it ran dry (seen: a second explorer
+        waited a whole run for its first partition).
+        """
+        self.poll(reader, timeout_s=reader.group_poll_s)
+        out: list[Envelope] = []
+        deadline = time.monotonic() + BATCH_WAIT_S
+        while not stop.is_set():
+            out += self.take(reader, want - len(out))
+            if len(out) >= want or time.monotonic() > deadline:
+                break
+            out = drop_revoked(out, self.poll(reader, timeout_s=1.0))
+        return out
+
     def poll(self, reader: EventReader, timeout_s: float) -> set[Partition]:
         """Poll `reader` once into the merge; returns the partitions it revoked (their buffered
-        tasks are dropped; a caller drops its own)."""
-        self.merge.add(reader.poll(self.poll_records, timeout_s=timeout_s))
+        tasks are dropped; a caller drops its own). With `poll_records` or more buffered it asks
+        for one record: a poll made to serve the group (see `Explorer._poll_batch`) then grows
+        the buffer by at most one per step, while each step takes a batch from it."""
+        records = self.poll_records if self.merge.buffered < self.poll_records else 1
+        self.merge.add(reader.poll(records, timeout_s=timeout_s))
         revoked = reader.take_revoked()
         self.drop(revoked)
         return revoked
@@ -267,3 +298,18 @@ class OrderedTasks:
                     dropped,
                     sorted(partitions),
                 )
+
+
+def drop_revoked(batch: list[Envelope], revoked: set[tuple[str, int]]) -> list[Envelope]:
+    """`batch` without the envelopes of partitions in `revoked`."""
+    if not revoked:
+        return batch
+    kept = [e for e in batch if (e.topic, e.partition) not in revoked]
+    if len(kept) < len(batch):
+        log.info(
+            "rebalance: %d task(s) of revoked partitions %s dropped: the partition's next owner "
+            "(this explorer too, if it comes back) reads them again from the committed offset",
+            len(batch) - len(kept),
+            sorted(revoked),
+        )
+    return kept

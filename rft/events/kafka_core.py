@@ -228,6 +228,9 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         self._stuck = False  # a call never returned: the client must not be used again
         self._failures: list[str] = []
         self._undelivered_since: float | None = None  # first of consecutive timed-out flushes
+        # a fence a transactional call reported: librdkafka tells its error callback only when
+        # polled, and until then answers later calls with other errors (_CONFLICT, _STATE)
+        self._fenced_by: str | None = None
 
     # -- what a backend supplies
 
@@ -286,6 +289,11 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         """Why the client is known to be fenced by another producer, if it is."""
         return None
 
+    def _fence(self) -> str | None:
+        """Why this producer is fenced, if it is: as a transactional call reported it or as the
+        client says."""
+        return self._fenced_by or self._fence_detail()
+
     def _fatal_detail(self) -> str | None:
         """Why the client failed fatally (other than a fence), if it did."""
         return None
@@ -308,7 +316,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         self._failures.append(f"delivery to {where_text(topic, partition)} failed: {detail}")
 
     def _raise_failures(self) -> None:
-        fence = self._fence_detail()
+        fence = self._fence()
         if fence is not None:
             raise ProducerFencedError(
                 fenced_message(self._transactional_id, self._settings.bootstrap_servers, fence)
@@ -373,7 +381,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
     def _transactional(self, step: str, action: Callable[[C], None]) -> None:
         if self._transactional_id is None:
             raise TransportError(f"{step} needs a producer opened with a transactional_id")
-        if self._fence_detail() is not None:  # no step of a fenced producer can succeed
+        if self._fence() is not None:  # no step of a fenced producer can succeed
             self._raise_failures()
         producer = self._producer
         errors = self.errors
@@ -384,11 +392,10 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
             action(producer)
         except errors.types as exc:
             if errors.producer_fenced(exc):
+                self._fenced_by = f"transaction {step}: {errors.describe(exc)}"
                 raise ProducerFencedError(
                     fenced_message(
-                        self._transactional_id,
-                        self._settings.bootstrap_servers,
-                        f"transaction {step}: {errors.describe(exc)}",
+                        self._transactional_id, self._settings.bootstrap_servers, self._fenced_by
                     )
                 ) from exc
             raise TransactionError(
@@ -433,6 +440,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         client, self._client = self._client, None
         stuck = self._stuck
         self._initialised, self._stuck, self._in_transaction = False, False, False
+        self._fenced_by = None
         self._forget_fatal()
         if client is not None:
             self._discard(client, stuck)
@@ -444,7 +452,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
     def abort_transaction(self, timeout_s: float = 30.0) -> None:
         self._failures = []  # records of an aborted transaction are discarded on purpose
         self._in_transaction = False
-        if self._fence_detail() is not None:
+        if self._fence() is not None:
             # never replaced: a new producer with this id would fence the process that took over
             self._raise_failures()
         if not self._stuck and self._fatal_detail() is None:
@@ -474,7 +482,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         if self._client is None:
             return
         try:
-            usable = self._fence_detail() is None and self._fatal_detail() is None
+            usable = self._fence() is None and self._fatal_detail() is None
             if usable and not self._stuck:  # an unusable client flushes nothing
                 self.flush()
         finally:

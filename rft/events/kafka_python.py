@@ -515,6 +515,9 @@ class _SeekOnAssign(ConsumerRebalanceListener):
 
 class KafkaPythonRecordConsumer(CoreRecordConsumer[KafkaConsumer]):
     errors = ERRORS
+    # kafka-python joins and syncs inside poll: a poll of 0 s sends a request and returns, and a
+    # member that polls that way between steps could take a step per round trip to rebalance
+    group_poll_s = 0.1
 
     def __init__(
         self,

@@ -389,6 +389,12 @@ class EventReader:
     def assignment(self) -> list[tuple[str, int]]:
         return self._consumer.assignment()
 
+    @property
+    def group_poll_s(self) -> float:
+        """How long a poll made only to keep this member's group going should wait (its
+        client's `RecordConsumer.group_poll_s`)."""
+        return self._consumer.group_poll_s
+
     def take_revoked(self) -> set[tuple[str, int]]:
         """Partitions revoked from (or lost by) this member since the last call; what this reader
         knew of them is dropped. Envelopes of them that a caller still holds must not be

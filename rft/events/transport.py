@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from rft.config.connections import KafkaSettings
 from rft.errors import BrokerUnavailableError, FencedError, TransportError
@@ -353,6 +353,11 @@ class RecordConsumer(_Closing):
     Seeks apply to partitions assigned now, and to each other partition once, when it is first
     assigned (subscriptions assign partitions lazily, during poll).
     """
+
+    # Seconds a poll made only to keep the member's group going (its rebalances) should wait:
+    # 0 where the client runs the rebalance protocol on threads of its own and a poll just hands
+    # over its results; more where the join and sync round trips happen inside poll.
+    group_poll_s: ClassVar[float] = 0.0
 
     @abstractmethod
     def poll(self, max_records: int, timeout_s: float) -> list[Record]:

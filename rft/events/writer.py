@@ -14,13 +14,14 @@ offsets is never retried (see `_send_offsets`): its caller aborts and reads the 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from rft.config.connections import KafkaSettings
-from rft.errors import FencedError, TransportError
+from rft.errors import FencedError, RftError, TransportError
 from rft.events.codec import EventCodec
 from rft.events.dead_letter import SCHEMA_HEADER
 from rft.events.models import Event
@@ -37,6 +38,8 @@ from rft.tracing.propagation import inject_trace_headers
 
 if TYPE_CHECKING:
     from rft.events.reader import Envelope, EventReader
+
+log = logging.getLogger(__name__)
 
 # Seconds one attempt of a flush or transaction step may block: short, so that an outage is
 # noticed (and logged) early; the outage window, not this, bounds the whole wait.
@@ -243,8 +246,13 @@ class EventWriter:
             with contextlib.suppress(TransportError):
                 self.close()
             return
-        try:
-            if self._in_transaction and exc is not None:
-                self.abort()
-        finally:
+        if exc is None:
             self.close()
+            return
+        # Leaving on an error: cleaning up must not put a second error in its place (a flush
+        # that timed out against an unreachable broker once hid the outage error that caused it).
+        for step in ([self.abort] if self._in_transaction else []) + [self.close]:
+            try:
+                step()
+            except RftError as cleanup:
+                log.warning("cleaning up a writer after %s: %s", type(exc).__name__, cleanup)

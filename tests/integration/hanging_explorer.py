@@ -1,6 +1,6 @@
 """An explorer process for the SIGKILL test: the real Explorer, with two holds around it.
 
-`python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID HANG_AT MARKER WAIT_FOR IDLE_S`
+`python -m tests.integration.hanging_explorer CONFIG EXPLORER_ID HANG_AT MARKER WAIT_FOR IDLE_S [HOLD]`
 
 - With WAIT_FOR `ready:ID` it subscribes (its consumer joins the group on its first poll) only
   once explorer ID has started up too (each writes MARKER.<its id>.ready when it reaches its first
@@ -10,6 +10,10 @@
 - With HANG_AT > 0, at its HANG_AT-th transactional commit it flushes the step's experiences and
   offsets to the broker (inside the still-open transaction), writes MARKER and sleeps until it is
   killed.
+- With HOLD `second-step` it waits before its second step's tasks (its first step's metric is
+  out), and with `after-marker` before its first step after MARKER exists, until MARKER.release
+  exists: a live member, no transaction open, that the test looks at before it lets it go on
+  (explorers finish within seconds on a fast machine).
 
 Only these holds are added: everything the explorer does is the real thing.
 """
@@ -30,7 +34,15 @@ from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 
 
-def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str, idle: float):
+def main(
+    config: str,
+    explorer_id: str,
+    hang_at: int,
+    marker: str,
+    wait_for: str,
+    idle: float,
+    hold: str = "none",
+) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = load_config(config)
     group = RunPlan(cfg).explorer_group
@@ -48,15 +60,28 @@ def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str
 
     poll_batch = Explorer._poll_batch
     gated = False
+    polls = 0
+
+    def held_here() -> bool:
+        if hold == "second-step":
+            return polls == 2
+        return hold == "after-marker" and Path(marker).exists()
 
     def gated_poll(self: Explorer, tasks: EventReader, stop: threading.Event) -> list[Envelope]:
-        nonlocal gated
+        nonlocal gated, hold, polls
         Path(f"{marker}.{explorer_id}.ready").write_text("started up\n")
         deadline = time.monotonic() + 300
         while not gated and not ready():
             assert time.monotonic() < deadline, f"{group}: {wait_for} did not happen"
             time.sleep(0.5)
         gated = True
+        polls += 1
+        if held_here():
+            hold = "none"  # once
+            print(f"explorer {explorer_id}: held before step {polls}", flush=True)
+            while not Path(f"{marker}.release").exists():
+                assert time.monotonic() < deadline + 600, f"{explorer_id}: never released"
+                time.sleep(0.2)
         return poll_batch(self, tasks, stop)
 
     commit = EventWriter.commit
@@ -82,4 +107,4 @@ def main(config: str, explorer_id: str, hang_at: int, marker: str, wait_for: str
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(args[0], args[1], int(args[2]), args[3], args[4], float(args[5]))
+    main(args[0], args[1], int(args[2]), args[3], args[4], float(args[5]), *args[6:7])

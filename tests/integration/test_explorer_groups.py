@@ -171,18 +171,21 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
     slow_path = tmp_path / "slow.yaml"
     slow_path.write_text(yaml.safe_dump(slow))
 
-    def member_process(who: str, hang_at: int, wait_for: str, idle_s: int) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "tests.integration.hanging_explorer", str(slow_path)]
-        argv += [who, str(hang_at), str(marker), wait_for, str(idle_s)]
+    def member_process(
+        who: str, hang_at: int, wait_for: str, idle_s: int, hold: str, config: Path = slow_path
+    ) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "tests.integration.hanging_explorer", str(config)]
+        argv += [who, str(hang_at), str(marker), wait_for, str(idle_s), hold]
         return start(argv, tmp_path / f"{who}.log")
 
     # a and b join together (each waits for the other's start-up) and split the partitions; a is
-    # held inside its second step's transaction and killed there
-    victim = member_process("a", hang_at=2, wait_for="ready:b", idle_s=120)
-    survivor = member_process("b", hang_at=0, wait_for="ready:a", idle_s=45)
-    shadow_proc = start(
-        rft("explore", "--config", str(shadow_path), "--explorer-id", "s", "--idle-timeout", "600"),
-        tmp_path / "s.log",
+    # held inside its second step's transaction and killed there. b, and the shadow after its
+    # first step, wait (live, no transaction open) until the status is read: explorers finish
+    # their tasks within seconds on a fast machine.
+    victim = member_process("a", hang_at=2, wait_for="ready:b", idle_s=120, hold="none")
+    survivor = member_process("b", hang_at=0, wait_for="ready:a", idle_s=45, hold="after-marker")
+    shadow_proc = member_process(
+        "s", hang_at=0, wait_for="none", idle_s=600, hold="second-step", config=shadow_path
     )
     procs = [victim, survivor, shadow_proc]
     try:
@@ -225,10 +228,11 @@ def test_sharing_and_shadow_groups_on_one_task_topic_with_a_member_killed(
         assert by_id["s"]["group"] == shadow_plan.explorer_group
         assert by_id["s"]["experience_topic"] == shadow_plan.explorer_experience_topic
         assert shadow_plan.explorer_experience_topic in {t["topic"] for t in status["topics"]}
+        Path(f"{marker}.release").write_text("status read\n")
 
         assert survivor.wait(timeout=420) == 0, (tmp_path / "b.log").read_text()[-3000:]
-        shadow_proc.send_signal(signal.SIGINT)
-        assert shadow_proc.wait(timeout=120) == 0, (tmp_path / "s.log").read_text()[-3000:]
+        # the shadow runs its total_steps over its own copy of the stream and stops
+        assert shadow_proc.wait(timeout=300) == 0, (tmp_path / "s.log").read_text()[-3000:]
     finally:
         for p in procs:
             if p.poll() is None:

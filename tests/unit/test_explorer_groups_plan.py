@@ -19,8 +19,8 @@ from rft.buffer.sampler import BatchRow, SampledBatch, SamplerCounters
 from rft.catalog import load_config
 from rft.config import ConfigValidationError, ConfigWarning
 from rft.config.stream_start import StreamStart, parse_stream_start
-from rft.consumers.explorer.explorer import drop_revoked
 from rft.consumers.run_plan import RunPlan
+from rft.consumers.tasks.order import drop_revoked
 from rft.errors import ConfigError
 from rft.events.models import Experience, Task
 from rft.events.reader import Envelope
