@@ -107,6 +107,35 @@ class Rollout:
     logprob_temperature: float
 
 
+@dataclass
+class PrefixCacheCounts:
+    """Prompt tokens an engine with a prefix cache was asked to prefill, and how many of them its
+    cache already held (their KV was reused, not recomputed)."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, prompt_tokens: int, cached_tokens: int) -> None:
+        if not 0 <= cached_tokens <= prompt_tokens:
+            raise EngineError(
+                f"prefix cache reported {cached_tokens} cached tokens of a {prompt_tokens}-token "
+                "prompt"
+            )
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += cached_tokens
+
+    def since(self, earlier: PrefixCacheCounts) -> PrefixCacheCounts:
+        """The counts added after `earlier` was copied from these."""
+        return PrefixCacheCounts(
+            self.prompt_tokens - earlier.prompt_tokens, self.cached_tokens - earlier.cached_tokens
+        )
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Cached over prompt tokens; None before any prompt."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else None
+
+
 class RolloutEngine(abc.ABC):
     """What an explorer needs from a rollout engine."""
 
@@ -135,6 +164,16 @@ class RolloutEngine(abc.ABC):
     @property
     def max_batch_size(self) -> int | None:
         """Most rows (prompts x n) one forward batch holds; None: no limit."""
+        return None
+
+    @property
+    def compiled_shapes(self) -> int:
+        """Shapes compiled for so far (each one's first call compiled); 0 if it never compiles."""
+        return 0
+
+    @property
+    def prefix_cache(self) -> PrefixCacheCounts | None:
+        """The prefix cache's counts so far (a copy), or None for an engine that has none."""
         return None
 
     def chat_prompt_ids(
@@ -302,6 +341,10 @@ class HFRolloutEngine(RolloutEngine):
     @property
     def compiled(self) -> bool:
         return self._compiled
+
+    @property
+    def compiled_shapes(self) -> int:
+        return len(self._buckets)
 
     @property
     def max_batch_size(self) -> int | None:

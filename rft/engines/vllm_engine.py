@@ -10,6 +10,9 @@ vLLM). What it owns:
   entries were computed by the old weights; no restart, no new CUDA graphs;
 - the per-call deadline: requests still running when `timeout_s` runs out are aborted and end
   with finish_reason "timeout", keeping the tokens they had.
+- the prefix cache's counts (`prefix_cache`): each request's prompt tokens and how many of them
+  vLLM's prefix cache held (`RequestOutput.num_cached_tokens`), so a multi-turn run shows each
+  turn reusing its conversation's KV cache.
 
 Logprobs. vLLM reports either the raw distribution (`raw_logprobs`: log_softmax(logits), before
 temperature, penalties and filters) or the processed one (`processed_logprobs`: after penalties,
@@ -22,6 +25,7 @@ sampling settings its mode cannot report exactly, rather than hand the trainer w
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Sequence
@@ -35,6 +39,7 @@ from rft.engines.models import ModelSpec, materialize_model_dir
 from rft.engines.rollout import (
     VLLM_INSTALL_COMMAND,
     VLLM_VERSION,
+    PrefixCacheCounts,
     Rollout,
     RolloutEngine,
     RolloutEngineConfig,
@@ -100,6 +105,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._mode = logprobs_mode
         self._version = version
         self._next_request = 0
+        self._prefix = PrefixCacheCounts()
         self.last_update_seconds = 0.0
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -151,6 +157,12 @@ class VLLMRolloutEngine(RolloutEngine):
     def logprobs_mode(self) -> str:
         return self._mode
 
+    @property
+    def prefix_cache(self) -> PrefixCacheCounts:
+        """Every request's prompt tokens and those vLLM's prefix cache served (all 0 hits with
+        `enable_prefix_caching: false`)."""
+        return dataclasses.replace(self._prefix)
+
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         started = time.perf_counter()
         items = list(tensors.items())
@@ -186,6 +198,8 @@ class VLLMRolloutEngine(RolloutEngine):
                 raise EngineError(f"prompt {i} is empty")
         rows = [p for p in prompts for _ in range(params.n)]
         outputs = self._run(rows, params)
+        for row, out in zip(rows, outputs, strict=True):
+            self._prefix.add(len(row), cached_prompt_tokens(out))
         flat = [self._to_rollout(rows[i], out, params) for i, out in enumerate(outputs)]
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
@@ -270,6 +284,15 @@ class _Timeout:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
+
+
+def cached_prompt_tokens(output: Any) -> int:
+    """Prompt tokens of a request that vLLM's prefix cache held (its `num_cached_tokens`, set
+    when the prefill was scheduled); 0 for a request aborted before that."""
+    if isinstance(output, _Timeout):
+        output = output.inner
+    cached = None if output is None else output.num_cached_tokens
+    return int(cached or 0)
 
 
 def _finished(output: Any) -> bool:

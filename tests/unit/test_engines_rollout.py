@@ -351,6 +351,7 @@ def test_only_the_first_call_on_a_bucket_counts_as_compile_time(engine, prompts)
     fresh.generate(prompts, params)
     first = fresh.compile_seconds
     assert first > 0
+    assert fresh.compiled_shapes == 1
     fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=4, n=3, seed=4))  # 6 -> 8
     assert fresh.compile_seconds == first  # same bucket: (8 rows, cache 64)
     # another max_tokens whose prompt + reply still fit the same cache length: the same graph
@@ -360,7 +361,10 @@ def test_only_the_first_call_on_a_bucket_counts_as_compile_time(engine, prompts)
     assert fresh.compile_seconds == first
     fresh.generate(prompts, SamplingParams(temperature=1.0, max_tokens=70, seed=5))
     assert fresh.compile_seconds > first  # a longer cache: a new bucket
+    assert fresh.compiled_shapes == 2
     assert engine.compile_seconds == 0.0  # the eager engine never compiles
+    assert engine.compiled_shapes == 0
+    assert engine.prefix_cache is None  # the HF engine keeps no KV cache between calls
 
 
 def test_cache_buckets_are_few_and_pad_little() -> None:

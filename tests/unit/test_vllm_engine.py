@@ -10,14 +10,23 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from rft.catalog import load_config
 from rft.config import ConfigValidationError
 from rft.consumers.run_plan import RunPlan
-from rft.engines.rollout import SamplingParams
-from rft.engines.vllm_engine import PROCESSED, RAW, inexact_logprobs, logprobs_mode_for
+from rft.engines.rollout import PrefixCacheCounts, SamplingParams
+from rft.engines.vllm_engine import (
+    PROCESSED,
+    RAW,
+    _Timeout,
+    cached_prompt_tokens,
+    inexact_logprobs,
+    logprobs_mode_for,
+)
+from rft.errors import EngineError
 from tests.unit.config_samples import MINIMAL
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -125,3 +134,31 @@ def test_a_vllm_config_that_would_report_wrong_logprobs_is_refused_at_load(
         load_config(write(tmp_path, text), ["explorer.rollout_model.engine_type=vllm"])
     assert "buffer.explorer_input.taskset.rollout_args" in str(err.value)
     assert "top_p" in str(err.value)
+
+
+def test_prefix_cache_counts_add_up_and_refuse_impossible_reports() -> None:
+    counts = PrefixCacheCounts()
+    assert counts.hit_rate is None  # no prompt yet
+    counts.add(100, 64)
+    earlier = PrefixCacheCounts(counts.prompt_tokens, counts.cached_tokens)
+    counts.add(50, 0)
+    assert (counts.prompt_tokens, counts.cached_tokens) == (150, 64)
+    assert counts.hit_rate == pytest.approx(64 / 150)
+    later = counts.since(earlier)
+    assert (later.prompt_tokens, later.cached_tokens, later.hit_rate) == (50, 0, 0.0)
+    for prompt, cached in ((10, 11), (10, -1)):
+        with pytest.raises(EngineError, match=f"{cached} cached tokens of a {prompt}-token"):
+            counts.add(prompt, cached)
+    assert (counts.prompt_tokens, counts.cached_tokens) == (
+        150,
+        64,
+    )  # a refused report adds nothing
+
+
+def test_cached_prompt_tokens_reads_num_cached_tokens_of_finished_and_aborted_requests() -> None:
+    # vLLM's RequestOutput carries num_cached_tokens (None until its prefill was scheduled)
+    assert cached_prompt_tokens(SimpleNamespace(num_cached_tokens=48)) == 48
+    assert cached_prompt_tokens(SimpleNamespace(num_cached_tokens=None)) == 0
+    aborted = _Timeout(SimpleNamespace(num_cached_tokens=32))
+    assert cached_prompt_tokens(aborted) == 32  # aborted at the deadline after its prefill
+    assert cached_prompt_tokens(_Timeout(None)) == 0  # aborted before any output
