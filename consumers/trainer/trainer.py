@@ -340,10 +340,31 @@ class Trainer:
                     out[(b.topic, b.partition)] = (at, b.high)
             return out
 
+        def in_open_transactions() -> str:
+            """Partitions with records past their last stable offset: an open transaction, or
+            one the broker left hanging when it outlasts the producers' transaction timeout."""
+            with kafka_backend(kafka).admin() as admin:
+                stable = admin.partition_bounds([plan.experience_topic], committed=True)
+                written = admin.partition_bounds([plan.experience_topic])
+            ends = {(b.topic, b.partition): b.high for b in written}
+            pending = [
+                f"{b.topic}[{b.partition}] {ends[(b.topic, b.partition)] - b.high} record(s) "
+                f"after offset {b.high}"
+                for b in stable
+                if ends.get((b.topic, b.partition), b.high) > b.high
+            ]
+            if not pending:
+                return ""
+            return (
+                f"; in an open transaction: {', '.join(pending)} (open longer than "
+                "transaction.timeout.ms: a transaction the broker left hanging, see "
+                "docs/known-limits.md)"
+            )
+
         def position() -> str:
             left = unread()
             if not left:
-                return f"{plan.experience_topic}: at its end"
+                return f"{plan.experience_topic}: at its end{in_open_transactions()}"
             return ", ".join(
                 f"{t}[{p}] at {'?' if at < 0 else at} of {end}"
                 for (t, p), (at, end) in sorted(left.items())

@@ -67,6 +67,11 @@ class ClientErrors:
         """The call reached no broker or coordinator: nothing happened, it may be repeated."""
         return False
 
+    def disconnected(self, exc: BaseException) -> bool:
+        """A poll failed only because no broker answered: the client reconnects by itself, and
+        the poll counts as one more silence of an outage (the consumer's window bounds it)."""
+        return self.unavailable(exc)
+
     def fatal(self, exc: BaseException | None) -> bool:
         """The client that raised it takes no more calls."""
         return False
@@ -642,10 +647,15 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
         except errors.types as exc:
             if errors.consumer_fenced(exc):
                 raise self._fence(errors.describe(exc)) from exc
-            raise TransportError(
+            failure = (
                 f"poll of {self._topics} on {self._settings.bootstrap_servers} failed: "
                 f"{errors.describe(exc)}"
-            ) from exc
+            )
+            if errors.disconnected(exc):
+                self._suspect = True
+                self._window.failed(failure)  # OutageError once the outage is past the window
+                return []
+            raise TransportError(failure) from exc
         if not fetched:
             self._check_reachable()
             return []

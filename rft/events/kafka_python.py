@@ -20,6 +20,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.errors import (
     FencedInstanceIdError,
     InvalidProducerEpochError,
+    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     TopicAlreadyExistsError,
@@ -93,6 +94,11 @@ class _KafkaPythonErrors(ClientErrors):
 
     def unavailable(self, exc: BaseException) -> bool:
         return isinstance(exc, KafkaTimeoutError)
+
+    def disconnected(self, exc: BaseException) -> bool:
+        # a poll whose metadata refresh finds the broker gone raises the connection error
+        # (seen: ECONNREFUSED during a broker restart) instead of returning nothing
+        return isinstance(exc, (KafkaTimeoutError, KafkaConnectionError))
 
     def producer_fenced(self, exc: BaseException) -> bool:
         return isinstance(exc, (ProducerFencedError_, InvalidProducerEpochError))

@@ -228,7 +228,18 @@ class LoopRun:
 
     def execute(self, timeout_s: float) -> RunCheck:
         """Publish, start the loop, inject every fault in `kinds` in a seeded order, wait for the
-        trainer's last step, stop the explorers, and check the log."""
+        trainer's last step, stop the explorers, and check the log. A run that fails or times out
+        (pytest-timeout) kills its processes: left running, they would go on writing to the
+        private stack the next test uses."""
+        try:
+            return self._execute(timeout_s)
+        except BaseException:
+            for c in self.components.values():
+                if c.alive():
+                    c.kill9()
+            raise
+
+    def _execute(self, timeout_s: float) -> RunCheck:
         self.t0 = time.monotonic()
         self.pending = list(self.kinds)
         if self.shuffle:
