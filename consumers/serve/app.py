@@ -145,10 +145,13 @@ def build_app(core: ServeCore, api_key: str | None, max_body_bytes: int) -> Fast
         task_id = body.get("task_id") or request.headers.get(TASK_HEADER)
         if task_id is not None and not isinstance(task_id, str):
             raise bad_request("task_id must be a string", "task_id")
-        unknown = sorted(set(body) - {"session_id", "reward", "task_id"})
+        train = body.get("train", True)
+        if not isinstance(train, bool):
+            raise bad_request("train must be true or false", "train")
+        unknown = sorted(set(body) - {"session_id", "reward", "task_id", "train"})
         if unknown:
             raise bad_request(f"unknown field(s) {unknown}", unknown[0], "unsupported_parameter")
-        result = await run_in_threadpool(core.feedback, session_id, float(reward), task_id)
+        result = await run_in_threadpool(core.feedback, session_id, float(reward), task_id, train)
         return JSONResponse(result)
 
     app.add_api_route("/v1/feedback", feedback, methods=["POST"])

@@ -292,8 +292,11 @@ class ServeCore:
 
     # ---- closing sessions ----
 
-    def feedback(self, session_id: str, reward: float, task_id: str | None) -> dict[str, Any]:
-        """The session's calls as Experience events, with its end, in one transaction."""
+    def feedback(
+        self, session_id: str, reward: float, task_id: str | None, train: bool = True
+    ) -> dict[str, Any]:
+        """The session's calls as Experience events, with its end, in one transaction; with
+        `train` false (an evaluation) only the end, outcome `evaluated`, carrying the reward."""
         with self._closing:
             with self._lock:
                 if session_id in self.closed:
@@ -326,9 +329,15 @@ class ServeCore:
                     f"session {session_id!r} belongs to task {session.task_id!r}", "task_id"
                 )
             task = task_id or session.task_id
-            trajectories = session.trajectories(reward, self.settings.concatenated)
-            experiences = self._experiences(session, task, trajectories)
-            end = ServeSessionEnd(session_id, "feedback", float(reward), len(experiences))
+            if train:
+                trajectories = session.trajectories(reward, self.settings.concatenated)
+                experiences = self._experiences(session, task, trajectories)
+                end = ServeSessionEnd(session_id, "feedback", float(reward), len(experiences))
+            else:
+                experiences = []
+                end = ServeSessionEnd(
+                    session_id, "evaluated", float(reward), 0, "scored with train false"
+                )
             try:
                 self.log.close(end, experiences)
             except RftError as exc:
@@ -342,8 +351,8 @@ class ServeCore:
             "session_id": session_id,
             "reward": float(reward),
             "experiences": len(experiences),
-            "group_id": experiences[0].group_id,
-            "model_version": experiences[0].model_version,
+            "group_id": experiences[0].group_id if experiences else None,
+            "model_version": session.oldest_version,
         }
 
     def _experiences(

@@ -381,7 +381,7 @@ class Claim(SchemaRecord):
 
 
 SERVE_ENDPOINTS = ("chat.completions", "completions")
-SESSION_OUTCOMES = ("feedback", "expired")
+SESSION_OUTCOMES = ("feedback", "evaluated", "expired")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

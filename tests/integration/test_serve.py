@@ -8,6 +8,7 @@ session's experiences exactly once, as the topics show."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -332,6 +333,68 @@ def test_a_session_without_feedback_is_dead_lettered_with_its_reason(
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hello"}], max_tokens=2
         )
+
+
+def test_an_evaluation_feedback_closes_the_session_without_experiences(
+    server: Server, unique: str
+) -> None:
+    """`train: false`: the agent scores a held-out episode; its end keeps the reward, and no
+    experience of it reaches the trainer's topic."""
+    client = server.client("sess-eval", task="eval-3")
+    client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "What is 4 * 5?"}], max_tokens=3
+    )
+    bad = server.feedback({"session_id": "sess-eval", "reward": 1.0, "train": "no"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "train"
+    scored = server.feedback({"session_id": "sess-eval", "reward": 0.5, "train": False})
+    assert scored.status_code == 200, scored.text
+    assert scored.json()["experiences"] == 0 and scored.json()["group_id"] is None
+    ends = [e for e in events_of(server, "serve-calls", unique, ServeSessionEnd)]
+    (end,) = [e for e in ends if e.session_id == "sess-eval"]
+    assert (end.outcome, end.reward, end.experiences) == ("evaluated", 0.5, 0)
+    experiences = events_of(server, "experiences", unique, Experience)
+    assert not [e for e in experiences if e.experience_id.startswith("sess-eval:")]
+    again = server.feedback({"session_id": "sess-eval", "reward": 1.0})
+    assert again.status_code == 409 and "evaluated" in again.json()["error"]["message"]
+
+
+def load_example_agent() -> Any:
+    """examples/serve_agent/agent.py, the example agent written with the plain `openai` client."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "serve_agent" / "agent.py"
+    spec = importlib.util.spec_from_file_location("serve_agent_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_example_agent_trains_through_feedback_and_evaluates_without(
+    server: Server, unique: str
+) -> None:
+    """The example's episodes against a real server: a training round's sessions become one
+    group of experiences per problem (the tool's result masked out when the model called it);
+    held-out episodes are closed as evaluations and never reach the experience topic."""
+    example = load_example_agent()
+    agent = example.Agent(server.url, KEY, MODEL, workers=4, max_tokens=8)
+    (seed,) = example.split_seeds("train", 1)
+    played = agent.train_round(range(seed, seed + 1), repeat=2, temperature=1.0, shaping=0.2)
+    held_out = agent.evaluate(example.split_seeds("eval", 2))
+    assert len(played) == 2 and len(held_out) == 2
+    assert all(e.reward in (0.0, 1.0) and e.version == 0 for e in played + held_out)
+    rows = [
+        e
+        for e in events_of(server, "experiences", unique, Experience)
+        if e.task_id == f"train-{seed}"
+    ]
+    assert len(rows) == 2 and {e.group_id for e in rows} == {f"serve:train-{seed}"}
+    assert all(e.group_size == 2 and e.action_mask.sum() > 0 for e in rows)
+    ends = [e for e in events_of(server, "serve-calls", unique, ServeSessionEnd)]
+    outcomes = {e.session_id.split(":")[0]: e.outcome for e in ends}
+    assert outcomes[f"train-{seed}"] == "feedback"
+    assert {outcomes[f"eval-{s}"] for s in example.split_seeds("eval", 2)} == {"evaluated"}
+    evaluated = {e.session_id.split(":")[0] for e in ends if e.outcome == "evaluated"}
+    assert not {e.task_id for e in events_of(server, "experiences", unique, Experience)} & evaluated
 
 
 def test_401_and_bad_requests_get_openai_error_bodies(server: Server) -> None:
