@@ -91,7 +91,7 @@ from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_
 from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
 from rft.workflows.step_runner import StepLimits, StepOutcome, run_step
-from rft.workflows.trajectory import step_metrics
+from rft.workflows.trajectory import experiences_of, rollouts_in, step_metrics
 
 log = logging.getLogger(__name__)
 
@@ -787,37 +787,16 @@ class Explorer:
         turn and turn count, and the group counts rollouts, not steps."""
         task = result.task
         group_id = f"{task.task_id}:{self.explorer_id}:{uuid.uuid4().hex[:8]}"
-        rollouts = {
-            t.rollout if t.rollout is not None else -1 - i
-            for i, t in enumerate(result.trajectories)
-        }
-        return [
-            Experience(
-                experience_id=f"{group_id}:{i}",
-                task_id=task.task_id,
-                group_id=group_id,
-                group_size=len(rollouts),
-                trajectory_id=""
-                if trajectory.rollout is None
-                else f"{group_id}/{trajectory.rollout}",
-                turn=trajectory.turn,
-                turn_count=trajectory.turn_count,
-                explorer_id=self.explorer_id,
-                model_version=version,
-                prompt_ids=trajectory.prompt_ids,
-                response_ids=trajectory.response_ids,
-                logprobs=trajectory.logprobs,
-                action_mask=trajectory.action_mask,
-                reward=trajectory.reward,
-                response_text=trajectory.response_text,
-                info={k: str(v) for k, v in trajectory.info.items()},
-                truncated=trajectory.truncated,
-                metrics=dict(trajectory.metrics),
-                logprob_temperature=trajectory.logprob_temperature,
-                explorer_group=self.plan.explorer_group,
-            )
-            for i, trajectory in enumerate(result.trajectories)
-        ]
+        return experiences_of(
+            result.trajectories,
+            id_prefix=group_id,
+            task_id=task.task_id,
+            group_id=group_id,
+            group_size=rollouts_in(result.trajectories),
+            explorer_id=self.explorer_id,
+            model_version=version,
+            explorer_group=self.plan.explorer_group,
+        )
 
     def _record_step(self, work: StepWork, io: ExplorerIO) -> None:
         """Count the committed step in the summary and emit its metrics."""

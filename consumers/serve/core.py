@@ -42,7 +42,7 @@ from rft.serve.replies import Answer, ShapedChoice, assistant_message
 from rft.serve.requests import CompletionRequest, ServeLimits
 from rft.serve.sessions import Session
 from rft.tools.calls import ParsedReply
-from rft.workflows.trajectory import Trajectory
+from rft.workflows.trajectory import Trajectory, experiences_of, rollouts_in
 from rft.workflows.turn_ids import TemplateDriftError, environment_ids
 
 log = logging.getLogger(__name__)
@@ -362,35 +362,17 @@ class ServeCore:
         if task:
             group_id, size = f"serve:{task}", self.settings.group_size
         else:
-            group_id = f"serve:{sid}"
-            size = len(
-                {t.rollout if t.rollout is not None else -1 - i for i, t in enumerate(trajectories)}
-            )
-        version = session.oldest_version
-        return [
-            Experience(
-                experience_id=f"{sid}:{i}",
-                task_id=task or sid,
-                group_id=group_id,
-                group_size=size,
-                trajectory_id="" if t.rollout is None else f"{sid}/{t.rollout}",
-                turn=t.turn,
-                turn_count=t.turn_count,
-                explorer_id=self.settings.server_id,
-                model_version=version,
-                prompt_ids=t.prompt_ids,
-                response_ids=t.response_ids,
-                logprobs=t.logprobs,
-                action_mask=t.action_mask,
-                reward=t.reward,
-                response_text=t.response_text,
-                info={k: str(v) for k, v in t.info.items()},
-                truncated=t.truncated,
-                logprob_temperature=t.logprob_temperature,
-                explorer_group=self.settings.explorer_group,
-            )
-            for i, t in enumerate(trajectories)
-        ]
+            group_id, size = f"serve:{sid}", rollouts_in(trajectories)
+        return experiences_of(
+            trajectories,
+            id_prefix=sid,
+            task_id=task or sid,
+            group_id=group_id,
+            group_size=size,
+            explorer_id=self.settings.server_id,
+            model_version=session.oldest_version,
+            explorer_group=self.settings.explorer_group,
+        )
 
     def expire_due(self, now: int | None = None) -> list[str]:
         """Dead-letter each open session whose last call is older than the TTL; their ids."""

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from rft.events.models import Experience
+
 if TYPE_CHECKING:
     from rft.engines.rollout import Rollout
 
@@ -168,3 +170,49 @@ def step_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         if key.startswith("tool_calls"):
             out[f"{key}_total"] = sum(values)
     return out
+
+
+def rollouts_in(trajectories: Sequence[Trajectory]) -> int:
+    """How many rollouts `trajectories` are: the steps of one step-wise rollout count once."""
+    return len({t.rollout if t.rollout is not None else -1 - i for i, t in enumerate(trajectories)})
+
+
+def experiences_of(
+    trajectories: Sequence[Trajectory],
+    *,
+    id_prefix: str,
+    task_id: str,
+    group_id: str,
+    group_size: int,
+    explorer_id: str,
+    model_version: int,
+    explorer_group: str,
+) -> list[Experience]:
+    """One Experience per trajectory, all of one rollout group: ids `<id_prefix>:<i>`, and a
+    step of a step-wise rollout names its trajectory `<id_prefix>/<rollout>`, its turn and turn
+    count. Where the explorer and the serve endpoint both turn trajectories into events."""
+    return [
+        Experience(
+            experience_id=f"{id_prefix}:{i}",
+            task_id=task_id,
+            group_id=group_id,
+            group_size=group_size,
+            trajectory_id="" if t.rollout is None else f"{id_prefix}/{t.rollout}",
+            turn=t.turn,
+            turn_count=t.turn_count,
+            explorer_id=explorer_id,
+            model_version=model_version,
+            prompt_ids=t.prompt_ids,
+            response_ids=t.response_ids,
+            logprobs=t.logprobs,
+            action_mask=t.action_mask,
+            reward=t.reward,
+            response_text=t.response_text,
+            info={k: str(v) for k, v in t.info.items()},
+            truncated=t.truncated,
+            metrics=dict(t.metrics),
+            logprob_temperature=t.logprob_temperature,
+            explorer_group=explorer_group,
+        )
+        for i, t in enumerate(trajectories)
+    ]

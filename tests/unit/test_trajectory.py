@@ -18,7 +18,7 @@ from rft.events.codec import EventCodec
 from rft.events.models import Experience, Task
 from rft.workflows.registry import WORKFLOWS
 from rft.workflows.runner import WorkflowResult, run_workflows
-from rft.workflows.trajectory import Trajectory
+from rft.workflows.trajectory import Trajectory, experiences_of, rollouts_in
 from rft.workflows.workflow import Workflow
 from tests.unit.config_samples import MINIMAL
 from tests.unit.test_workflows import CannedEngine
@@ -130,3 +130,40 @@ def test_a_workflow_that_makes_no_trajectory_fails_its_task() -> None:
         RftError, match="task t: workflow NoTrajectories made no trajectory of its 1"
     ):
         run_workflows([empty], CannedEngine({"": ["7"]}), SamplingParams())
+
+
+def test_the_steps_of_step_wise_rollouts_are_one_group_counting_rollouts() -> None:
+    """Two rollouts cut into steps (3 and 2): five experiences of one group of 2, each step
+    naming its rollout's trajectory, and every field of the trajectory carried over."""
+    whole = two_turns()
+    steps = [whole.as_step(0, t, 3) for t in range(3)] + [whole.as_step(1, t, 2) for t in range(2)]
+    assert rollouts_in(steps) == 2 and rollouts_in([whole, whole]) == 2
+    made = experiences_of(
+        steps,
+        id_prefix="g",
+        task_id="t",
+        group_id="t:e:1",
+        group_size=rollouts_in(steps),
+        explorer_id="e",
+        model_version=3,
+        explorer_group="run.explorer.main",
+    )
+    assert [e.experience_id for e in made] == [f"g:{i}" for i in range(5)]
+    assert [e.trajectory_id for e in made] == ["g/0"] * 3 + ["g/1"] * 2
+    assert [(e.turn, e.turn_count) for e in made] == [(0, 3), (1, 3), (2, 3), (0, 2), (1, 2)]
+    assert {(e.group_id, e.group_size, e.model_version) for e in made} == {("t:e:1", 2, 3)}
+    first = made[0]
+    assert np.array_equal(first.action_mask, whole.action_mask)
+    assert np.array_equal(first.logprobs, whole.logprobs)
+    assert first.metrics == dict(whole.metrics) and first.info == {"correct": "1.0"}
+    (single,) = experiences_of(
+        [whole],
+        id_prefix="s",
+        task_id="t",
+        group_id="t",
+        group_size=1,
+        explorer_id="e",
+        model_version=0,
+        explorer_group="",
+    )
+    assert single.trajectory_id == "" and single.truncated == whole.truncated
