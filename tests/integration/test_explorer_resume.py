@@ -17,6 +17,8 @@ from tests.integration.test_trainer_resume import run_verb
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.faults  # a kill and a restart: in `make test-faults`, out of the default suite's 30 min
+@pytest.mark.slow
 def test_restarted_explorer_continues_its_step_count(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:

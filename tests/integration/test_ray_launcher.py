@@ -91,6 +91,8 @@ def test_ray_actors_on_declared_gpus_run_the_loop_with_honest_versions(
     check_honest_versions(plan, experiences, announced, tmp_path)
 
 
+@pytest.mark.faults  # a kill: in `make test-faults`, out of the default suite's 30 min
+@pytest.mark.slow
 def test_a_killed_actor_ends_the_run_with_its_name_and_last_log_lines(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
@@ -126,6 +128,9 @@ def test_a_killed_actor_ends_the_run_with_its_name_and_last_log_lines(
     assert not alive, f"left running: {[(p.pid, p.name()) for p in alive]}"
 
 
+# FSDP2 over gloo stays in the default suite (test_fsdp_trainer.py) and so do Ray actors on
+# declared GPUs; the two together run in `make test-all`, out of the default suite's 30 min
+@pytest.mark.slow
 def test_two_fsdp2_trainer_ranks_as_ray_actors_run_the_loop(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:

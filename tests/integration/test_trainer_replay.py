@@ -59,6 +59,8 @@ def experience_log(cfg, topic: str, group: str) -> dict[tuple[str, int, int], Ex
     return out
 
 
+@pytest.mark.faults  # a kill and a restart: in `make test-faults`, out of the default suite's 30 min
+@pytest.mark.slow
 def test_replay_use_counts_continue_after_the_trainer_is_killed(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
