@@ -1,8 +1,7 @@
-"""Writes demonstrations of the multiplication tool task, for `sample_strategy: mix` in
-examples/agents/multiplication_tool.yaml (SmolLM2-135M makes no well-formed calculator call on its
-own, so GRPO alone has nothing to reinforce).
+"""Writes demonstrations of the agent examples' tasks, for `sample_strategy: mix`.
 
-Each `train`-split seed (never an eval one) gives two rows, the two model turns of a solved
+`--task multiplication` (examples/agents/multiplication_tool.yaml; SmolLM2-135M makes no
+well-formed calculator call on its own, so GRPO alone has nothing to reinforce): each `train`-split seed (never an eval one) gives two rows, the two model turns of a solved
 episode, as `messages` lists whose last message is the turn to learn:
 1. the system prompt and the environment's question -> `<tool_call>` asking the calculator for
    the product;
@@ -13,7 +12,13 @@ when asked to: so the system message here already holds the tools section that t
 appends for the calculator, and a demonstration's prompt is the same text the workflow's
 rollouts start from.
 
+`--task guess_number` (examples/agents/guess_number_cpu.yaml; greedy, the base model answers the
+game with prose, and a small CPU batch rarely samples a game won): each `train`-split seed is played
+by a binary search, one row per guess, the conversation so far (the game's feedback as `user`
+messages, as the workflow sends it) ending with the guess to learn.
+
     python examples/agents/make_demonstrations.py --out examples/agents/data/multiplication_demonstrations.jsonl --num 512
+    python examples/agents/make_demonstrations.py --task guess_number --out examples/agents/data/guess_number_demonstrations.jsonl --num 256
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.environments import split_seeds
+from rft.environments.guess_number import GuessNumber
 from rft.environments.multiplication import Multiplication
 from rft.tools import ToolExecutor
 from rft.tools.calls import ToolCall
@@ -36,6 +42,8 @@ SYSTEM_PROMPT = (
     '{"name": "calculator", "arguments": {"expression": "123 * 456"}}\n</tool_call>\n'
     "User: <tool_response>\n56088\n</tool_response>\nAssistant: Answer: 56088"
 )
+# the system prompt of examples/agents/guess_number*.yaml
+GUESS_PROMPT = "You are playing a guessing game. Reply with only your guess, one whole number."
 _SYSTEM_START, _END = "<|im_start|>system\n", "<|im_end|>\n"
 
 
@@ -75,16 +83,56 @@ def demonstrations(tokenizer: Any, num: int, start: int = 0) -> list[dict[str, A
     return rows
 
 
+def guess_number_demonstrations(num: int, start: int = 0, high: int = 20) -> list[dict[str, Any]]:
+    """One row per guess of a binary search over [1, `high`], for each of `num` train seeds."""
+    rows = []
+    for seed in split_seeds("train", num, start=start):
+        env = GuessNumber(1, high)
+        messages: list[dict[str, str]] = [
+            {"role": "system", "content": GUESS_PROMPT},
+            {"role": "user", "content": env.reset(seed)},
+        ]
+        low, top = env.low, env.high
+        while True:
+            guess = (low + top) // 2
+            messages.append({"role": "assistant", "content": str(guess)})
+            rows.append({"seed": seed, "messages": list(messages)})
+            result = env.step(str(guess))
+            if result.done:
+                if result.info["outcome"] != "correct":
+                    raise RuntimeError(
+                        f"seed {seed}: the binary search lost ({result.observation})"
+                    )
+                break
+            if result.info["outcome"] == "higher":
+                low = guess + 1
+            else:
+                top = guess - 1
+            messages.append({"role": "user", "content": result.observation})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--task", choices=["multiplication", "guess_number"], default="multiplication"
+    )
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--num", type=int, default=512, help="train seeds (two rows each)")
+    parser.add_argument(
+        "--num",
+        type=int,
+        default=512,
+        help="train seeds (rows: two each for multiplication, one a guess for guess_number)",
+    )
     parser.add_argument("--start", type=int, default=0, help="first train seed's index")
     args = parser.parse_args()
     from rft.engines.models import load_model
 
-    _, tokenizer = load_model("smollm2")
-    rows = demonstrations(tokenizer, args.num, args.start)
+    if args.task == "guess_number":
+        rows = guess_number_demonstrations(args.num, args.start)
+    else:
+        _, tokenizer = load_model("smollm2")
+        rows = demonstrations(tokenizer, args.num, args.start)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as out:
         for row in rows:

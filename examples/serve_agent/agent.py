@@ -56,6 +56,7 @@ class Episode:
     reward: float  # 1.0 for the exact product, else 0.0
     tool_calls: int  # calculator calls the model made
     version: int  # the newest weight version that answered one of its calls
+    over_limit: bool = False  # ended when the conversation outgrew the server's prompt limit
 
 
 def run_tool(arguments: str) -> str:
@@ -83,13 +84,20 @@ def play(
     ]
     calls, version = 0, 0
     for _ in range(max_turns):
-        reply = client.chat.completions.create(
-            model=model,
-            messages=messages,
-            tools=TOOLS,
-            temperature=temperature,
-            max_tokens=max_tokens,
-        )
+        try:
+            reply = client.chat.completions.create(
+                model=model,
+                messages=messages,
+                tools=TOOLS,
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
+        except openai.BadRequestError as exc:
+            if exc.code != "context_length_exceeded":
+                raise
+            # long tool results and calls outgrew model.max_prompt_tokens: unsolved, and scored
+            # so (the calls answered so far still become the session's experiences)
+            return Episode(seed, 0.0, calls, version, over_limit=True)
         version = max(version, int((reply.model_extra or {}).get("model_version", 0)))
         message = reply.choices[0].message
         if not message.tool_calls:
@@ -178,11 +186,12 @@ class Agent:
         ).raise_for_status()
         return int((reply.model_extra or {}).get("model_version", 0))
 
-    def wait_for_version(self, above: int, timeout_s: float) -> int:
-        """The served version once it is above `above`, or the current one after `timeout_s`."""
+    def wait_for_version(self, above: int, timeout_s: float, last: int) -> int:
+        """The served version once it is above `above` (or is `last`, the trainer's final one),
+        or the current one after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         version = self.served_version()
-        while version <= above and time.monotonic() < deadline:
+        while version <= above and version < last and time.monotonic() < deadline:
             time.sleep(5)
             version = self.served_version()
         return version
@@ -193,9 +202,11 @@ def line(name: str, episodes: list[Episode]) -> str:
     accuracy = sum(e.reward for e in episodes) / n
     calls = sum(e.tool_calls for e in episodes) / n
     versions = sorted({e.version for e in episodes})
+    over = sum(e.over_limit for e in episodes)
     return (
         f"{name:<12} accuracy {accuracy:.3f} ({int(sum(e.reward for e in episodes))}/{n})  "
         f"calculator calls/episode {calls:.2f}  versions {versions}"
+        + (f"  over the prompt limit {over}" if over else "")
     )
 
 
@@ -211,6 +222,13 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--tool-call-reward", type=float, default=0.2)
     parser.add_argument("--version-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--trainer-steps",
+        type=int,
+        default=4,
+        help="the trainer's buffer.total_steps: its last version, past which no wait is useful "
+        "(the trainer can step ahead of the rounds: demonstrations fill a share of its batches)",
+    )
     parser.add_argument("--workers", type=int, default=16)
     args = parser.parse_args()
 
@@ -225,7 +243,7 @@ def main() -> None:
         episodes = agent.train_round(seeds, args.repeat, args.temperature, args.tool_call_reward)
         print(line(f"train {r + 1}", episodes), flush=True)
         # the trainer steps on this round's groups and announces a version; the server loads it
-        version = agent.wait_for_version(version, args.version_timeout)
+        version = agent.wait_for_version(version, args.version_timeout, args.trainer_steps)
         print(f"served version {version} after round {r + 1}", flush=True)
     after = agent.evaluate(held_out)
     print(line("after", after), flush=True)

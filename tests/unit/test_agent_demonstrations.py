@@ -1,6 +1,8 @@
 """examples/agents/make_demonstrations.py: the rows the trainer renders (rft.buffer.expert_source,
 with the tools chat template the example config sets) start from exactly the ids the
-multiplication_tool workflow feeds the model, and teach the call and then the true product."""
+multiplication_tool workflow feeds the model, and teach the call and then the true product; the
+guess_number rows are the conversation the guess_number workflow holds, turn by turn, of a
+binary search that wins."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from rft.config.schema import AuxiliaryBufferConfig, FormatConfig
 from rft.engines.models import ModelSpec
 from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig
 from rft.environments import split_seeds
+from rft.environments.guess_number import GuessNumber, binary_search_turns
 from rft.environments.multiplication import Multiplication
 from rft.events.models import Task
 from rft.tools.chat_templates import tool_chat_template
@@ -34,6 +37,18 @@ def script() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def seeded_task(workflow: str, seed: int, fmt: dict[str, str]) -> Task:
+    return Task(
+        task_id=f"{workflow}-{seed}",
+        taskset=workflow,
+        epoch=0,
+        index=0,
+        payload={"seed": seed},
+        workflow=workflow,
+        format=fmt,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +71,8 @@ def test_demonstrations_start_where_the_workflow_starts_and_teach_both_turns(
     workflow = WORKFLOWS.get("multiplication_tool")()
     assert isinstance(workflow, MultiTurnWorkflow)
     for seed, call_row, answer_row in zip(seeds, rows[::2], rows[1::2], strict=True):
-        task = Task(
-            task_id=f"mul-{seed}",
-            taskset="mul",
-            epoch=0,
-            index=0,
-            payload={"seed": seed},
-            workflow="multiplication_tool",
-            format={"chat_template": template, "system_prompt": script.SYSTEM_PROMPT},
-        )
-        episode = workflow.episode(task, 0)
+        fmt = {"chat_template": template, "system_prompt": script.SYSTEM_PROMPT}
+        episode = workflow.episode(seeded_task("multiplication_tool", seed, fmt), 0)
         fed = DirectModelHandle(engine).chat_ids(
             episode.messages, tools=episode.tools, chat_template=template
         )
@@ -87,6 +94,44 @@ def test_demonstrations_start_where_the_workflow_starts_and_teach_both_turns(
         assert env.step(tok.decode(response)).reward == 1.0
 
 
+def test_guess_number_rows_are_the_workflows_conversation_of_a_winning_binary_search(
+    script: ModuleType, engine: Any
+) -> None:
+    rows = script.guess_number_demonstrations(4, start=3)
+    seeds = split_seeds("train", 4, start=3)
+    assert sorted({r["seed"] for r in rows}) == sorted(seeds)
+    renderer = SftRowRenderer(
+        AuxiliaryBufferConfig(
+            path="x", format=FormatConfig(prompt_type="messages", messages_key="messages")
+        ),
+        ExpertContext(engine.tokenizer, 4096, 4096),
+    )
+    workflow = WORKFLOWS.get("guess_number")()
+    assert isinstance(workflow, MultiTurnWorkflow)
+    for seed in seeds:
+        game = [r["messages"] for r in rows if r["seed"] == seed]
+        assert 1 <= len(game) <= binary_search_turns(1, 20)
+        fmt = {"system_prompt": script.GUESS_PROMPT, "workflow_args": json.dumps({"high": 20})}
+        episode = workflow.episode(seeded_task("guess_number", seed, fmt), 0)
+        # the first row starts where the workflow starts, and each row extends the one before
+        assert game[0][:-1] == episode.messages
+        for before, after in zip(game, game[1:], strict=False):
+            assert after[: len(before)] == before
+        # replaying the guesses against the environment gives back the rows' feedback and a win
+        env = GuessNumber(1, 20)
+        env.reset(seed)
+        last = game[-1]
+        for i, message in enumerate(last[2:]):
+            if message["role"] != "assistant":
+                continue
+            result = env.step(message["content"])
+            if i + 3 < len(last):
+                assert last[i + 3] == {"role": "user", "content": result.observation}
+        assert result.done and result.reward == 1.0
+        prompt, response = renderer.token_ids({"messages": last}, "row")
+        assert engine.tokenizer.decode(response).strip().startswith(last[-1]["content"])
+
+
 def test_the_agent_example_configs_load_and_evaluate_on_held_out_seeds_only(
     script: ModuleType,
 ) -> None:
@@ -95,6 +140,7 @@ def test_the_agent_example_configs_load_and_evaluate_on_held_out_seeds_only(
     root = Path(__file__).parents[2]
     for name, train_workflow, eval_workflows in (
         ("guess_number", "guess_number", {"guess_number"}),
+        ("guess_number_cpu", "guess_number", {"guess_number"}),
         ("multiplication_tool", "multiplication_tool", {"multiplication_tool", "multiplication"}),
     ):
         cfg = load_config(root / "examples" / "agents" / f"{name}.yaml")
@@ -105,6 +151,10 @@ def test_the_agent_example_configs_load_and_evaluate_on_held_out_seeds_only(
         assert {t.default_workflow_type for t in inputs.eval_tasksets} == eval_workflows
         assert all(t.generator_args["split"] == "eval" for t in inputs.eval_tasksets)
         assert all("tool_call_reward" not in t.workflow_args for t in inputs.eval_tasksets)
+        if name == "guess_number_cpu":  # its demonstrations, from the script's docstring
+            aux = cfg.buffer.trainer_input.auxiliary_buffers["sft_dataset"]
+            assert f"--task guess_number --out {aux.path}" in SCRIPT.read_text()
+            assert inputs.taskset.format.system_prompt == script.GUESS_PROMPT
     # the tool example mixes in the demonstrations the script's docstring writes
     aux = cfg.buffer.trainer_input.auxiliary_buffers["sft_dataset"]
     assert f"--out {aux.path}" in (SCRIPT.read_text())
