@@ -360,3 +360,33 @@ def test_a_row_without_its_question_is_the_tasks_error_not_a_fallback() -> None:
 def test_the_judge_entry_declares_what_it_asks_and_reports() -> None:
     assert REWARD_FUNCTIONS.trait("llm_judge", "asks_model") == "judge_model"
     assert "judge_fallback" in REWARD_FUNCTIONS.trait("llm_judge", "info_metrics")
+
+
+@REWARD_FUNCTIONS.register("asks_a_model_test", replace=True, asks_model="grader")
+def _reply_length_by_model(
+    response_text: str,
+    task_payload: dict[str, Any],
+    *,
+    auxiliary_model: Any,
+    grader: str = "0",
+    answer_key: str = "answer",
+) -> tuple[float, dict[str, float | str]]:
+    said = auxiliary_model.chat([{"role": "user", "content": response_text or "-"}], max_tokens=3)
+    return float(len(said)), {"asked": auxiliary_model.name}
+
+
+def test_a_registered_reward_that_declares_asks_model_is_handed_its_model() -> None:
+    engine = create_rollout_engine("hf", RolloutEngineConfig(model=ModelSpec("tiny")))
+    roster = _tiny_roster("0")  # named by position, the reward's default
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    (result,) = run_workflows([_task("math_workflow", "asks_a_model_test")], engine, params, roster)
+    for t in result.trajectories:
+        said = roster["0"].chat([{"role": "user", "content": t.response_text or "-"}], max_tokens=3)
+        assert t.reward == len(said) and t.info["asked"] == "0"
+
+
+def test_rescore_refuses_a_reward_that_asks_a_model() -> None:
+    from rft.consumers.replay.rescore import Rescorer
+
+    with pytest.raises(ConfigError, match="llm_judge asks an auxiliary model"):
+        Rescorer("llm_judge")
