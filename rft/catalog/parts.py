@@ -386,7 +386,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     engine = c.entry(
         "explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg
     )
-    if engine is not None:  # engine_args: the settings the engine's entry says it reads
+    if engine is not None:  # server settings and engine_args the engine's entry does not read
         _unread_settings(
             c,
             "explorer.rollout_model",
