@@ -21,6 +21,7 @@ from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import open_object_store
 
 if TYPE_CHECKING:  # torch and transformers stay out of processes that only coordinate
+    from rft.engines.auxiliary_models import AuxiliaryModels
     from rft.engines.models import ModelSpec
     from rft.engines.rollout import RolloutEngineConfig
 
@@ -254,6 +255,42 @@ class RunPlan:
             num_threads=threads,
             options=options,
         )
+
+    def auxiliary_models(self) -> AuxiliaryModels:
+        """The roster of `explorer.auxiliary_models`, none built yet (each is built on its first
+        call). An hf / vllm one loads its `model_path` (default: model.model_path) on the
+        explorer's device, in its `dtype` (default: model.dtype); each engine reads the settings
+        its entry names (`reads`) from the entry's own keys and its `engine_args`."""
+        from rft.engines.auxiliary_models import AuxiliaryModels, AuxiliarySpec
+        from rft.engines.models import ModelSpec
+        from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig
+
+        specs = []
+        for i, aux in enumerate(self.cfg.explorer.auxiliary_models):
+            assert aux.name is not None  # filled when the config is loaded
+            reads = ROLLOUT_ENGINES.trait(aux.engine_type, "reads", ())
+            options: dict[str, Any] = {
+                key: getattr(aux, key) for key in reads if getattr(aux, key, None) is not None
+            }
+            options |= aux.engine_args  # checked at load against what the engine reads
+            device = self.explorer_device
+            model = ModelSpec(
+                name_or_path=aux.model_path or self.cfg.model.model_path,
+                dtype=self.resolve_dtype(aux.dtype or self.cfg.model.dtype, device),
+                device=device,
+                seed=self.cfg.explorer.rollout_model.seed,
+            )
+            specs.append(
+                AuxiliarySpec(
+                    name=aux.name,
+                    engine_type=aux.engine_type,
+                    where=f"explorer.auxiliary_models[{i}]",
+                    engine=RolloutEngineConfig(model=model, options=options),
+                    chat_template=aux.chat_template,
+                    enable_thinking=aux.enable_thinking,
+                )
+            )
+        return AuxiliaryModels.of(specs)
 
     def checkpoint_store(self) -> CheckpointStore:
         settings = self.cfg.stack.object_store

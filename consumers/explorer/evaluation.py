@@ -15,6 +15,7 @@ import numpy as np
 
 from rft.config.connections import KafkaSettings
 from rft.config.schema import ModelConfig
+from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.events.models import Task
 from rft.events.reader import EventReader
@@ -99,16 +100,21 @@ def eval_params(model: ModelConfig) -> SamplingParams:
 
 
 def evaluate_tasksets(
-    engine: RolloutEngine, eval_tasks: dict[str, list[Task]], params: SamplingParams, *, at: str
+    engine: RolloutEngine,
+    eval_tasks: dict[str, list[Task]],
+    params: SamplingParams,
+    *,
+    at: str,
+    auxiliary_models: AuxiliaryModels | None = None,
 ) -> EvalResult:
-    """Accuracy of `engine` on each taskset under `params` (see `eval_params`); `at` says when,
-    for the log lines."""
+    """Accuracy of `engine` on each taskset under `params` (see `eval_params`), the workflows
+    holding `auxiliary_models` (a judge reward asks one); `at` says when, for the log lines."""
     accuracy: dict[str, float] = {}
     counts: dict[str, int] = {}
     for name, tasks in sorted(eval_tasks.items()):
         runnable, _ = split_runnable(tasks)
         started = time.monotonic()
-        results = run_workflows(runnable, engine, params)
+        results = run_workflows(runnable, engine, params, auxiliary_models)
         correct = correctness(results)
         accuracy[name] = float(correct.mean()) if correct.size else 0.0
         counts[name] = int(correct.size)

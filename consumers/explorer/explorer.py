@@ -176,6 +176,8 @@ class Explorer:
             sync.sync_style, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness
         )
         self._engine = engine
+        # built one by one on their first call; frozen: they never follow the weight versions
+        self.auxiliary_models = self.plan.auxiliary_models()
         self.summary = ExplorerSummary()
         self._eval_tasks: dict[str, list[Task]] | None = None
         self._carried: list[Envelope] = []  # tasks polled to finish a rebalance, for next step
@@ -253,12 +255,15 @@ class Explorer:
         the control topic why the loop ended."""
         stop = stop or threading.Event()
         engine = self._set_up()
-        with self._connect(engine) as io:
-            step = self._start(io)
-            step, exhausted = self._explore(io, step, stop)
-            self.summary.steps = step
-            self._announce_end(io.status, step, self.plan.total_steps, exhausted=exhausted)
-            io.plain.flush()
+        try:
+            with self._connect(engine) as io:
+                step = self._start(io)
+                step, exhausted = self._explore(io, step, stop)
+                self.summary.steps = step
+                self._announce_end(io.status, step, self.plan.total_steps, exhausted=exhausted)
+                io.plain.flush()
+        finally:
+            self.auxiliary_models.close()
         return self.summary
 
     def _set_up(self) -> RolloutEngine:
@@ -603,6 +608,7 @@ class Explorer:
             before_rollout=lambda ids: io.sync.between_rollouts(engine, ids),
             spans=work.spans,
             after_rollout=lambda ids: io.sync.after_rollouts(engine, ids),
+            auxiliary_models=self.auxiliary_models,
         )
         # a compiling engine's first call on a new shape is reported apart from rollout time
         work.compile_s = engine.compile_seconds - compiled_before
@@ -827,6 +833,7 @@ class Explorer:
                 "rollout_compile_s": work.compile_s,
                 "oversized_experiences": float(work.refused),
             }
+            | self.auxiliary_models.metrics()
         )
         if rewards.size:
             values |= {
@@ -862,6 +869,7 @@ class Explorer:
                 self._load_eval_tasks(),
                 eval_params(self.cfg.model),
                 at=f"step {step}",
+                auxiliary_models=self.auxiliary_models,
             )
         self.summary.eval_accuracy[step] = result.accuracy
         metrics.emit(step, result.metric_values())

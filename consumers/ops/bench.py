@@ -138,6 +138,7 @@ class Bench:
         log.info("bench %s: versions %s on %s", self.plan.run_id, versions, sorted(eval_tasks))
         report = BenchReport(self.plan.run_id)
         engine = self._engine or self._build_engine()
+        auxiliary = self.plan.auxiliary_models()  # a judge reward asks one; frozen across versions
         workdir = Path(tempfile.mkdtemp(prefix="rft-bench-"))
         try:
             with EventWriter.open(kafka) as writer:
@@ -155,11 +156,13 @@ class Bench:
                         eval_tasks,
                         eval_params(self.cfg.model),
                         at=f"version {version}",
+                        auxiliary_models=auxiliary,
                     )
                     metrics.emit(version, result.metric_values())
                     report.accuracy[version] = result.accuracy
                     report.tasks = result.tasks
         finally:
+            auxiliary.close()
             shutil.rmtree(workdir, ignore_errors=True)
         return report
 

@@ -105,6 +105,11 @@ class Rescorer:
     def __init__(self, reward_fn: str, reward_args: Mapping[str, Any] | None = None) -> None:
         self.name = reward_fn
         self.fn: RewardFn = REWARD_FUNCTIONS.get(reward_fn, key="--reward-fn")
+        if REWARD_FUNCTIONS.trait(reward_fn, "asks_model") is not None:
+            raise ConfigError(
+                f"--reward-fn: {reward_fn} asks an auxiliary model, and rescore holds none "
+                "(auxiliary models are an explorer's: explorer.auxiliary_models)"
+            )
         self.args = dict(reward_args or {})
         self._workflows: dict[str, Any] = {}
         unknown, accepted = unknown_arguments(self.fn, self.args, _FIXED_ARGS)

@@ -252,13 +252,15 @@ for _spec in (
         "on_policy_distill",
         "ppo",
         "needs a teacher model's logprobs of every response token (advantage = teacher - "
-        "student logprob); rft has no teacher (auxiliary) model yet",
+        "student logprob); explorer.auxiliary_models can hold a teacher, but nothing asks it "
+        "for those logprobs yet",
     ),
     _unavailable(
         "jsd",
         "ppo",
         "needs a teacher model's logprobs of every response token (the JSD between teacher and "
-        "student); rft has no teacher (auxiliary) model yet",
+        "student); explorer.auxiliary_models can hold a teacher, but nothing asks it for those "
+        "logprobs yet",
     ),
 ):
     ALGORITHM_TYPES.add(_spec.algorithm_type, _spec)

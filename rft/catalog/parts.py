@@ -17,7 +17,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -117,6 +117,14 @@ class _Checker:
     def entry(self, path: str, registry: Registry[Any], name: str, *checked: Any) -> Any:
         """The entry `name` selects, with its missing packages and its own checks of `checked`
         said (at `path` and at the keys its checks name); None with an Issue when unknown."""
+        entry = self.packaged(path, registry, name)
+        if entry is not None:
+            self.issues += entry.issues(*checked)  # a check imports none of the entry's packages
+        return entry
+
+    def packaged(self, path: str, registry: Registry[Any], name: str) -> Any:
+        """The entry `name` selects, with its missing packages said at `path` (its own checks
+        not run); None with an Issue when unknown."""
         entry: Entry[Any] | None = self.look(path, lambda: registry.entry(name))
         if entry is None:
             return None
@@ -128,7 +136,6 @@ class _Checker:
                     f"{req.install}",
                 )
             )
-        self.issues += entry.issues(*checked)  # a check imports none of the entry's packages
         return entry
 
     def args(self, path: str, fn: Any, args: Mapping[str, Any], fixed: frozenset[str]) -> None:
@@ -137,11 +144,12 @@ class _Checker:
             self.issues += [Issue(k, m) for k, m in argument_issues(path, fn, args, fixed)]
 
 
-def _check_reward(c: _Checker, path: str, taskset: TasksetConfig) -> None:
+def _check_reward(c: _Checker, cfg: RftConfig, path: str, taskset: TasksetConfig) -> None:
     """A taskset's reward function (its own, or explorer_input's, filled in at load): known, its
     packages installed, its own checks of reward_fn_args (they say what a refused arg should be
-    instead), then every other arg against the function's keywords."""
-    from rft.rewards import REWARD_FUNCTIONS
+    instead), then every other arg against the function's keywords; and the auxiliary model it
+    asks, if it asks one, configured."""
+    from rft.rewards import AUXILIARY_MODEL_ARG, REWARD_FUNCTIONS, asked_model
 
     name = taskset.default_reward_fn_type
     if name is None:
@@ -155,8 +163,89 @@ def _check_reward(c: _Checker, path: str, taskset: TasksetConfig) -> None:
     rest = {
         k: v for k, v in taskset.reward_fn_args.items() if f"{path}.reward_fn_args.{k}" not in said
     }
-    fixed = frozenset({"response_text", "task_payload"})
+    fixed = frozenset({"response_text", "task_payload", AUXILIARY_MODEL_ARG})
     c.args(f"{path}.reward_fn_args", c.name(key, REWARD_FUNCTIONS, name), rest, fixed)
+    model = asked_model(name, taskset.reward_fn_args)
+    names = [aux.name for aux in cfg.explorer.auxiliary_models]
+    if model is not None and model not in names:
+        arg = REWARD_FUNCTIONS.trait(name, "asks_model")
+        c.issues.append(
+            Issue(
+                f"{path}.reward_fn_args.{arg}",
+                f"{name} asks the auxiliary model {model!r}, which explorer.auxiliary_models "
+                f"does not name (names: {', '.join(repr(n) for n in names) or 'none'})",
+            )
+        )
+
+
+def _check_auxiliary_models(c: _Checker, cfg: RftConfig) -> None:
+    """Each auxiliary model's engine: known, its packages installed, able to serve one (its
+    entry's `auxiliary` trait), given the server settings it reads (and only those), its
+    engine_args among the ones it reads, and a model_path only where it loads one."""
+    from rft.engines.rollout import ROLLOUT_ENGINES
+
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        at = f"explorer.auxiliary_models[{i}]"
+        engine = c.packaged(f"{at}.engine_type", ROLLOUT_ENGINES, aux.engine_type)
+        if engine is None:
+            continue
+        if engine.trait("auxiliary") is None:
+            c.issues.append(
+                Issue(
+                    f"{at}.engine_type",
+                    f"{aux.engine_type!r} cannot serve an auxiliary model (engines that can: "
+                    f"{', '.join(n for n in ROLLOUT_ENGINES if ROLLOUT_ENGINES.trait(n, 'auxiliary'))})",
+                )
+            )
+            continue
+        reads = engine.trait("reads", ())
+        if "base_url" in reads and not aux.base_url:
+            c.issues.append(
+                Issue(
+                    f"{at}.base_url",
+                    f"is required by engine_type {aux.engine_type} (e.g. http://host:8000/v1)",
+                )
+            )
+        if aux.model_path is not None and not engine.trait("loads_weights", True):
+            c.issues.append(
+                Issue(
+                    f"{at}.model_path",
+                    f"is not read by engine {aux.engine_type!r}: its model lives in the server "
+                    "(name its id with engine_args.model)",
+                )
+            )
+        own = engine.trait("args", ()) + tuple(k for k in reads if k not in _SERVER_KEYS)
+        takes = engine.trait("auxiliary_args", own)
+        what = f"an auxiliary model of engine {aux.engine_type!r}"
+        _unread_settings(c, at, aux, engine, takes, what)
+
+
+# the settings of a server an engine calls, read only by an engine whose entry `reads` them
+_SERVER_KEYS = ("base_url", "api_key")
+
+
+def _unread_settings(
+    c: _Checker, at: str, section: Any, engine: Entry[Any], takes: Sequence[str], what: str
+) -> None:
+    """Issues at `at` for a server setting of `section` that `engine` does not read, and for each
+    of its engine_args that `what` does not take (`takes`)."""
+    for key in _SERVER_KEYS:
+        if getattr(section, key) is not None and key not in engine.trait("reads", ()):
+            c.issues.append(
+                Issue(
+                    f"{at}.{key}",
+                    f"is not read by {what}: only an engine that calls a server reads it "
+                    "(engine_type openai)",
+                )
+            )
+    for key in section.engine_args:
+        if key not in takes:
+            c.issues.append(
+                Issue(
+                    f"{at}.engine_args.{key}",
+                    f"is not read by {what} (it reads: {', '.join(takes) or 'nothing'})",
+                )
+            )
 
 
 def check_parts(cfg: RftConfig) -> list[Issue]:
@@ -280,7 +369,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
         c.name(
             f"{path}.format.tool_call_parser", TOOL_CALL_PARSERS, taskset.format.tool_call_parser
         )
-        _check_reward(c, path, taskset)
+        _check_reward(c, cfg, path, taskset)
         selector = c.look(
             f"{path}.task_selector.selector_type",
             functools.partial(selector_part, taskset.task_selector.selector_type),
@@ -297,28 +386,17 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
     engine = c.entry(
         "explorer.rollout_model.engine_type", ROLLOUT_ENGINES, rollout.engine_type, cfg
     )
-    if engine is not None:  # the server settings, read only by an engine that calls one
-        for key in ("base_url", "api_key"):
-            if getattr(rollout, key) is not None and key not in engine.trait("reads", ()):
-                c.issues.append(
-                    Issue(
-                        f"explorer.rollout_model.{key}",
-                        f"is not read by engine {rollout.engine_type!r}: only an engine that "
-                        "calls a server reads it (engine_type openai)",
-                    )
-                )
-    if engine is not None:  # engine_args: the settings the engine's entry says it reads
-        reads = engine.trait("args", ())
-        for key in rollout.engine_args:
-            if key not in reads:
-                c.issues.append(
-                    Issue(
-                        f"explorer.rollout_model.engine_args.{key}",
-                        f"is not read by engine {rollout.engine_type!r} "
-                        f"(it reads: {', '.join(reads) or 'nothing'})",
-                    )
-                )
+    if engine is not None:  # server settings and engine_args the engine's entry does not read
+        _unread_settings(
+            c,
+            "explorer.rollout_model",
+            rollout,
+            engine,
+            engine.trait("args", ()),
+            f"engine {rollout.engine_type!r}",
+        )
     c.name("explorer.rollout_model.tool_call_parser", TOOL_CALL_PARSERS, rollout.tool_call_parser)
+    _check_auxiliary_models(c, cfg)
     if c.entry("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name, cfg):
         c.issues += trainer_rank_issues(cfg)
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)

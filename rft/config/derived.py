@@ -64,6 +64,9 @@ def fill_derived(cfg: RftConfig) -> None:
     for key, aux in buffer.trainer_input.auxiliary_buffers.items():
         if not aux.name:
             aux.name = key
+    for i, model_aux in enumerate(cfg.explorer.auxiliary_models):
+        if model_aux.name is None:  # Trinity's workflows reach them by position
+            model_aux.name = str(i)
 
     rollout = cfg.explorer.rollout_model
     if rollout.dtype is None:
@@ -123,6 +126,7 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
     issues += _experience_buffer_issues(cfg)
     issues += _trainer_input_issues(cfg)
     issues += _explorer_stream_issues(cfg)
+    issues += _auxiliary_model_issues(cfg)
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
@@ -286,6 +290,24 @@ def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
 OWN_EXPERIENCES = "own"
 TRAINER_EXPERIENCES = "trainer"
+
+
+def _auxiliary_model_issues(cfg: RftConfig) -> list[Issue]:
+    """Each auxiliary model's name is non-empty and its own: workflows and rewards reach them by it."""
+    issues = []
+    seen: dict[str, int] = {}
+    for i, aux in enumerate(cfg.explorer.auxiliary_models):
+        at = f"explorer.auxiliary_models[{i}].name"
+        name = aux.name or ""
+        if not name.strip():
+            issues.append(Issue(at, "must not be empty"))
+        elif name in seen:
+            issues.append(
+                Issue(at, f"{name!r} is taken by explorer.auxiliary_models[{seen[name]}]")
+            )
+        else:
+            seen[name] = i
+    return issues
 
 
 def own_experience_topic(project: str, name: str, explorer_name: str) -> str:

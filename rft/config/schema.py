@@ -915,6 +915,91 @@ class ServeConfig:
     )
 
 
+_AUX = "rft/engines/auxiliary_models.py"
+_AUX_TEST = "tests/unit/test_auxiliary_models.py"
+
+
+@dataclass
+class AuxiliaryModelConfig:
+    """An entry of `explorer.auxiliary_models`: a further model beside the policy (a judge, a
+    teacher, a user simulator), reached by name from workflows and from the reward functions that
+    ask one. It is frozen: it never loads the trainer's weight versions."""
+
+    name: str | None = key(
+        None,
+        does='the name workflows and rewards reach it by (default: its position, "0", "1", ...); names are unique',
+        acts_in=_AUX,
+        shown_by=_AUX_TEST,
+    )
+    engine_type: str = key(
+        "hf",
+        does="ROLLOUT_ENGINES entry that serves it: hf or vllm (its own copy of model_path, in the explorer's process) or openai (a client of base_url); an entry without the `auxiliary` trait is refused",
+        acts_in=_PARTS,
+        shown_by=_AUX_TEST,
+    )
+    model_path: str | None = key(
+        None,
+        does="hf / vllm: the model it loads (default: model.model_path, a frozen copy of the base policy); refused for an engine whose weights live in a server",
+        acts_in="consumers/run_plan.py",
+        shown_by=_AUX_TEST,
+    )
+    base_url: str | None = key(
+        None,
+        does="engine_type openai: the OpenAI-compatible server it asks (ending in /v1; required there, refused elsewhere)",
+        acts_in="rft/engines/auxiliary_chat.py",
+        shown_by="tests/integration/test_auxiliary_judge.py",
+    )
+    api_key: str | None = key(
+        None,
+        does="engine_type openai: the bearer key sent to base_url (refused elsewhere)",
+        acts_in="rft/engines/auxiliary_chat.py",
+        shown_by="tests/integration/test_auxiliary_judge.py",
+        shown_default="$OPENAI_API_KEY",
+    )
+    dtype: DType | None = key(
+        None,
+        does="hf / vllm: the dtype it is loaded in (default: model.dtype)",
+        acts_in="consumers/run_plan.py",
+        shown_by=_AUX_TEST,
+    )
+    chat_template: str | None = key(
+        None,
+        does="a Jinja chat template replacing its tokenizer's (hf / vllm)",
+        acts_in="rft/engines/auxiliary_chat.py",
+        shown_by=_AUX_TEST,
+    )
+    enable_thinking: bool | None = key(
+        None,
+        does="passed to its chat template (hf / vllm)",
+        acts_in="rft/engines/auxiliary_chat.py",
+        shown_by=_AUX_TEST,
+    )
+    engine_args: dict[str, Any] = key(
+        field(default_factory=dict),
+        does="the engine's own settings: for openai `model` (the id requests name, default rft-policy); for vllm its explorer.rollout_model settings (gpu_memory_utilization, max_model_len, enforce_eager, ...); others are refused at load",
+        acts_in=_PARTS,
+        shown_by=_AUX_TEST,
+    )
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "engine_num": "one engine per auxiliary model in each explorer process",
+        "tensor_parallel_size": "an auxiliary model runs in the explorer's process on its device; "
+        "no GPUs are reserved for it (docs/known-limits.md)",
+        "enable_openai_api": "workflows reach an auxiliary model by name "
+        "(Workflow.auxiliary_models); engine_type openai asks a server",
+        "enable_history": "callers keep what they asked",
+        "use_v1": "vllm 0.26 has only its V1 engine",
+        "enable_chunked_prefill": "vllm 0.26 always chunks long prefills; the hf engine does not",
+        "enable_auto_tool_choice": "auxiliary models answer with text",
+        "tool_call_parser": "auxiliary models answer with text",
+        "reasoning_parser": "auxiliary models answer with text",
+        "max_prompt_tokens": "callers bound their prompts",
+        "max_response_tokens": "each call says its max_tokens (a judge reward: reward_fn_args.max_tokens)",
+        "temperature": "each call says its temperature",
+        "seed": "calls are not seeded",
+    }
+
+
 @dataclass
 class ExplorerConfig:
     """`explorer`: rollout workers (one consumer-group member each) and evaluation."""
@@ -956,6 +1041,7 @@ class ExplorerConfig:
         shown_by="tests/unit/test_explorer_settings.py",
     )
     rollout_model: RolloutModelConfig = field(default_factory=RolloutModelConfig)
+    auxiliary_models: list[AuxiliaryModelConfig] = field(default_factory=list)
     serve: ServeConfig = field(default_factory=ServeConfig)
     eval_interval: int = key(
         bounded(100, ge=1),
@@ -995,7 +1081,6 @@ class ExplorerConfig:
     )
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "auxiliary_models": "auxiliary models are not supported yet",
         "over_rollout": "explorers commit each task as it finishes; no batch waits to trim",
         "dynamic_timeout": "timeouts are fixed by max_timeout",
         "runner_state_report_interval": "runner state is reported through metrics",

@@ -562,7 +562,12 @@ VLLM_READS = (
 )
 
 
-@ROLLOUT_ENGINES.register("hf", reads=HF_READS, tensor_parallel=False)
+# `auxiliary`: the factory that builds an auxiliary model served by the engine
+# (rft.engines.auxiliary_models); an entry without it cannot serve one
+ENGINE_CHAT = "rft.engines.auxiliary_chat:engine_chat_model"
+
+
+@ROLLOUT_ENGINES.register("hf", reads=HF_READS, tensor_parallel=False, auxiliary=ENGINE_CHAT)
 def hf_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     """transformers generate on CPU or one GPU (config.model.device)."""
     return HFRolloutEngine.from_config(config)
@@ -575,6 +580,7 @@ ROLLOUT_ENGINES.lazy(
     check="rft.engines.vllm_engine:exact_logprob_issues",
     reads=VLLM_READS,
     tensor_parallel=True,
+    auxiliary=ENGINE_CHAT,
 )
 OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'  (or: pip install 'rft[openai]')"
 # `loads_weights`: whether the engine can load the trainer's versions (default True); one that
@@ -587,6 +593,8 @@ ROLLOUT_ENGINES.lazy(
     reads=("base_url", "api_key"),
     args=("model", "returns_token_ids"),
     loads_weights=False,
+    auxiliary="rft.engines.auxiliary_chat:server_chat_model",
+    auxiliary_args=("model",),  # an auxiliary model reads only text: no token ids asked
 )
 ROLLOUT_ENGINES.lazy(
     "replay",

@@ -3,11 +3,21 @@
 A reward function scores one response: `fn(response_text, task_payload, **args) -> (reward, info)`
 where `task_payload` is the task's raw row and `info` maps names to floats or short strings. Users
 add one with `@REWARD_FUNCTIONS.register("name")`.
+
+Two traits of an entry say what it needs beyond that:
+- `asks_model`: the reward asks an auxiliary model (`explorer.auxiliary_models`). The trait is the
+  name of its argument that names the model (`asked_model` reads it from the args, else from the
+  function's default); its caller passes that model as the keyword `auxiliary_model`, and a
+  config whose reward names no configured model is refused at load.
+- `info_metrics`: keys of its `info` that are numbers per rollout (a fallback taken, a parse that
+  failed); the workflow copies them into the trajectory's metrics, so each step reports their
+  mean (`<key>_mean`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rft.errors import TasksetError
@@ -30,6 +40,15 @@ REWARD_FUNCTIONS.lazy("math_reward", "rft.rewards.math_reward:math_reward")
 REWARD_FUNCTIONS.lazy("accuracy_reward", "rft.rewards.math_reward:accuracy_reward")
 REWARD_FUNCTIONS.lazy("countdown_reward", "rft.rewards.countdown_reward:countdown_reward")
 REWARD_FUNCTIONS.lazy("format_reward", "rft.rewards.format_reward:format_reward")
+# the keyword a reward that asks an auxiliary model is given it under
+AUXILIARY_MODEL_ARG = "auxiliary_model"
+REWARD_FUNCTIONS.lazy(
+    "llm_judge",
+    "rft.rewards.llm_judge:llm_judge",
+    check="rft.rewards.llm_judge:judge_args_issues",
+    asks_model="judge_model",
+    info_metrics=("judge_fallback", "judge_parse_failure", "judge_call_failure"),
+)
 # equivalence by math-verify (an optional package: `make setup` installs it with the math extra)
 MATH_VERIFY = Requirement("math_verify", "pip install 'rft[math]' (or: pip install math-verify)")
 REWARD_FUNCTIONS.lazy(
@@ -52,3 +71,15 @@ def payload_field(task_payload: dict[str, Any], key: str, reward_name: str) -> A
             "set format.response_key to the column holding the answer"
         )
     return task_payload[key]
+
+
+def asked_model(name: str, args: Mapping[str, Any]) -> str | None:
+    """The auxiliary model that reward `name` asks under `args` (None: it asks none): the arg its
+    entry's `asks_model` trait names, else that parameter's default."""
+    arg = REWARD_FUNCTIONS.trait(name, "asks_model")
+    if arg is None:
+        return None
+    if arg in args:
+        return str(args[arg])
+    default = inspect.signature(REWARD_FUNCTIONS.get(name)).parameters[arg].default
+    return None if default is inspect.Parameter.empty else str(default)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.engines.prompt_limits import PromptLimits
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, moved_seed
 from rft.errors import EngineError, RftError, TasksetError
@@ -61,12 +62,19 @@ class RejectedTasksError(TasksetError):
         super().__init__(f"{len(rejected)} task(s) rejected before rollout: {listed}")
 
 
-def workflow_for(task: Task, cache: dict[str, Workflow] | None = None) -> Workflow:
-    """The workflow instance named by `task.workflow` (ConfigError if unknown)."""
+def workflow_for(
+    task: Task,
+    cache: dict[str, Workflow] | None = None,
+    auxiliary_models: AuxiliaryModels | None = None,
+) -> Workflow:
+    """The workflow instance named by `task.workflow` (ConfigError if unknown), holding
+    `auxiliary_models` (the explorer's) when given."""
     name = task.workflow or "math_workflow"
     if cache is not None and name in cache:
         return cache[name]
     workflow = WORKFLOWS.get(name)()
+    if auxiliary_models is not None:
+        workflow.auxiliary_models = auxiliary_models
     if cache is not None:
         cache[name] = workflow
     return workflow
@@ -133,12 +141,17 @@ def task_chat_template(task: Task) -> str | None:
 
 
 def prepare_task(
-    task: Task, engine: RolloutEngine, params: SamplingParams, cache: dict[str, Workflow]
+    task: Task,
+    engine: RolloutEngine,
+    params: SamplingParams,
+    cache: dict[str, Workflow],
+    auxiliary_models: AuxiliaryModels | None = None,
 ) -> PreparedTask:
-    """Build `task`'s prompt with its workflow and its sampling settings from `params`.
+    """Build `task`'s prompt with its workflow (holding `auxiliary_models`) and its sampling
+    settings from `params`.
 
     A workflow that drives the model builds its prompts turn by turn: its prompt here is empty."""
-    workflow = workflow_for(task, cache)
+    workflow = workflow_for(task, cache, auxiliary_models)
     if drives_model(workflow):
         return PreparedTask(task, workflow, [], "", sampling_params_for(task, params))
     prompt = engine.chat_prompt_ids(workflow.messages(task), chat_template=task_chat_template(task))
@@ -330,9 +343,13 @@ def _score_rollouts(item: PreparedTask, rollouts: list[Rollout]) -> WorkflowResu
 
 
 def run_workflows(
-    tasks: Sequence[Task], engine: RolloutEngine, params: SamplingParams
+    tasks: Sequence[Task],
+    engine: RolloutEngine,
+    params: SamplingParams,
+    auxiliary_models: AuxiliaryModels | None = None,
 ) -> list[WorkflowResult]:
-    """Roll out and score `tasks`; results follow the order of `tasks`.
+    """Roll out and score `tasks`, their workflows holding `auxiliary_models`; results follow
+    the order of `tasks`.
 
     Raises RejectedTasksError (before generating anything) if any task's payload does not fit
     its workflow; use `split_runnable` first to set such tasks aside. Any other failure of a task
@@ -342,7 +359,7 @@ def run_workflows(
     if rejected:
         raise RejectedTasksError(rejected)
     cache: dict[str, Workflow] = {}
-    items = [prepare_task(task, engine, params, cache) for task in tasks]
+    items = [prepare_task(task, engine, params, cache, auxiliary_models) for task in tasks]
     results = []
     for outcome in roll_out(items, engine):
         if isinstance(outcome, Exception):

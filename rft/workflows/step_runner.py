@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
+from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.engines.prompt_limits import PromptLimits, PromptTooLongError, generation_prompt_len
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.errors import RftError
@@ -98,8 +99,10 @@ def run_step(
     before_rollout: Callable[[list[str]], None] | None = None,
     spans: RolloutSpans | None = None,
     after_rollout: Callable[[list[str]], None] | None = None,
+    auxiliary_models: AuxiliaryModels | None = None,
 ) -> StepOutcome:
-    """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`.
+    """Roll out and score `tasks` (all runnable: see `split_runnable`) under `limits`, their
+    workflows holding `auxiliary_models` (the explorer's).
 
     `before_rollout(task_ids)` runs before each engine call (a chunk, or one retry): the
     explorer's sync loads weights announced since (fully_async) and records which version
@@ -107,7 +110,7 @@ def run_step(
     which version answered. `spans` makes each task's rollout and reward spans, per attempt.
     """
     outcome = StepOutcome()
-    ready = _prepare(tasks, engine, params, limits, outcome)
+    ready = _prepare(tasks, engine, params, limits, outcome, auxiliary_models)
     done: dict[str, WorkflowResult] = {}
     last_error: dict[str, Exception] = {}
 
@@ -220,13 +223,14 @@ def _prepare(
     params: SamplingParams,
     limits: StepLimits,
     outcome: StepOutcome,
+    auxiliary_models: AuxiliaryModels | None = None,
 ) -> list[PreparedTask]:
     """Prompts and sampling settings of `tasks` within the prompt limits; the rest given up."""
     cache: dict[str, Workflow] = {}
     ready = []
     for task in tasks:
         try:
-            item = prepare_task(task, engine, params, cache)
+            item = prepare_task(task, engine, params, cache, auxiliary_models)
             if limits.prompts is not None:
                 item = _fit(item, engine, limits.prompts, outcome)
         except PromptTooLongError as exc:

@@ -4,6 +4,10 @@ the model's replies into scored `Trajectory` objects with the task's reward func
 Format keys follow Trinity-RFT: `prompt_key`, `response_key` (the answer), `system_prompt`,
 `system_prompt_key`, `reply_prefix`, and `prompt_type: messages` with `messages_key` for rows that
 already hold a chat. `reward_fn_args` / `workflow_args` ride in the format map as JSON object text.
+
+A workflow reaches the explorer's auxiliary models (`explorer.auxiliary_models`: a judge, a user
+simulator) by name through `self.auxiliary_models`, and `score` hands a reward function that asks
+one (its entry's `asks_model` trait) the model it names.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.errors import TasksetError
 from rft.events.models import Task
-from rft.rewards import REWARD_FUNCTIONS, RewardInfo
+from rft.rewards import AUXILIARY_MODEL_ARG, REWARD_FUNCTIONS, RewardInfo, asked_model
 from rft.workflows.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -32,6 +37,8 @@ class Workflow:
     # True: the workflow loops over the model itself, `run(task, model, params, index)` returning
     # trajectories (rft.workflows.multi_turn_runner); False: the runner generates its one reply
     drives_model: ClassVar[bool] = False
+    # the explorer's auxiliary models by name (none unless the explorer gives its roster)
+    auxiliary_models: AuxiliaryModels = AuxiliaryModels()
 
     @classmethod
     def workflow_args_signature(cls) -> Callable[..., Any] | None:
@@ -101,10 +108,22 @@ class Workflow:
         return args
 
     def score(self, task: Task, response_text: str) -> tuple[float, RewardInfo]:
-        """Reward of one full reply (reply_prefix included) from the task's reward function."""
-        reward_fn = REWARD_FUNCTIONS.get(self.reward_fn_name(task))
-        reward, info = reward_fn(response_text, task.payload, **self.reward_args(task))
+        """Reward of one full reply (reply_prefix included) from the task's reward function,
+        given the auxiliary model it asks, if it asks one."""
+        name = self.reward_fn_name(task)
+        reward_fn = REWARD_FUNCTIONS.get(name)
+        args = self.reward_args(task)
+        model = asked_model(name, args)
+        if model is not None:
+            args[AUXILIARY_MODEL_ARG] = self.auxiliary_models.get(model)
+        reward, info = reward_fn(response_text, task.payload, **args)
         return float(reward), info
+
+    def reward_metrics(self, task: Task, info: Mapping[str, Any]) -> dict[str, float]:
+        """The numbers of `info` that the task's reward declares per-rollout metrics
+        (its entry's `info_metrics`)."""
+        keys = REWARD_FUNCTIONS.trait(self.reward_fn_name(task), "info_metrics", ())
+        return {k: float(info[k]) for k in keys if isinstance(info.get(k), int | float)}
 
     def trajectories(self, task: Task, prefix: str, replies: Sequence[Rollout]) -> list[Trajectory]:
         """The task's trajectories from its `repeat_times` replies to `messages(task)` (all of a
@@ -113,7 +132,8 @@ class Workflow:
         trajectories = []
         for reply in replies:
             reward, info = self.score(task, prefix + reply.text)
-            trajectories.append(Trajectory.of_reply(reply, reward, info))
+            trajectory = Trajectory.of_reply(reply, reward, info)
+            trajectories.append(trajectory.scored(reward, info, self.reward_metrics(task, info)))
         return trajectories
 
     def _require_valid(self, task: Task) -> None:

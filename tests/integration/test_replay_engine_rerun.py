@@ -29,8 +29,16 @@ pytestmark = pytest.mark.integration
 ROWS = [{"question": f"What is {a} + {b}?", "answer": a + b} for a, b in ((1, 2), (3, 4), (5, 6))]
 
 
-def explore(stack: StackSettings, tmp_path: Path, name: str, **rollout: Any) -> RftConfig:
-    """One explore step of ROWS as run `name`, with `explorer.rollout_model` set to `rollout`."""
+def explore(
+    stack: StackSettings,
+    tmp_path: Path,
+    name: str,
+    *,
+    sections: dict[str, Any] | None = None,
+    **rollout: Any,
+) -> RftConfig:
+    """One explore step of ROWS as run `name`, with `explorer.rollout_model` set to `rollout`
+    and `sections` (dotted section -> keys) merged into the config."""
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     raw = {
@@ -59,6 +67,11 @@ def explore(stack: StackSettings, tmp_path: Path, name: str, **rollout: Any) -> 
             "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
         },
     }
+    for dotted, keys in (sections or {}).items():
+        section = raw
+        for part in dotted.split("."):
+            section = section.setdefault(part, {})
+        section.update(keys)
     config_path = tmp_path / f"{name}.yaml"
     config_path.write_text(yaml.safe_dump(raw))
     cfg = load_config(config_path)
