@@ -24,10 +24,13 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 # a run of a few hundred steps with every span recorded stays well inside this
 MAX_SPANS = 500_000
+# C1 only and a serial collector: it starts on less CPU on a small machine, and a trace viewer
+# needs no peak throughput
 JVM_OPTIONS: tuple[str, ...] = (
     "-Xmx512m",
     "-Xms64m",
     "-XX:+UseSerialGC",
+    "-XX:TieredStopAtLevel=1",
     "-Djava.awt.headless=true",
 )
 
