@@ -181,7 +181,7 @@ class LocalStackSettings:
         39411,
         does="local Zipkin port (trace store, query API and web UI; started only when asked)",
         acts_in="rft/stack/local_stack.py",
-        shown_by="tests/integration/test_trace_chain.py",
+        shown_by="tests/integration/test_stack.py",
     )
     auto_start: bool = key(
         True,
