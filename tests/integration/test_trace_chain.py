@@ -15,6 +15,7 @@ The task feeder (`rft feed`) starts a trace per task too.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -116,6 +117,7 @@ class TracedRun:
     cfg: Any
     plan: RunPlan
     spans: list[Span]
+    config: Path
 
 
 def traced_run(stack: StackSettings, name: str, tmp: Path, store: str, base: str) -> TracedRun:
@@ -135,7 +137,7 @@ def traced_run(stack: StackSettings, name: str, tmp: Path, store: str, base: str
     finish({"trainer": run_cli("train", config), "explorer": run_cli("explore", config)})
 
     spans = zipkin_spans(base, plan.run_id) if store == "zipkin" else list(read_span_records(base))
-    return TracedRun(store, base, raw, cfg, plan, spans)
+    return TracedRun(store, base, raw, cfg, plan, spans, config)
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +373,15 @@ def test_the_trace_is_listed_in_the_zipkin_ui(zipkin_run: TracedRun, tmp_path: P
                 tag = browser.find_element(By.XPATH, "//*[text()='rft.links']")
                 browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", tag)
             browser.save_screenshot(str(screenshot_path(tmp_path, shots[trace_id])))
+
+
+def test_rft_status_names_the_trace_ui(
+    zipkin_run: TracedRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rft.cli.main import main as cli
+
+    capsys.readouterr()
+    assert cli(["status", "--config", str(zipkin_run.config)]) == 0
+    assert f"traces: {zipkin_run.base}/zipkin/" in capsys.readouterr().out.splitlines()
+    assert cli(["status", "--config", str(zipkin_run.config), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["traces"] == f"{zipkin_run.base}/zipkin/"
