@@ -10,7 +10,9 @@ CONFIG ?= examples/arithmetic/arithmetic.yaml
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,scale,math,serve]'
+	$(BIN)/pip install -q -e '.[dev,scale,math,serve,traces]'
+	# headless Chromium and its driver (Debian packages) for the tests that look at the trace UI
+	bash infra/browser/install.sh
 	# verl as the reference library of algorithm functions, without the deps its metadata names:
 	# they would move transformers off the pin (the scale extra holds what core_algos imports)
 	$(BIN)/pip install -q --no-deps 'verl==0.9.1' 'tensordict==0.10.*'

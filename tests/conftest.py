@@ -1,5 +1,6 @@
-"""Shared fixtures: `stack` (the real local Kafka + MinIO, started lazily once per session) and
-`unique` (a fresh short name per test for topics, buckets and groups).
+"""Shared fixtures: `stack` (the real local Kafka + MinIO, started lazily once per session),
+`zipkin` (the stack's optional Zipkin trace server, likewise) and `unique` (a fresh short name per
+test for topics, buckets and groups).
 
 With RFT_KAFKA_BOOTSTRAP or RFT_S3_ENDPOINT set, `stack` points at that external stack and starts
 nothing. Otherwise it runs `LocalStack.up()` on the default root and, at session end, stops what
@@ -42,6 +43,22 @@ def stack() -> Iterator[StackSettings]:
         if not lease.others_alive():
             _delete_topics_of_earlier_sessions(settings)
         yield settings
+    finally:
+        lease.release()
+    keep = os.environ.get("RFT_STACK_KEEP") == "1"
+    if result.started and not keep and not lease.others_alive():
+        local.down(result.started)
+
+
+@pytest.fixture(scope="session")
+def zipkin() -> Iterator[str]:
+    """The local stack's Zipkin server (`rft stack up --with zipkin`), started on first use and
+    stopped at session end like `stack`'s servers; its base URL (`http://127.0.0.1:<port>`)."""
+    local = LocalStack()
+    lease = StackLease(local.layout.leases).acquire()
+    try:
+        result = local.up(services=["zipkin"])
+        yield f"http://127.0.0.1:{local.settings.zipkin_port}"
     finally:
         lease.release()
     keep = os.environ.get("RFT_STACK_KEEP") == "1"

@@ -1,7 +1,8 @@
-"""`rft stack up | down | status`: the local Kafka + MinIO stack without Docker.
+"""`rft stack up | down | status`: the local Kafka + MinIO stack without Docker, and the Zipkin
+trace server beside them when asked (`rft stack up --with zipkin`).
 
 Settings default to `LocalStackSettings` (root `$RFT_STACK_ROOT` or ~/.cache/rft/stack, ports
-39092/39093/39000/39001); the flags override them for one call.
+39092/39093/39000/39001, Zipkin 39411); the flags override them for one call.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_argument("--kafka-controller-port", type=int, default=defaults.kafka_controller_port)
     common.add_argument("--minio-port", type=int, default=defaults.minio_port)
     common.add_argument("--minio-console-port", type=int, default=defaults.minio_console_port)
+    common.add_argument("--zipkin-port", type=int, default=defaults.zipkin_port)
 
     up = actions.add_parser("up", parents=[common], help="provision (cached) and start; idempotent")
     up.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for health")
@@ -41,13 +43,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="start one service (e.g. kafka alone for a file:// checkpoint store)",
     )
+    up.add_argument(
+        "--with",
+        dest="with_services",
+        action="append",
+        choices=("zipkin",),
+        default=[],
+        help="also start an optional service: zipkin (trace store and web UI)",
+    )
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", parents=[common], help="stop what `up` started")
     down.add_argument("--timeout", type=float, default=30.0, help="seconds before SIGKILL")
     down.set_defaults(func=_down)
 
-    status = actions.add_parser("status", parents=[common], help="health of both servers")
+    status = actions.add_parser("status", parents=[common], help="health of the servers")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.set_defaults(func=_status)
 
@@ -59,6 +69,7 @@ def _stack(args: argparse.Namespace) -> LocalStack:
         kafka_controller_port=args.kafka_controller_port,
         minio_port=args.minio_port,
         minio_console_port=args.minio_console_port,
+        zipkin_port=args.zipkin_port,
     )
     return LocalStack(settings, cache_dir=args.cache)
 
@@ -73,12 +84,13 @@ def _print_status(status: StackStatus) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     began = time.monotonic()
-    services = [args.only] if args.only else None
-    result = _stack(args).up(timeout_s=args.timeout, services=services)
+    stack = _stack(args)
+    wanted = [args.only] if args.only else list(stack.default_services())
+    wanted += [s for s in args.with_services if s not in wanted]
+    result = stack.up(timeout_s=args.timeout, services=wanted)
     _print_status(result.status)
     started = ", ".join(result.started) or "nothing (already running)"
     print(f"started {started} in {time.monotonic() - began:.1f}s")
-    wanted = services or ["kafka", "minio"]
     return 0 if all(result.status.service(s).healthy for s in wanted) else 1
 
 

@@ -4,14 +4,16 @@ checkpoint store.
 Prints the run's topics with their end offsets, each consumer group of the run with its lag per
 partition, the trainer's newest version (announced on the weights topic, and in the checkpoint
 store), each live explorer with the model version of its newest experience and its committed
-step, the newest explorer step metric, and the dead letters by error. `--json` emits the same as
-one JSON object. Reads only: it joins no group that any component uses and commits nothing.
+step, the newest explorer step metric, the dead letters by error, and (with a config) where its
+traces are seen (`monitor.trace_exporter`: the Zipkin UI's address, the spans file). `--json`
+emits the same as one JSON object. Reads only: it joins no group that any component uses and commits nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 from typing import Any
 
 from rft.cli.arguments import add_config_arguments
@@ -74,8 +76,15 @@ def run(args: argparse.Namespace) -> int:
     status = read_run_status(
         kafka, topics, experience_topic, checkpoint_store=store, tail=args.tail
     )
+    traces = None
+    if args.config:
+        from rft.tracing.setup import trace_viewer
+
+        traces = trace_viewer(cfg)
     if args.json:
-        print(status.to_json())
+        print(json.dumps({**json.loads(status.to_json()), "traces": traces}, indent=2))
     else:
         print("\n".join(format_status(status, all_explorers=args.all_explorers)))
+        if traces:
+            print(f"traces: {traces}")
     return 0

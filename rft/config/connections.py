@@ -177,6 +177,12 @@ class LocalStackSettings:
         acts_in="rft/stack/local_stack.py",
         shown_by="tests/integration/test_stack.py",
     )
+    zipkin_port: int = key(
+        39411,
+        does="local Zipkin port (trace store, query API and web UI; started only when asked)",
+        acts_in="rft/stack/local_stack.py",
+        shown_by="tests/integration/test_stack.py",
+    )
     auto_start: bool = key(
         True,
         does="`rft run` brings the local stack up when the endpoints are local",

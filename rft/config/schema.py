@@ -1326,14 +1326,14 @@ class MonitorConfig:
     )
     trace_exporter: str = key(
         field(default_factory=lambda: os.environ.get("RFT_TRACE_EXPORTER", "none")),
-        does="where each process's spans go, a name in SPAN_EXPORTERS (rft.tracing.setup): none, console, file, otlp",
+        does="where each process's spans go, a name in SPAN_EXPORTERS (rft.tracing.setup): none, console, file, otlp, zipkin (the local stack's Zipkin, which `rft run` then starts)",
         shown_default="$RFT_TRACE_EXPORTER, else none",
         acts_in="rft/tracing/setup.py",
         shown_by="tests/unit/test_trace_exporters.py",
     )
     trace_args: dict[str, Any] = key(
         field(default_factory=dict),
-        does="the exporter's settings (file: path; otlp: protocol, endpoint, headers, timeout, insecure)",
+        does="the exporter's settings (file: path; otlp: protocol, endpoint, headers, timeout, insecure; zipkin: endpoint, timeout)",
         acts_in="rft/tracing/setup.py",
         shown_by="tests/unit/test_trace_exporters.py",
     )

@@ -1,5 +1,5 @@
-"""`LocalStack`: the local Kafka broker and MinIO server as one unit that `rft stack up | down |
-status` and the test fixtures drive.
+"""`LocalStack`: the local Kafka broker and MinIO server (and, when asked, the Zipkin trace server)
+as one unit that `rft stack up | down | status` and the test fixtures drive.
 
 `up` is idempotent: servers this root already runs are kept, the rest are provisioned (cached after
 the first time), started detached and waited for until healthy. `down` stops only processes whose
@@ -32,6 +32,7 @@ from rft.stack.minio_server import MinioServer
 from rft.stack.provision_route import ProvisionContext
 from rft.stack.provision_step import log_tail
 from rft.stack.service import ServiceStatus
+from rft.stack.zipkin_server import ZipkinServer
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ class LocalStack:
             self.object_store,
             ctx,
         )
-        self.services: tuple[ManagedServer, ...] = (self.kafka, self.minio)
+        self.zipkin = ZipkinServer(self.layout, self.settings.zipkin_port, ctx)
+        self.services: tuple[ManagedServer, ...] = (self.kafka, self.minio, self.zipkin)
 
     @classmethod
     def from_stack_settings(cls, stack: StackSettings, cache_dir: Path | None = None) -> LocalStack:
@@ -120,7 +122,8 @@ class LocalStack:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def up(self, timeout_s: float = 120.0, services: Iterable[str] | None = None) -> UpResult:
-        """Start the named services (default: all) that are not running; wait until healthy."""
+        """Start the named services (default: all but the optional ones) that are not running;
+        wait until healthy."""
         chosen = self._select(services)
         with self._locked():
             to_start = [s for s in chosen if not s.is_running()]
@@ -139,9 +142,12 @@ class LocalStack:
             self._wait_healthy(timeout_s, chosen)
             return UpResult(tuple(s.name for s in to_start), self.status())
 
+    def default_services(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.services if not s.optional)
+
     def _select(self, services: Iterable[str] | None) -> list[ManagedServer]:
         if services is None:
-            return list(self.services)
+            return [s for s in self.services if not s.optional]
         wanted = set(services)
         unknown = wanted - {s.name for s in self.services}
         if unknown:
@@ -188,10 +194,10 @@ class LocalStack:
         self, services: Iterable[str] | None = None, timeout_s: float = 30.0
     ) -> tuple[str, ...]:
         """Stop this root's servers (all, or the named ones); returns the names stopped."""
-        chosen = self._select(services)
+        chosen = list(self.services) if services is None else self._select(services)
         stopped = []
         with self._locked():
-            # MinIO first: nothing in the stack depends on it staying up while Kafka stops
+            # Kafka last: nothing in the stack depends on the others staying up while it stops
             for service in reversed(chosen):
                 if service.stop(timeout_s):
                     log.info("stopped %s", service.name)
@@ -199,4 +205,7 @@ class LocalStack:
         return tuple(stopped)
 
     def status(self) -> StackStatus:
-        return StackStatus(tuple(s.status() for s in self.services))
+        """Every server that always runs, and the optional ones that run now."""
+        return StackStatus(
+            tuple(s.status() for s in self.services if not s.optional or s.is_running())
+        )

@@ -19,6 +19,8 @@ from rft.stack.service import ServiceStatus
 
 class ManagedServer(ABC):
     name: str
+    # an optional server starts only when named (`up(services=...)`, `rft stack up --with`)
+    optional: bool = False
 
     def __init__(self, layout: StackLayout) -> None:
         self.layout = layout

@@ -29,6 +29,7 @@ from rft.events.models import Metric
 from rft.events.reader import Envelope, EventReader
 from rft.supervisor.launchers import RunCommand, feeds_online, launcher_for
 from rft.supervisor.progress_line import ProgressLine, RunProgress
+from rft.tracing.setup import trace_stack_service, trace_viewer
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class RunSummary:
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # components that ended the run badly
     endings: list[str] = field(default_factory=list)  # how each component finished, as it said
+    traces: str | None = None  # where a person looks at the run's spans
 
     @property
     def exit_code(self) -> int:
@@ -73,6 +75,8 @@ class RunSummary:
             out.append(f"trainer step time: median {statistics.median(self.train_step_s):.1f} s")
         out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB")
         out.extend(self.endings)
+        if self.traces:
+            out.append(f"traces: {self.traces}")
         out.append(f"exit codes: {self.exit_codes}")
         return out
 
@@ -118,6 +122,9 @@ class RunSupervisor:
             wanted.append("kafka")
         if store.uri is None and store.endpoint == f"127.0.0.1:{local.minio_port}":
             wanted.append("minio")  # a file:// or remote s3:// checkpoint store needs no MinIO
+        traces = trace_stack_service(self.cfg)  # the run's spans go to the local trace server
+        if traces is not None:
+            wanted.append(traces)
         if local.auto_start and wanted:
             stack = LocalStack.from_stack_settings(self.cfg.stack)
             # a lease for as long as this process lives: a test session that started the stack
@@ -195,7 +202,7 @@ class RunSupervisor:
         self.ensure_stack()
         self.publish(republish)
         log_dir = Path(self.cfg.checkpoint_root_dir) / self.cfg.project / self.cfg.name / "logs"
-        summary = RunSummary()
+        summary = RunSummary(traces=trace_viewer(self.cfg))
         tracker = RunSummaryTracker(summary)
         sinks = MetricFanout.for_config(self.cfg)
         line = ProgressLine(RunProgress(self.plan.total_steps))

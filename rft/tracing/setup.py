@@ -15,9 +15,18 @@
   OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL) says; the endpoint, headers
   and timeout come from `trace_args` or the standard OTEL_EXPORTER_OTLP_* variables. Its package
   is imported only when selected, and `check_exporter` refuses it at load when it is missing;
+- `zipkin`: Zipkin's JSON v2 posted to a Zipkin server (`rft.tracing.zipkin_exporter`, which keeps
+  span links as a tag); `endpoint` defaults to OTEL_EXPORTER_ZIPKIN_ENDPOINT, else the local
+  stack's server (`http://127.0.0.1:<stack.local.zipkin_port>/api/v2/spans`), which `rft run`
+  then starts beside Kafka and MinIO. Its package (`opentelemetry-exporter-zipkin-json`) is
+  checked at load like otlp's;
 - `memory`: kept in memory (tests).
 
-A user adds an exporter with one function: `@SPAN_EXPORTERS.register("name")`.
+A user adds an exporter with one function: `@SPAN_EXPORTERS.register("name")`. Traits an entry
+may declare: `defaults` (a function of the run config giving `trace_args` defaults),
+`stack_service` (a function of the exporter's options and `stack.local` naming the local stack
+service the spans go to, or None) and `viewer` (a function of the options giving where a person
+looks at the spans, for `rft status` and the run summary).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +51,10 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
+from rft.config.connections import LocalStackSettings
 from rft.errors import ConfigError
 from rft.registry import Registry, unknown_arguments
+from rft.stack.zipkin_server import spans_url
 from rft.tracing.file_exporter import JsonLinesSpanExporter
 
 if TYPE_CHECKING:
@@ -54,6 +66,8 @@ ExporterFactory = Callable[..., SpanExporter | None]
 
 SPAN_EXPORTERS: Registry[ExporterFactory] = Registry("monitor.trace_exporter")
 
+# the resource attribute naming the run (`<project>.<name>`) a process's spans belong to
+RUN_ATTRIBUTE = "rft.run"
 # A train step links to every experience it trained on; the SDK's default keeps 128 links.
 MAX_LINKS = 1 << 16
 # Spans waiting for a batch exporter (the SDK's default, 2048, is below one publish of a taskset)
@@ -86,9 +100,66 @@ def memory_exporter() -> SpanExporter | None:
     return InMemorySpanExporter()
 
 
-@SPAN_EXPORTERS.register("file")
+def _file_defaults(cfg: RftConfig) -> dict[str, Any]:
+    return {"path": str(cfg.job_dir / "traces.jsonl")}
+
+
+def _file_viewer(options: Mapping[str, Any]) -> str:
+    return f"{options['path']} (JSON lines)"
+
+
+@SPAN_EXPORTERS.register("file", defaults=_file_defaults, viewer=_file_viewer)
 def file_exporter(path: str) -> SpanExporter | None:
     return JsonLinesSpanExporter(path)
+
+
+ZIPKIN_PACKAGE = ("opentelemetry.exporter.zipkin.json", "opentelemetry-exporter-zipkin-json")
+
+
+def _zipkin_defaults(cfg: RftConfig) -> dict[str, Any]:
+    endpoint = os.environ.get("OTEL_EXPORTER_ZIPKIN_ENDPOINT") or spans_url(
+        cfg.stack.local.zipkin_port
+    )
+    return {"endpoint": endpoint}
+
+
+def _zipkin_stack_service(options: Mapping[str, Any], local: LocalStackSettings) -> str | None:
+    return "zipkin" if options.get("endpoint") == spans_url(local.zipkin_port) else None
+
+
+def _zipkin_viewer(options: Mapping[str, Any]) -> str | None:
+    endpoint = options.get("endpoint")
+    if not endpoint:
+        return None
+    # the server that takes /api/v2/spans serves its UI at /zipkin/ of the same address
+    parts = urllib.parse.urlsplit(str(endpoint))
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, "/zipkin/", "", ""))
+
+
+@SPAN_EXPORTERS.register(
+    "zipkin",
+    defaults=_zipkin_defaults,
+    stack_service=_zipkin_stack_service,
+    viewer=_zipkin_viewer,
+)
+def zipkin_exporter(endpoint: str | None = None, timeout: int | None = None) -> SpanExporter | None:
+    """`endpoint`: the server's span URL (`http://host:9411/api/v2/spans`); `timeout`: seconds
+    per batch posted."""
+    module_name, package = ZIPKIN_PACKAGE
+    try:
+        module = importlib.import_module("rft.tracing.zipkin_exporter")
+    except ModuleNotFoundError as exc:
+        raise ConfigError(
+            f"monitor.trace_exporter: 'zipkin' needs the package {package} "
+            f"(pip install {package}, or pip install 'rft[traces]')"
+        ) from exc
+    chosen = (
+        endpoint
+        or os.environ.get("OTEL_EXPORTER_ZIPKIN_ENDPOINT")
+        or spans_url(LocalStackSettings().zipkin_port)
+    )
+    exporter: SpanExporter = module.link_tagging_zipkin_exporter(chosen, timeout)
+    return exporter
 
 
 def otlp_protocol(protocol: str | None = None) -> str:
@@ -124,7 +195,7 @@ def otlp_exporter(
     except ModuleNotFoundError as exc:
         raise ConfigError(
             f"monitor.trace_exporter: 'otlp' over {chosen} needs the package {package} "
-            f"(pip install {package}, or pip install 'rft[otlp]')"
+            f"(pip install {package}, or pip install 'rft[traces]')"
         ) from exc
     options: dict[str, Any] = {"endpoint": endpoint, "timeout": timeout}
     if headers is not None:
@@ -141,6 +212,7 @@ def _otlp_package(args: Mapping[str, Any]) -> tuple[str, str]:
 # (module, pip package) an exporter imports when built, by exporter name: checked at load
 _PACKAGE_NEEDED: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
     "otlp": _otlp_package,
+    "zipkin": lambda args: ZIPKIN_PACKAGE,
 }
 
 
@@ -177,7 +249,7 @@ def check_exporter(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
                 (
                     "monitor.trace_exporter",
                     f"{name!r} needs the package {package} (pip install {package}, "
-                    "or pip install 'rft[otlp]')",
+                    "or pip install 'rft[traces]')",
                 )
             )
     return problems
@@ -190,8 +262,12 @@ def configure_tracing(
     options: Mapping[str, Any] | None = None,
     install_global: bool = True,
     batch: bool = True,
+    run: str | None = None,
 ) -> TracerProvider:
     """A TracerProvider for `service_name` exporting through `exporter` (with `options`).
+
+    `run` (`<project>.<name>`) becomes the resource attribute `rft.run` of every span, so a
+    trace store shared by several runs finds one run's traces (Zipkin: a tag search `rft.run=...`).
 
     `batch=False` exports each span as it ends (tests), as an exporter whose class sets
     `synchronous = True` (the file exporter) always does. With `install_global`,
@@ -206,7 +282,9 @@ def configure_tracing(
         # unsampled, rides in Kafka headers. Exporting, every span is recorded, whatever the
         # parent's flag: a process that exports keeps its spans even below an untraced one.
         sampler=ALWAYS_ON if span_exporter is not None else ALWAYS_OFF,
-        resource=Resource.create({"service.name": service_name}),
+        resource=Resource.create(
+            {"service.name": service_name, **({RUN_ATTRIBUTE: run} if run else {})}
+        ),
         span_limits=SpanLimits(max_links=MAX_LINKS),
     )
     if span_exporter is not None:
@@ -225,11 +303,22 @@ def configure_tracing(
 
 
 def trace_options(cfg: RftConfig) -> dict[str, Any]:
-    """`monitor.trace_args`, with the `file` exporter's path defaulting into the run's job dir."""
-    options = dict(cfg.monitor.trace_args)
-    if cfg.monitor.trace_exporter == "file" and "path" not in options:
-        options["path"] = str(cfg.job_dir / "traces.jsonl")
-    return options
+    """`monitor.trace_args` over the exporter's `defaults` trait (the `file` exporter's path in
+    the run's job dir, the `zipkin` exporter's endpoint on the local stack)."""
+    defaults = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "defaults")
+    return {**(defaults(cfg) if defaults else {}), **cfg.monitor.trace_args}
+
+
+def trace_stack_service(cfg: RftConfig) -> str | None:
+    """The local stack service the run's spans go to (for `rft run` to start), or None."""
+    service = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "stack_service")
+    return service(trace_options(cfg), cfg.stack.local) if service else None
+
+
+def trace_viewer(cfg: RftConfig) -> str | None:
+    """Where a person looks at the run's spans (a web UI, a file), or None when nowhere."""
+    viewer = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "viewer")
+    return viewer(trace_options(cfg)) if viewer else None
 
 
 def configure_from_monitor(component: str, cfg: RftConfig | None) -> TracerProvider:
@@ -238,5 +327,8 @@ def configure_from_monitor(component: str, cfg: RftConfig | None) -> TracerProvi
     if cfg is None:
         return configure_tracing(f"rft-{component}", os.environ.get("RFT_TRACE_EXPORTER", "none"))
     return configure_tracing(
-        f"rft-{component}", cfg.monitor.trace_exporter, options=trace_options(cfg)
+        f"rft-{component}",
+        cfg.monitor.trace_exporter,
+        options=trace_options(cfg),
+        run=f"{cfg.project}.{cfg.name}",
     )

@@ -4,6 +4,7 @@ restart. The jars and the MinIO binary come from the shared cache, so only the f
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -98,3 +99,45 @@ def test_up_can_start_one_service(own_stack: LocalStack) -> None:
     assert own_stack.up(services=["kafka", "minio"]).started == ("minio",)
     with pytest.raises(StackError, match=r"unknown stack services: \['zookeeper'\]"):
         own_stack.up(services=["zookeeper"])
+
+
+def test_a_run_whose_spans_go_to_the_local_zipkin_starts_it_and_names_its_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rft run`'s stack step with `monitor.trace_exporter: zipkin` (endpoint left to its default,
+    the local stack's server) starts Zipkin, and only what the run needs: here its Kafka and
+    checkpoint store are elsewhere. `rft stack status` then lists it with its UI's address, as the
+    run summary does."""
+    from rft.catalog import load_config
+    from rft.cli.main import main as cli
+    from rft.supervisor.run_supervisor import RunSummary, RunSupervisor
+    from rft.tracing.setup import trace_viewer
+    from tests.unit.config_samples import MINIMAL
+
+    (port,) = _free_ports(1)
+    root = tmp_path / "stack"
+    config = tmp_path / "run.yaml"
+    config.write_text(MINIMAL + "monitor:\n  trace_exporter: zipkin\n")
+    overrides = [
+        f"stack.local.root={root}",
+        f"stack.local.zipkin_port={port}",
+        "stack.kafka.bootstrap_servers=127.0.0.1:1",
+        f"stack.object_store.uri=file://{tmp_path / 'store'}",
+        f"checkpoint_root_dir={tmp_path / 'ck'}",
+    ]
+    cfg = load_config(config, overrides)
+    local = LocalStack.from_stack_settings(cfg.stack, cache_dir=default_cache_dir())
+    try:
+        RunSupervisor(cfg, config, overrides).ensure_stack()
+        status = local.status()
+        assert [s.name for s in status.services if s.running] == ["zipkin"]
+        assert status.service("zipkin").healthy
+        ui = f"http://127.0.0.1:{port}/zipkin/"
+        assert status.service("zipkin").endpoint == ui == trace_viewer(cfg)
+        assert f"traces: {ui}" in RunSummary(traces=trace_viewer(cfg)).lines()
+        capsys.readouterr()
+        cli(["stack", "status", "--json", "--root", str(root), "--zipkin-port", str(port)])
+        services = {s["name"]: s for s in json.loads(capsys.readouterr().out)["services"]}
+        assert services["zipkin"]["healthy"] and services["zipkin"]["endpoint"] == ui
+    finally:
+        assert local.down() == ("zipkin",)

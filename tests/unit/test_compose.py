@@ -1,13 +1,19 @@
-"""docker-compose.yml's structure, since Docker itself cannot run here: services, ports, wiring of
-endpoints and credentials, the collector config it mounts, and Kafka settings that agree with the
-local stack's."""
+"""docker-compose.yml, checked without Docker (no engine runs here, so no `docker compose
+config`): valid against the Compose Specification's JSON schema (infra/compose/compose-spec.json,
+vendored with its license in infra/compose/NOTICE.md), every image pinned to an exact version, the
+services and ports the docs name, the wiring of endpoints and credentials, the collector config it
+mounts, and Kafka settings that agree with the local stack's."""
 
 from __future__ import annotations
 
 import base64
+import copy
+import json
+import re
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -15,11 +21,67 @@ from rft.config.connections import DEV_ACCESS_KEY, DEV_SECRET_KEY, LocalStackSet
 from rft.stack.kafka_config import SMALL_NODE_SETTINGS
 
 ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "infra" / "compose" / "compose-spec.json"
+# a tag naming one release: x.y.z (with a variant suffix) or a dated RELEASE tag; not `latest`,
+# not `3.11-slim`, whose image changes under the same name
+PINNED_TAG = re.compile(r":(\d+\.\d+\.\d+(-[a-z0-9.-]+)?|RELEASE\.\d{4}-\d\d-\d\dT[\dZ-]+)$")
+DOCS = [ROOT / "README.md", ROOT / "docker-compose.yml", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def spec_errors(document: Any) -> list[str]:
+    """Where and why `document` breaks the Compose Specification's schema."""
+    validator = jsonschema.Draft7Validator(json.loads(SCHEMA.read_text()))
+    return [
+        f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
+
+
+def test_the_file_is_valid_against_the_compose_specification(compose: dict[str, Any]) -> None:
+    assert spec_errors(compose) == []
+
+
+def test_the_schema_check_refuses_what_compose_refuses(compose: dict[str, Any]) -> None:
+    broken = copy.deepcopy(compose)
+    broken["services"]["kafka"]["ports"] = "39092"
+    broken["services"]["minio"]["restart_policy"] = "always"  # a swarm key, not a service's
+    broken["services"]["jaeger"]["depends_on"] = {"kafka": {"condition": "service_ready"}}
+    errors = spec_errors(broken)
+    assert [e.split(":")[0] for e in errors] == [
+        "services/kafka/ports",
+        "services/minio",
+        "services/jaeger/depends_on",
+    ], errors
+
+
+def test_every_image_is_pinned_to_one_release(compose: dict[str, Any]) -> None:
+    for name, service in compose["services"].items():
+        assert PINNED_TAG.search(service["image"]), f"{name}: {service['image']} is not pinned"
+
+
+def test_the_services_and_ports_the_docs_name_are_the_files(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    named: dict[str, set[str]] = {}
+    ui_ports: list[tuple[str, int]] = []
+    for doc in DOCS:
+        text = doc.read_text()
+        for line in re.findall(r"docker compose up (?:-d )?([a-z][a-z -]*[a-z])", text):
+            named.setdefault(doc.name, set()).update(line.split())
+        ui_ports += [
+            (doc.name, int(p))
+            for p in re.findall(r"Jaeger (?:UI: http://127\.0\.0\.1:|\(port )(\d+)", text)
+        ]
+    assert named and ui_ports  # the docs do name them; a reworded page must keep a check
+    for doc, names in named.items():
+        assert names <= set(services), f"{doc} names {sorted(names - set(services))}"
+    assert set(services) <= set().union(*named.values())  # and every service is documented
+    for doc, port in ui_ports:
+        assert port in _host_ports(services["jaeger"]), f"{doc}: Jaeger on {port}"
 
 
 def _host_ports(service: dict[str, Any]) -> set[int]:
