@@ -63,6 +63,10 @@ class AlgorithmSpec:
     overlong_penalty: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     # why this algorithm cannot run yet (what it needs that rft lacks); None: it can
     unavailable: str | None = None
+    # the SFT_ROW_RENDERERS entry (rft.buffer.sft_rows) of an algorithm that trains on a dataset
+    # published as experiences (buffer.trainer_input.experience_buffer storage_type file); None:
+    # it trains on rollouts
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -226,14 +230,11 @@ for _spec in (
         "of pairs as buffer.trainer_input.experience_buffer), which rft's trainer cannot read "
         "yet: it reads rollout experiences only",
     ),
-    _unavailable(
-        "sft",
-        "sft",
-        "trains on an SFT dataset (prompt/response rows as buffer.trainer_input.experience_buffer"
-        "), which rft's trainer cannot read yet; for the supervised loss on the explorer's own "
-        "rollouts use algorithm_type raft, and on logged ones `rft train --from-topic T` with "
-        "algorithm_type raft (e.g. --min-reward 1)",
-    ),
+    # SFT: -log p of the assistant's tokens of a chat dataset; CPT: of every token of a text one.
+    # Both datasets are published as experiences (rft.producers.dataset_publisher) and trained
+    # without an explorer
+    AlgorithmSpec("sft", policy_loss_fn="sft", dataset="chat"),
+    AlgorithmSpec("cpt", policy_loss_fn="sft", dataset="text"),
     _unavailable(
         "mix",
         "mix",

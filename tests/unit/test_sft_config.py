@@ -1,0 +1,97 @@
+"""`algorithm_type: sft` / `cpt` configs: the dataset is `buffer.trainer_input.experience_buffer`
+with storage_type file (Trinity-RFT's place for it), the run is mode train, and what does not fit
+is refused at load naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rft.algorithms.presets import resolve_algorithm
+from rft.catalog import load_config
+from rft.errors import ConfigError
+
+
+def sft_config(tmp_path: Path, **changes: object) -> Path:
+    raw: dict = {
+        "project": "p",
+        "name": "n",
+        "mode": "train",
+        "algorithm": {"algorithm_type": "sft"},
+        "model": {"model_path": "tiny"},
+        "buffer": {
+            "train_batch_size": 4,
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "chats",
+                    "storage_type": "file",
+                    "path": str(tmp_path / "chats.jsonl"),
+                    "split": "train",
+                    "format": {"prompt_type": "messages", "messages_key": "conversation"},
+                }
+            },
+        },
+    }
+    for dotted, value in changes.items():
+        *head, last = dotted.split("__")
+        node = raw
+        for part in head:
+            node = node[part]
+        node[last] = value
+    path = tmp_path / "sft.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_trinity_style_sft_config_loads_with_its_dataset_format(tmp_path: Path) -> None:
+    cfg = load_config(sft_config(tmp_path))
+    buf = cfg.buffer.trainer_input.experience_buffer
+    assert (buf.storage_type, buf.format.prompt_type, buf.format.messages_key) == (
+        "file",
+        "messages",
+        "conversation",
+    )
+    assert buf.topic is None  # published onto the run's own experience topic
+    spec = resolve_algorithm(cfg.algorithm)
+    assert (spec.dataset, spec.policy_loss_fn, spec.advantage_fn) == ("chat", "sft", None)
+    assert resolve_algorithm({"algorithm_type": "cpt"}).dataset == "text"
+
+
+def test_cpt_reads_its_text_key(tmp_path: Path) -> None:
+    path = sft_config(
+        tmp_path,
+        algorithm__algorithm_type="cpt",
+        buffer__trainer_input__experience_buffer__format={"text_key": "body"},
+    )
+    cfg = load_config(path)
+    assert cfg.buffer.trainer_input.experience_buffer.format.text_key == "body"
+
+
+def test_sft_without_a_dataset_file_is_refused(tmp_path: Path) -> None:
+    path = sft_config(tmp_path, buffer__trainer_input__experience_buffer={"storage_type": "kafka"})
+    with pytest.raises(ConfigError, match=r"experience_buffer.storage_type.*trains on a dataset"):
+        load_config(path)
+
+
+def test_a_dataset_file_for_a_rollout_algorithm_is_refused(tmp_path: Path) -> None:
+    path = sft_config(tmp_path, algorithm__algorithm_type="raft")
+    with pytest.raises(
+        ConfigError, match=r"storage_type` file: algorithm 'raft' trains on rollouts"
+    ):
+        load_config(path)
+
+
+def test_sft_with_an_explorer_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"`mode` 'both': algorithm 'sft' trains on a published"):
+        load_config(
+            sft_config(
+                tmp_path,
+                mode="both",
+                buffer__explorer_input={
+                    "default_workflow_type": "math_workflow",
+                    "taskset": {"name": "t", "storage_type": "generator", "path": "arithmetic"},
+                },
+            )
+        )
