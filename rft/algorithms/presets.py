@@ -5,7 +5,7 @@ default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config sect
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
 
 Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
-(a critic, a preference or SFT dataset, a teacher) are registered with the reason, so selecting
+(a critic, a preference dataset, a teacher) are registered with the reason, so selecting
 one fails when the config loads, saying what is missing, instead of training something else.
 """
 
@@ -235,12 +235,15 @@ for _spec in (
     # without an explorer
     AlgorithmSpec("sft", policy_loss_fn="sft", dataset="chat"),
     AlgorithmSpec("cpt", policy_loss_fn="sft", dataset="text"),
-    _unavailable(
+    # MIX: GRPO on the rollouts, the SFT loss on the demonstrations the mix sample strategy puts
+    # in every batch (buffer.trainer_input.auxiliary_buffers), (1 - mu) L_grpo + mu L_sft
+    _policy_gradient_preset(
         "mix",
+        "grpo",
         "mix",
-        "mixes expert SFT rows into each RL batch (sample_strategy mix with "
-        "buffer.trainer_input.auxiliary_buffers) and needs the mix loss on those rows, which "
-        "the trainer does not provide yet",
+        min_repeat_times=2,
+        sample_strategy="mix",
+        policy_loss_fn_args={"mu": 0.1},
     ),
     _unavailable(
         "mix_chord",

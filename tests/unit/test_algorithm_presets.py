@@ -46,7 +46,6 @@ RUNNABLE = {
 MISSING = {
     "ppo": "critic",
     "dpo": "preference dataset",
-    "mix": "auxiliary_buffers",
     "mix_chord": "CHORD",
     "chord": "CHORD",
     "on_policy_distill": "teacher",

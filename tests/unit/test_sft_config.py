@@ -95,3 +95,33 @@ def test_sft_with_an_explorer_is_refused(tmp_path: Path) -> None:
                 },
             )
         )
+
+
+def test_a_dataset_directory_is_read_at_its_subset_name_and_split(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rft.buffer.sft_rows import RenderContext
+    from rft.engines.models import build_byte_tokenizer
+    from rft.producers.dataset_publisher import render_dataset
+
+    rows = [{"text": f"row {i}"} for i in range(5)]
+    (tmp_path / "ds" / "main").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows[:3]), tmp_path / "ds/main/train-00000.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[3:]), tmp_path / "ds/main/test-00000.parquet")
+    path = sft_config(
+        tmp_path,
+        algorithm__algorithm_type="cpt",
+        buffer__trainer_input__experience_buffer={
+            "name": "ds",
+            "storage_type": "file",
+            "path": str(tmp_path / "ds"),
+            "subset_name": "main",
+            "split": "test",
+        },
+    )
+    buffer = load_config(path).buffer.trainer_input.experience_buffer
+    tok = build_byte_tokenizer()
+    dataset = render_dataset(buffer, "text", RenderContext(tok, 8, 64))
+    texts = [tok.decode(r[0].prompt_ids + r[0].response_ids) for r in dataset.rows]
+    assert [t.replace(tok.eos_token, "") for t in texts] == ["row 3", "row 4"]
