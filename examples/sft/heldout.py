@@ -75,8 +75,10 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--versions", default="0", help="comma-separated (0: the base model)")
     parser.add_argument("--heldout", type=Path, default=Path("examples/sft/data/heldout.jsonl"))
+    parser.add_argument("--limit", type=int, default=None, help="score the first N rows only")
+    parser.add_argument("--override", action="append", default=[], help="KEY=VALUE, as rft's")
     args = parser.parse_args()
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, args.override)
     plan = RunPlan(cfg)
     model, tok = load_model(plan.model_spec(dtype="float32"))
     model.eval()
@@ -88,6 +90,7 @@ def main() -> None:
     )
     fmt = FormatConfig(prompt_type="messages", messages_key="messages")
     rows = [json.loads(line) for line in args.heldout.read_text().splitlines() if line.strip()]
+    rows = rows[: args.limit]
     chats = [conversation(row, f"{args.heldout}:{n}", fmt) for n, row in enumerate(rows)]
     base = {k: v.clone() for k, v in model.state_dict().items()}
     store = plan.checkpoint_store()

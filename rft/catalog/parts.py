@@ -121,6 +121,15 @@ def _check_dataset(c: _Checker, cfg: RftConfig, dataset: str | None) -> None:
                 f"to a dataset file or directory (got storage_type {buf.storage_type!r})",
             )
         )
+    if (cfg.trainer.world_size or 1) > 1:
+        c.issues.append(
+            Issue(
+                "trainer.world_size",
+                f"{cfg.trainer.world_size}: algorithm {algorithm!r} trains its dataset as a "
+                "bounded range (as rft train --from-topic does), which is not built on several "
+                "trainer ranks yet; use one",
+            )
+        )
     if cfg.mode not in ("train", "bench"):
         c.issues.append(
             Issue(

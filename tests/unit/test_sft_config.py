@@ -125,3 +125,9 @@ def test_a_dataset_directory_is_read_at_its_subset_name_and_split(tmp_path: Path
     dataset = render_dataset(buffer, "text", RenderContext(tok, 8, 64))
     texts = [tok.decode(r[0].prompt_ids + r[0].response_ids) for r in dataset.rows]
     assert [t.replace(tok.eos_token, "") for t in texts] == ["row 3", "row 4"]
+
+
+def test_sft_on_several_trainer_ranks_is_refused(tmp_path: Path) -> None:
+    path = sft_config(tmp_path, trainer={"world_size": 2})
+    with pytest.raises(ConfigError, match=r"world_size` 2: algorithm 'sft' trains its dataset"):
+        load_config(path)
