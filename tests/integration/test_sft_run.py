@@ -2,7 +2,8 @@
 (mode train) renders a chat dataset, publishes it to the run's experience topic and trains it with
 no explorer; the weights topic's trained logs name exactly the published events, each once. A run
 stopped after one step resumes from its version and trains exactly the rest; a second start
-publishes nothing again."""
+publishes nothing again; one killed with SIGKILL mid-dataset (slow) resumes from its newest
+version and trains exactly the rest."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ pytestmark = pytest.mark.integration
 ROWS, EPOCHS, BATCH = 6, 2, 4  # 12 events: 3 steps
 
 
-def sft_run_config(stack: StackSettings, name: str, tmp: Path) -> Path:
+def sft_run_config(stack: StackSettings, name: str, tmp: Path, rows: int = ROWS) -> Path:
     data = tmp / "chats.jsonl"
     with data.open("w") as out:
-        for i in range(ROWS):
+        for i in range(rows):
             chat = [
                 {"role": "user", "content": f"What is {i} + {i}?"},
                 {"role": "assistant", "content": f"It is {2 * i}."},
@@ -139,3 +140,39 @@ def test_an_sft_run_publishes_its_dataset_and_trains_exactly_it(
     trained = trained_offsets(versions)
     assert sorted(trained) == sorted(events)  # every published event, each exactly once
     assert plan.checkpoint_store().latest_version() == 3
+
+
+@pytest.mark.slow
+def test_an_sft_run_killed_mid_dataset_resumes_and_trains_each_row_once(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    config = sft_run_config(stack, f"{unique}-sft-kill", tmp_path, rows=24)  # 12 steps
+    plan = RunPlan(load_config(config))
+    store = plan.checkpoint_store()
+    argv = [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config)]
+    victim = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while store.latest_version() < 2 and time.monotonic() < deadline:
+            assert victim.poll() is None, "the run ended before it could be killed"
+            time.sleep(0.1)
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+    killed_at = store.latest_version()
+    total_steps = 24 * EPOCHS // BATCH
+    assert 2 <= killed_at < total_steps
+
+    resumed, _, err = rft_run(config)
+    assert f"resumed from checkpoint v{killed_at}" in err
+    assert resumed["experiences"] == 24 * EPOCHS - BATCH * killed_at
+    assert resumed["steps"] == total_steps and resumed["stop_reason"] == "input end"
+    events = published(stack, plan.experience_topic)
+    assert len(events) == 24 * EPOCHS  # published once
+    by_version = {v.version: v for v in announced(stack, plan.topics.weights)}
+    assert sorted(by_version) == list(range(1, total_steps + 1))
+    # the chain of versions trained every published event exactly once
+    assert sorted(trained_offsets(list(by_version.values()))) == sorted(events)
