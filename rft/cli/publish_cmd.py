@@ -172,9 +172,17 @@ def _path_topics(args: argparse.Namespace, topic_names: Any) -> tuple[Any, list[
 
 
 def publish_run_dataset(
-    config: Any, *, epochs: int | None, seed: int, on_bad_rows: str, dry_run: bool = False
+    config: Any,
+    *,
+    epochs: int | None,
+    seed: int,
+    on_bad_rows: str,
+    dry_run: bool = False,
+    trace: bool = True,
 ) -> int:
-    """The run's dataset rendered and published to its experience topic (see the docstring)."""
+    """The run's dataset rendered and published to its experience topic (see the docstring).
+    `trace`: set up this process's tracing as the publisher's (not when the process goes on to
+    train, which sets it up as the trainer's)."""
     from rft.algorithms.presets import resolve_algorithm
     from rft.buffer.sft_rows import RenderContext
     from rft.cli.explore_cmd import start_tracing
@@ -209,7 +217,8 @@ def publish_run_dataset(
             f"{dataset.truncated} cut), {len(dataset.bad_rows)} bad"
         )
         return EXIT_SKIPPED_ROWS if dataset.bad_rows else 0
-    start_tracing("publisher", config)
+    if trace:
+        start_tracing("publisher", config)
     require_kafka(config.stack.kafka)
     plan.ensure_topics(plan.experience_topic)
     summary = publish_dataset(

@@ -101,6 +101,6 @@ def publish_dataset_once(cfg: Any, republish: bool) -> None:
     if not republish and has_committed_tasks(cfg.stack.kafka, plan.experience_topic):
         print(f"rft run: {plan.experience_topic} holds the dataset already; not published again")
         return
-    code = publish_run_dataset(cfg, epochs=None, seed=42, on_bad_rows="fail")
+    code = publish_run_dataset(cfg, epochs=None, seed=42, on_bad_rows="fail", trace=False)
     if code not in (0, EXIT_SKIPPED_ROWS):
         raise SystemExit(code)
