@@ -131,3 +131,32 @@ def test_sft_on_several_trainer_ranks_is_refused(tmp_path: Path) -> None:
     path = sft_config(tmp_path, trainer={"world_size": 2})
     with pytest.raises(ConfigError, match=r"world_size` 2: algorithm 'sft' trains its dataset"):
         load_config(path)
+
+
+def test_the_example_loads_and_its_episodes_train_the_call_and_the_answer() -> None:
+    import importlib.util
+
+    from rft.buffer.sft_rows import SFT_ROW_RENDERERS, RenderContext
+    from rft.engines.models import build_byte_tokenizer
+    from rft.environments.multiplication import Multiplication
+    from tests.unit.test_sft_rows import segments
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "sft"
+    cfg = load_config(root / "multiplication_sft.yaml")
+    buf = cfg.buffer.trainer_input.experience_buffer
+    assert (cfg.mode, cfg.algorithm.algorithm_type, buf.storage_type) == ("train", "sft", "file")
+    spec = importlib.util.spec_from_file_location("make_sft_dataset", root / "make_dataset.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    row = module.episode(Multiplication(), 7)
+    tok = build_byte_tokenizer()
+    [rendered] = SFT_ROW_RENDERERS.get("chat")(row, "ex", buf.format, RenderContext(tok, 512, 512))
+    trained = [
+        text.split("<|im_end|>")[0]
+        for m, text in segments(tok, rendered.response_ids, rendered.mask)
+        if m
+    ]
+    assistant = [m["content"] for m in row["messages"] if m["role"] == "assistant"]
+    assert trained == assistant and "<tool_call>" in assistant[0]
+    assert assistant[1] == f"Answer: {int(row['messages'][3]['content'])}"
