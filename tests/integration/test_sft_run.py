@@ -72,7 +72,10 @@ def rft_run(config: Path, *args: str) -> tuple[dict, str, str]:
     argv = [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config), *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1]), done.stdout, done.stderr
+    # the trainer's summary line; the console metric sink may print step lines after it
+    summary = [line for line in done.stdout.splitlines() if line.startswith('{"steps"')]
+    assert len(summary) == 1, done.stdout[-3000:]
+    return json.loads(summary[0]), done.stdout, done.stderr
 
 
 def published(stack: StackSettings, topic: str) -> dict[tuple[int, int], Experience]:
