@@ -170,3 +170,24 @@ def test_the_engine_applies_mix_across_its_micro_batches() -> None:
         s for s, _ in experts
     ) / sum(n for _, n in experts)
     assert values["loss"] == pytest.approx(want, rel=1e-4)
+
+
+def test_a_mix_config_needs_its_demonstrations(tmp_path) -> None:
+    import yaml
+
+    from rft.catalog import load_config
+    from rft.errors import ConfigError
+    from tests.unit.config_samples import MINIMAL
+
+    raw = yaml.safe_load(MINIMAL)
+    raw["algorithm"]["algorithm_type"] = "mix"
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="auxiliary_buffers.sft_dataset, which is not set"):
+        load_config(path)
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text('{"prompt": "1+1?", "response": "2"}\n')
+    raw["buffer"]["trainer_input"] = {"auxiliary_buffers": {"sft_dataset": {"path": str(demos)}}}
+    path.write_text(yaml.safe_dump(raw))
+    cfg = load_config(path)
+    assert cfg.algorithm.algorithm_type == "mix"
