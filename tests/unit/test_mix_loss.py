@@ -115,7 +115,7 @@ def test_micro_batches_weighted_as_the_engine_weighs_them_add_up(mode: str, spli
         (part * share).backward()
         total += float(part.detach()) * share
         grad[rows] = part_lp.grad
-    assert total == pytest.approx(float(whole), rel=1e-12)
+    assert total == pytest.approx(float(whole.detach()), rel=1e-12)
     assert torch.allclose(grad, whole_lp.grad, rtol=1e-10, atol=1e-14)
 
 
