@@ -13,10 +13,11 @@ Each task is sent inside its own root `task.publish` span, so its trace starts h
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -206,6 +207,25 @@ def publish_tasksets(
 PUBLISH_TRANSACTION_TIMEOUT_MS = 900_000
 
 
+@contextlib.contextmanager
+def publish_transaction(kafka: KafkaSettings, transactional_id: str) -> Iterator[EventWriter]:
+    """A writer inside one Kafka transaction, committed when the block ends and aborted when it
+    raises: readers (read_committed) see everything it sent or, after a crash or an error
+    part-way, nothing."""
+    with EventWriter.open(
+        kafka,
+        transactional_id=transactional_id,
+        config={"transaction.timeout.ms": PUBLISH_TRANSACTION_TIMEOUT_MS},
+    ) as writer:
+        writer.begin()
+        try:
+            yield writer
+        except BaseException:
+            writer.abort()
+            raise
+        writer.commit()
+
+
 def publish_atomically(
     kafka: KafkaSettings,
     tasksets: list[LoadedTaskset],
@@ -215,23 +235,9 @@ def publish_atomically(
     seed: int,
     transactional_id: str,
 ) -> PublishSummary:
-    """`publish_tasksets` inside one Kafka transaction: readers (read_committed) see every task
-    of every taskset or, after a crash or an error part-way, none of them."""
-    with EventWriter.open(
-        kafka,
-        transactional_id=transactional_id,
-        config={"transaction.timeout.ms": PUBLISH_TRANSACTION_TIMEOUT_MS},
-    ) as writer:
-        writer.begin()
-        try:
-            summary = publish_tasksets(
-                TaskPublisher(writer), tasksets, topics, epochs=epochs, seed=seed
-            )
-        except BaseException:
-            writer.abort()
-            raise
-        writer.commit()
-    return summary
+    """`publish_tasksets` inside one Kafka transaction (`publish_transaction`)."""
+    with publish_transaction(kafka, transactional_id) as writer:
+        return publish_tasksets(TaskPublisher(writer), tasksets, topics, epochs=epochs, seed=seed)
 
 
 def has_committed_tasks(

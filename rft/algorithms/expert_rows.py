@@ -12,12 +12,24 @@ same `loss_agg_mode`, each over its own rows, and weighted by the units that mod
 For token-mean that is the mean over every action token of the batch of its own loss (the RL
 surrogate on learner tokens, -log p on demonstration tokens), so micro-batches weighted by their
 token share add up to the same loss as the whole batch at once. With no expert row L = L_rl.
+
+Trinity-RFT's `mix` algorithm (policy loss `mix`, its arg `mu`) weighs the two kinds by a fixed
+μ instead of by their units, each kind averaged over its own rows of the whole batch:
+
+    L_mix = (1 - μ) L_rl + μ L_sft    (a kind with no units in the batch adds nothing)
+
+A micro-batch k sees only its own rows, so `mixed_loss` scales its parts by the micro-batch's
+share of each kind's batch units (BatchUnits, filled by the trainer engine) and divides by the
+weight the engine gives the micro-batch: the engine's weighted sum is then exactly L_mix.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 import torch
 
 from rft.algorithms.aggregation import LOSS_AGG_MODES, aggregate_loss
@@ -34,6 +46,23 @@ def loss_units(mask: torch.Tensor, loss_agg_mode: str) -> float:
     return float((mask.sum(dim=-1) > 0).sum())
 
 
+def split_masks(
+    logprob: torch.Tensor, action_mask: torch.Tensor, expert: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`action_mask` [B, T] as (learner rows' part, expert rows' part), in logprob's dtype."""
+    require_ndim("logprob", logprob, 2)
+    if expert.shape != logprob.shape[:1]:
+        raise AlgorithmInputError(
+            f"expert mask has shape {tuple(expert.shape)}, expected ({logprob.shape[0]},)"
+        )
+    rows = expert.to(torch.bool).unsqueeze(-1)
+    mask = action_mask.to(logprob.dtype)
+    return (
+        torch.where(rows, torch.zeros_like(mask), mask),
+        torch.where(rows, mask, torch.zeros_like(mask)),
+    )
+
+
 def expert_row_loss(
     rl_loss: RowLoss,
     logprob: torch.Tensor,
@@ -47,15 +76,7 @@ def expert_row_loss(
     expert: [B] bool (or 0/1), True on demonstration rows.
     Metrics: the RL loss's own, plus sft_loss, expert_units and learner_units.
     """
-    require_ndim("logprob", logprob, 2)
-    if expert.shape != logprob.shape[:1]:
-        raise AlgorithmInputError(
-            f"expert mask has shape {tuple(expert.shape)}, expected ({logprob.shape[0]},)"
-        )
-    rows = expert.to(torch.bool).unsqueeze(-1)
-    mask = action_mask.to(logprob.dtype)
-    learner_mask = torch.where(rows, torch.zeros_like(mask), mask)
-    expert_mask = torch.where(rows, mask, torch.zeros_like(mask))
+    learner_mask, expert_mask = split_masks(logprob, action_mask, expert)
     u_rl = loss_units(learner_mask, loss_agg_mode)
     u_sft = loss_units(expert_mask, loss_agg_mode)
     metrics: dict[str, float] = {}
@@ -73,4 +94,67 @@ def expert_row_loss(
         "learner_units": u_rl,
         "loss": float(total.detach()),
     }
+    return total, metrics
+
+
+@dataclass(frozen=True)
+class BatchUnits:
+    """Action tokens, and rows holding at least one, of a whole batch, learner and expert."""
+
+    learner_tokens: float = 0.0
+    expert_tokens: float = 0.0
+    learner_rows: float = 0.0
+    expert_rows: float = 0.0
+
+    @classmethod
+    def of(cls, action_masks: Sequence[Any], expert: Any) -> BatchUnits:
+        """The units of a batch's rows (`action_masks`: one 0/1 sequence per row; `expert`: one
+        flag per row, or None when every row is a learner's)."""
+        counts = [float(np.sum(np.asarray(m))) for m in action_masks]
+        kinds = [bool(e) for e in expert] if expert is not None else [False] * len(counts)
+        return cls(
+            learner_tokens=sum(c for c, e in zip(counts, kinds, strict=True) if not e),
+            expert_tokens=sum(c for c, e in zip(counts, kinds, strict=True) if e),
+            learner_rows=float(sum(1 for c, e in zip(counts, kinds, strict=True) if c and not e)),
+            expert_rows=float(sum(1 for c, e in zip(counts, kinds, strict=True) if c and e)),
+        )
+
+    def units(self, loss_agg_mode: str) -> tuple[float, float]:
+        """(learner, expert) units of `loss_agg_mode` (see `loss_units`)."""
+        if LOSS_AGG_MODES.trait(loss_agg_mode, "averages") == "tokens":
+            return self.learner_tokens, self.expert_tokens
+        return self.learner_rows, self.expert_rows
+
+
+def mixed_loss(
+    rl_loss: RowLoss,
+    logprob: torch.Tensor,
+    action_mask: torch.Tensor,
+    expert: torch.Tensor,
+    mu: float,
+    loss_agg_mode: str = "token-mean",
+    batch: BatchUnits | None = None,
+    share: float = 1.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """This micro-batch's part of L_mix = (1 - μ) L_rl + μ L_sft (see the module docstring).
+
+    batch: the units of the whole batch (None: this micro-batch is the batch); share: the weight
+    the engine gives this micro-batch's loss. Metrics: the RL loss's own, plus sft_loss and mu.
+    """
+    learner_mask, expert_mask = split_masks(logprob, action_mask, expert)
+    u_rl, u_sft = loss_units(learner_mask, loss_agg_mode), loss_units(expert_mask, loss_agg_mode)
+    total_rl, total_sft = (u_rl, u_sft) if batch is None else batch.units(loss_agg_mode)
+    if share <= 0:  # the engine gives this micro-batch no weight: it holds no units
+        return (logprob * 0.0).sum(), {}
+    total = (logprob * 0.0).sum()
+    metrics: dict[str, float] = {}
+    if u_rl > 0:
+        rl, metrics = rl_loss(learner_mask)
+        metrics = dict(metrics)
+        total = total + (1.0 - mu) * rl * (u_rl / total_rl) / share
+    if u_sft > 0:
+        sft = aggregate_loss(-logprob, expert_mask, loss_agg_mode)
+        total = total + mu * sft * (u_sft / total_sft) / share
+        metrics["sft_loss"] = float(sft.detach())
+    metrics |= {"mu": float(mu), "loss": float(total.detach())}
     return total, metrics

@@ -20,7 +20,7 @@ import torch
 from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
 from rft.algorithms.aggregation import masked_mean
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
-from rft.algorithms.expert_rows import expert_row_loss
+from rft.algorithms.expert_rows import BatchUnits, expert_row_loss, mixed_loss
 from rft.algorithms.kl import KL_FN, apply_kl_penalty
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
@@ -43,6 +43,9 @@ class LossBatch:
         optimizer step per batch; a trainer taking several must record them before its first
         step and set them here.
     expert: [B] bool, True on demonstration rows (they take the SFT loss); None: none.
+    batch_units / share: the units of the whole batch this micro-batch belongs to, and the weight
+        the engine gives its loss; read by a loss that weighs learner and expert rows by a fixed
+        weight (`mix`, rft.algorithms.expert_rows.mixed_loss). None / 1: this is the batch.
     """
 
     action_mask: torch.Tensor
@@ -51,6 +54,8 @@ class LossBatch:
     ref_logprob: torch.Tensor | None = None
     prox_logprob: torch.Tensor | None = None
     expert: torch.Tensor | None = None
+    batch_units: BatchUnits | None = None
+    share: float = 1.0
 
 
 class LossFn(Protocol):
@@ -78,6 +83,13 @@ class AlgorithmLoss:
         self.needs_entropy = spec.use_entropy
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
+        # a policy loss that weighs demonstration rows by a fixed arg (mix's mu) names it by its
+        # trait; the objective applies that weight across the batch, the function never sees it
+        weight_arg = POLICY_LOSS_FN.trait(spec.policy_loss_fn, "expert_weight")
+        self._expert_weight: float | None = None
+        if weight_arg is not None:
+            default = inspect.signature(self._policy_fn).parameters[weight_arg].default
+            self._expert_weight = float(self._policy_args.pop(weight_arg, default))
         self._takes_prox = "prox_logprob" in inspect.signature(self._policy_fn).parameters
         self._kl_fn = KL_FN.get(spec.kl_loss_fn)
         self._kl_args = spec.kl_loss_args()
@@ -108,8 +120,14 @@ class AlgorithmLoss:
         token entropy is reported ("entropy") even when no entropy term is trained: collapse
         shows there first. With `batch.expert`, see `expert_row_loss`.
         """
-        if batch.expert is not None:
+        if batch.expert is not None or self._expert_weight is not None:
             return self._with_demonstrations(logprob, entropy, batch)
+        return self._rollout_loss(logprob, entropy, batch)
+
+    def _rollout_loss(
+        self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The algorithm's own terms over `batch.action_mask` (no demonstration rows)."""
         mode = self.loss_agg_mode
         extra = {"prox_logprob": batch.prox_logprob} if self._takes_prox else {}
         loss, metrics = self._policy_fn(
@@ -152,16 +170,31 @@ class AlgorithmLoss:
     def _with_demonstrations(
         self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """The algorithm's loss on learner rows, SFT on the `batch.expert` rows."""
-        assert batch.expert is not None
+        """The algorithm's loss on learner rows, SFT on the `batch.expert` rows: weighted by
+        their units (`expert_row_loss`), or by the policy loss's fixed weight (`mixed_loss`)."""
+        expert = batch.expert
+        if expert is None:
+            expert = torch.zeros(logprob.shape[0], dtype=torch.bool, device=logprob.device)
         learner = replace(batch, expert=None)
 
         def rl_loss(mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            return self(logprob, entropy, replace(learner, action_mask=mask))
+            return self._rollout_loss(logprob, entropy, replace(learner, action_mask=mask))
 
-        loss, metrics = expert_row_loss(
-            rl_loss, logprob, batch.action_mask, batch.expert, self.loss_agg_mode
-        )
+        if self._expert_weight is None:
+            loss, metrics = expert_row_loss(
+                rl_loss, logprob, batch.action_mask, expert, self.loss_agg_mode
+            )
+        else:
+            loss, metrics = mixed_loss(
+                rl_loss,
+                logprob,
+                batch.action_mask,
+                expert,
+                self._expert_weight,
+                self.loss_agg_mode,
+                batch.batch_units,
+                batch.share,
+            )
         if entropy is not None and ("entropy" not in metrics or not self.needs_entropy):
             # over every row of the micro-batch, learner and demonstration alike
             metrics["entropy"] = float(masked_mean(entropy.detach(), batch.action_mask))

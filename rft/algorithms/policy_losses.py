@@ -179,6 +179,36 @@ def sft_loss(
     return loss, {"sft_loss": float(loss.detach())}
 
 
+@POLICY_LOSS_FN.register("mix", expert_weight="mu")
+def mix_policy_loss(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    action_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    mu: float = 0.1,
+    clip_range: float = 0.2,
+    clip_range_low: float | None = None,
+    clip_range_high: float | None = None,
+    clip_ratio_c: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Trinity-RFT's `mix`: the PPO-clip surrogate on the rollout rows; `mu` is the weight of the
+    demonstration rows' SFT loss against it, (1 - mu) L_ppo + mu L_sft over the whole batch. The
+    objective applies it (its trait `expert_weight` names the arg; rft.algorithms.expert_rows),
+    so this function sees learner rows only and `mu` is not used here."""
+    return ppo_policy_loss(
+        logprob,
+        old_logprob,
+        advantages,
+        action_mask,
+        loss_agg_mode,
+        clip_range=clip_range,
+        clip_range_low=clip_range_low,
+        clip_range_high=clip_range_high,
+        clip_ratio_c=clip_ratio_c,
+    )
+
+
 @POLICY_LOSS_FN.register("opmd")
 def opmd_policy_loss(
     logprob: torch.Tensor,

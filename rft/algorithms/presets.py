@@ -5,7 +5,7 @@ default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config sect
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
 
 Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
-(a critic, a preference or SFT dataset, a teacher) are registered with the reason, so selecting
+(a critic, a preference dataset, a teacher) are registered with the reason, so selecting
 one fails when the config loads, saying what is missing, instead of training something else.
 """
 
@@ -63,6 +63,10 @@ class AlgorithmSpec:
     overlong_penalty: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     # why this algorithm cannot run yet (what it needs that rft lacks); None: it can
     unavailable: str | None = None
+    # the SFT_ROW_RENDERERS entry (rft.buffer.sft_rows) of an algorithm that trains on a dataset
+    # published as experiences (buffer.trainer_input.experience_buffer storage_type file); None:
+    # it trains on rollouts
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -226,20 +230,20 @@ for _spec in (
         "of pairs as buffer.trainer_input.experience_buffer), which rft's trainer cannot read "
         "yet: it reads rollout experiences only",
     ),
-    _unavailable(
-        "sft",
-        "sft",
-        "trains on an SFT dataset (prompt/response rows as buffer.trainer_input.experience_buffer"
-        "), which rft's trainer cannot read yet; for the supervised loss on the explorer's own "
-        "rollouts use algorithm_type raft, and on logged ones `rft train --from-topic T` with "
-        "algorithm_type raft (e.g. --min-reward 1)",
-    ),
-    _unavailable(
+    # SFT: -log p of the assistant's tokens of a chat dataset; CPT: of every token of a text one.
+    # Both datasets are published as experiences (rft.producers.dataset_publisher) and trained
+    # without an explorer
+    AlgorithmSpec("sft", policy_loss_fn="sft", dataset="chat"),
+    AlgorithmSpec("cpt", policy_loss_fn="sft", dataset="text"),
+    # MIX: GRPO on the rollouts, the SFT loss on the demonstrations the mix sample strategy puts
+    # in every batch (buffer.trainer_input.auxiliary_buffers), (1 - mu) L_grpo + mu L_sft
+    _policy_gradient_preset(
         "mix",
+        "grpo",
         "mix",
-        "mixes expert SFT rows into each RL batch (sample_strategy mix with "
-        "buffer.trainer_input.auxiliary_buffers) and needs the mix loss on those rows, which "
-        "the trainer does not provide yet",
+        min_repeat_times=2,
+        sample_strategy="mix",
+        policy_loss_fn_args={"mu": 0.1},
     ),
     _unavailable(
         "mix_chord",

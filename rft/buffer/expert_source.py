@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from rft.buffer.sft_rows import conversation
 from rft.config.connections import KafkaSettings
 from rft.config.schema import AuxiliaryBufferConfig, TasksetConfig
 from rft.errors import ConfigError, TasksetError
@@ -100,31 +101,10 @@ class SftRowRenderer:
         self.template = buffer.format.chat_template or context.chat_template
 
     def messages(self, payload: Mapping[str, Any], origin: str) -> tuple[list[dict], str]:
-        """(prompt messages, response text) of one row; TasksetError naming `origin` if unusable."""
-        fmt = self.fmt
-        if fmt.prompt_type == "messages":
-            chat = payload.get(fmt.messages_key)
-            if (
-                not isinstance(chat, list)
-                or not chat
-                or not all(
-                    isinstance(m, Mapping) and isinstance(m.get("content"), str) for m in chat
-                )
-            ):
-                raise TasksetError(f"{origin}: {fmt.messages_key!r} must be a list of messages")
-            last = chat[-1]
-            if last.get("role") != "assistant":
-                raise TasksetError(f"{origin}: the last message must be the assistant's response")
-            prompt = [{"role": str(m["role"]), "content": str(m["content"])} for m in chat[:-1]]
-            return prompt, str(last["content"])
-        question, answer = payload.get(fmt.prompt_key), payload.get(fmt.response_key)
-        if not isinstance(question, str) or not question.strip():
-            raise TasksetError(f"{origin}: prompt_key {fmt.prompt_key!r} missing or empty")
-        if answer is None or not str(answer).strip():
-            raise TasksetError(f"{origin}: response_key {fmt.response_key!r} missing or empty")
-        system = payload.get(fmt.system_prompt_key) if fmt.system_prompt_key else fmt.system_prompt
-        head = [{"role": "system", "content": str(system)}] if system else []
-        return head + [{"role": "user", "content": question}], str(answer)
+        """(prompt messages, response text) of one row; TasksetError naming `origin` if unusable.
+        The response is the last assistant message; the turns before it are the prompt."""
+        chat = conversation(payload, origin, self.fmt)
+        return chat[:-1], chat[-1]["content"]
 
     def token_ids(self, payload: Mapping[str, Any], origin: str) -> tuple[list[int], list[int]]:
         """Prompt ids (generation prompt included, last `max_prompt_tokens` kept) and response

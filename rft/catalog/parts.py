@@ -97,6 +97,49 @@ def _check_mix(c: _Checker, cfg: RftConfig, args: Mapping[str, Any]) -> None:
         )
 
 
+def _check_dataset(c: _Checker, cfg: RftConfig, dataset: str | None) -> None:
+    """An algorithm that trains on a dataset (its preset's `dataset` trait) reads it from a file
+    experience buffer and runs no explorer; a file experience buffer needs such an algorithm."""
+    buf = cfg.buffer.trainer_input.experience_buffer
+    where = "buffer.trainer_input.experience_buffer"
+    algorithm = cfg.algorithm.algorithm_type
+    if dataset is None:
+        if buf.storage_type == "file":
+            c.issues.append(
+                Issue(
+                    f"{where}.storage_type",
+                    f"file: algorithm {algorithm!r} trains on rollouts, not on a dataset "
+                    "(a dataset file is trained by algorithm_type sft or cpt)",
+                )
+            )
+        return
+    if buf.storage_type != "file" or not buf.path:
+        c.issues.append(
+            Issue(
+                f"{where}.storage_type",
+                f"algorithm {algorithm!r} trains on a dataset: set storage_type file and `path` "
+                f"to a dataset file or directory (got storage_type {buf.storage_type!r})",
+            )
+        )
+    if (cfg.trainer.world_size or 1) > 1:
+        c.issues.append(
+            Issue(
+                "trainer.world_size",
+                f"{cfg.trainer.world_size}: algorithm {algorithm!r} trains its dataset as a "
+                "bounded range (as rft train --from-topic does), which is not built on several "
+                "trainer ranks yet; use one",
+            )
+        )
+    if cfg.mode not in ("train", "bench"):
+        c.issues.append(
+            Issue(
+                "mode",
+                f"{cfg.mode!r}: algorithm {algorithm!r} trains on a published dataset with no "
+                "explorer; use mode train (`rft run` publishes the dataset, then trains)",
+            )
+        )
+
+
 class _Checker:
     """Collects an Issue per failed lookup, under the key path that held the name."""
 
@@ -306,6 +349,7 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             c.args("algorithm.sample_strategy_args", strategy, args, frozenset({"setup"}))
             if chosen == "mix":
                 _check_mix(c, cfg, args)
+            _check_dataset(c, cfg, spec.dataset)
 
     trainer_input = cfg.buffer.trainer_input
     replay = trainer_input.experience_buffer.replay_buffer

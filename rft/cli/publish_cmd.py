@@ -3,6 +3,9 @@
 Two forms: `rft publish PATH` for one JSONL/Parquet file or Hugging Face dataset directory, and
 `rft publish --config RUN.yaml` for every taskset of a run (train taskset for `total_epochs`,
 eval tasksets once). Everything is read and checked before anything is sent.
+For a run whose algorithm trains on a dataset (sft, cpt), `--config` publishes that dataset
+(`buffer.trainer_input.experience_buffer`, storage_type file) instead: each row rendered with
+the model's tokenizer and chat template, as Experience events on the run's experience topic.
 Exit status: 0 all published; 1 error (with "fail", any bad row: nothing published);
 3 published, but some rows were skipped as bad (listed on stderr).
 """
@@ -72,8 +75,19 @@ def run(args: argparse.Namespace) -> int:
     config = None
     if args.config:
         from rft.catalog import load_config
+        from rft.cli.train_cmd import trains_on_dataset
 
         config = load_config(args.config, args.override)
+        if trains_on_dataset(config):
+            if args.bootstrap_servers:
+                config.stack.kafka.bootstrap_servers = args.bootstrap_servers
+            return publish_run_dataset(
+                config,
+                epochs=args.epochs,
+                seed=args.seed,
+                on_bad_rows=args.on_bad_rows,
+                dry_run=args.dry_run,
+            )
         kafka = config.stack.kafka
         topics = TopicNames.for_run(config.project, config.name)
         epochs = args.epochs or config.buffer.total_epochs
@@ -155,3 +169,67 @@ def _path_topics(args: argparse.Namespace, topic_names: Any) -> tuple[Any, list[
         raise ConfigError("give --project and --name (topic <project>.<name>.tasks) or --topic")
     topics = topic_names.for_run(args.project, args.name)
     return topics, [topics.eval_tasks if args.eval else topics.tasks]
+
+
+def publish_run_dataset(
+    config: Any,
+    *,
+    epochs: int | None,
+    seed: int,
+    on_bad_rows: str,
+    dry_run: bool = False,
+    trace: bool = True,
+) -> int:
+    """The run's dataset rendered and published to its experience topic (see the docstring).
+    `trace`: set up this process's tracing as the publisher's (not when the process goes on to
+    train, which sets it up as the trainer's)."""
+    from rft.algorithms.presets import resolve_algorithm
+    from rft.buffer.sft_rows import RenderContext
+    from rft.cli.explore_cmd import start_tracing
+    from rft.consumers.run_plan import RunPlan
+    from rft.contact.first_contact import require_kafka
+    from rft.engines.chat_template import configured_chat_template
+    from rft.engines.models import load_tokenizer
+    from rft.producers.dataset_publisher import publish_dataset, render_dataset
+
+    plan = RunPlan(config)
+    buffer = config.buffer.trainer_input.experience_buffer
+    model = config.model
+    renderer = resolve_algorithm(config.algorithm, check_repeat_times=False).dataset
+    if renderer is None:
+        raise ConfigError(
+            f"algorithm.algorithm_type: {config.algorithm.algorithm_type!r} trains on rollouts; "
+            "it has no dataset to publish"
+        )
+    context = RenderContext(
+        tokenizer=load_tokenizer(plan.model_spec()),
+        max_prompt_tokens=model.max_prompt_tokens,
+        max_response_tokens=model.max_response_tokens,
+        chat_template=buffer.format.chat_template
+        or configured_chat_template(model.custom_chat_template, model.chat_template_path),
+    )
+    dataset = render_dataset(buffer, renderer, context, on_bad_rows=on_bad_rows)
+    for bad in dataset.bad_rows:
+        print(f"rft publish: skipped bad row {bad}", file=sys.stderr)
+    if dry_run:
+        print(
+            f"{dataset.name}: {len(dataset.rows)} valid rows ({dataset.sequences} sequences, "
+            f"{dataset.truncated} cut), {len(dataset.bad_rows)} bad"
+        )
+        return EXIT_SKIPPED_ROWS if dataset.bad_rows else 0
+    if trace:
+        start_tracing("publisher", config)
+    require_kafka(config.stack.kafka)
+    plan.ensure_topics(plan.experience_topic)
+    summary = publish_dataset(
+        config.stack.kafka,
+        dataset,
+        plan.experience_topic,
+        epochs=epochs or config.buffer.total_epochs,
+        seed=seed,
+        transactional_id=f"rft-publish.{plan.experience_topic}",
+    )
+    for line in summary.lines():
+        if "skipped bad row" not in line:
+            print(line)
+    return EXIT_SKIPPED_ROWS if summary.bad_rows else 0

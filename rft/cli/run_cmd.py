@@ -79,9 +79,28 @@ def run_side(cfg: Any, args: argparse.Namespace) -> int:
     else:
         args.idle_timeout = None
         side = train_cmd.run
+        if train_cmd.trains_on_dataset(cfg):
+            publish_dataset_once(cfg, args.republish)
     with BackgroundMetricFollower.for_component(cfg, MODE_COMPONENTS[cfg.mode]) as sinks:
         code = side(args)
     if sinks.error is not None:
         print(f"rft run: metrics did not all reach the sinks: {sinks.error}", file=sys.stderr)
         return code or 1
     return code
+
+
+def publish_dataset_once(cfg: Any, republish: bool) -> None:
+    """A dataset run's first start publishes its dataset (`rft publish`); a restart finds it on
+    the topic and resumes training it (--republish publishes it again; a resumed run still trains the range it began with)."""
+    from rft.cli.publish_cmd import EXIT_SKIPPED_ROWS, publish_run_dataset
+    from rft.consumers.run_plan import RunPlan
+    from rft.producers.task_publisher import has_committed_tasks
+
+    plan = RunPlan(cfg)
+    plan.ensure_topics(plan.experience_topic)
+    if not republish and has_committed_tasks(cfg.stack.kafka, plan.experience_topic):
+        print(f"rft run: {plan.experience_topic} holds the dataset already; not published again")
+        return
+    code = publish_run_dataset(cfg, epochs=None, seed=42, on_bad_rows="fail", trace=False)
+    if code not in (0, EXIT_SKIPPED_ROWS):
+        raise SystemExit(code)

@@ -7,6 +7,9 @@ With `--from-topic T` it trains offline: from a range of an existing experience 
 short name or any full topic name, another run's included), with no explorer, the config's
 algorithm and sampler, and the same range and filter options as `rft replay`. It checkpoints and
 resumes like an online trainer, publishes into the config's run, and ends when the range is read.
+
+An algorithm that trains on a dataset (sft, cpt) trains the same way, without --from-topic, on
+the dataset `rft publish` put on the run's own experience topic (docs/sft.md).
 """
 
 from __future__ import annotations
@@ -48,15 +51,24 @@ def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
     from rft.consumers.run_plan import RunPlan
     from rft.consumers.trainer.offline_input import OfflineSource
 
-    if not hasattr(args, "from_offsets"):  # called by `rft run` (mode train): no such options
-        return None
-    start, end, keep = range_and_filter(args)
-    if not args.from_topic:
+    if hasattr(args, "from_offsets"):  # `rft run` (mode train) has no such options
+        start, end, keep = range_and_filter(args)
+        if args.from_topic:
+            topic = RunPlan(cfg).topics.resolve(args.from_topic)
+            return OfflineSource(topic, start, end, keep)
         if not (start.open and end.open and keep.keeps_all):
             raise ConfigError("range and filter options need --from-topic")
-        return None
-    topic = RunPlan(cfg).topics.resolve(args.from_topic)
-    return OfflineSource(topic, start, end, keep)
+    if trains_on_dataset(cfg):
+        # the published dataset is a bounded range of the run's own topic: trained to its end
+        return OfflineSource(RunPlan(cfg).experience_topic)
+    return None
+
+
+def trains_on_dataset(cfg: Any) -> bool:
+    """Whether the config's algorithm trains on a published dataset (its preset's trait)."""
+    from rft.algorithms.presets import resolve_algorithm
+
+    return resolve_algorithm(cfg.algorithm, check_repeat_times=False).dataset is not None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +107,12 @@ def run(args: argparse.Namespace) -> int:
             stop_on_signals()
         )
     if offline is not None:
-        print(offline_summary_line(offline.topic, summary), file=sys.stderr, flush=True)
+        label = (
+            f"rft train --from-topic {offline.topic}"
+            if getattr(args, "from_topic", None)
+            else f"rft train (the dataset on {offline.topic})"
+        )
+        print(offline_summary_line(label, summary), file=sys.stderr, flush=True)
     print(
         json.dumps(
             {
@@ -123,14 +140,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def offline_summary_line(topic: str, summary: Any) -> str:
-    """One line on how an offline run ended and what it trained."""
+def offline_summary_line(label: str, summary: Any) -> str:
+    """One line on how an offline run ended and what it trained, after `label`."""
     how = "range read to its end" if summary.input_ended else "range not read to its end"
     how += f", stopped by {summary.stop_reason}"
     left = summary.left_incomplete + summary.left_untrained
     versions = summary.published_versions
     return (
-        f"rft train --from-topic {topic}: {how}; {summary.experiences} experience(s) trained in "
+        f"{label}: {how}; {summary.experiences} experience(s) trained in "
         f"{summary.steps} step(s) (this process read {summary.read}, filtered out "
         f"{summary.filtered}); {left} left untrained (fewer than a batch, or incomplete groups)"
         + (f"; published versions {versions[0]}..{versions[-1]}" if versions else "")

@@ -26,7 +26,7 @@ Mode = Literal["both", "explore", "train", "bench", "serve"]
 DType = Literal["float32", "bfloat16", "float16", "auto"]
 TasksetStorage = Literal["file", "generator"]
 # kafka/queue: the Kafka topic; sql: the topic plus a SQL mirror that the trainer writes
-ExperienceStorage = Literal["kafka", "queue", "sql"]
+ExperienceStorage = Literal["kafka", "queue", "sql", "file"]
 PromptType = Literal["plaintext", "messages"]
 SyncMethod = Literal["checkpoint"]
 SyncTimeoutAction = Literal["wait", "stop"]
@@ -53,6 +53,7 @@ _SINKS = "consumers/metrics/sinks.py"
 _WORKFLOW = "rft/workflows/workflow.py"
 _READER = "producers/taskset_reader.py"
 _STRATEGY = "rft/buffer/sample_strategy.py"
+_DATASET_PUBLISHER = "producers/dataset_publisher.py"
 _REPLAY = "rft/buffer/replay_buffer.py"
 _EXPERT = "rft/buffer/expert_source.py"
 _PIPELINE = "rft/buffer/experience_pipeline.py"
@@ -321,6 +322,12 @@ class FormatConfig:
         does="row field of a chat (prompt_type messages)",
         acts_in=_WORKFLOW,
         shown_by="tests/unit/test_workflows.py",
+    )
+    text_key: str = key(
+        "text",
+        does="row field of the plain text `algorithm_type: cpt` trains on",
+        acts_in="rft/buffer/sft_rows.py",
+        shown_by="tests/unit/test_sft_rows.py",
     )
     reply_prefix: str | None = key(
         None,
@@ -594,7 +601,9 @@ class ExperienceBufferConfig:
     Trinity-RFT's `queue` and `sql` it is a SQLAlchemy URL, never a topic: experiences still flow
     through the run's topic, and with `sql` the trainer also mirrors each one it reads into the
     table `name` of that database (default: a SQLite file in the run's job directory;
-    `rft.consumers.replay.mirror`).
+    `rft.consumers.replay.mirror`). storage_type `file` (the algorithms that train on a dataset,
+    sft and cpt): `path` is the dataset, read with `format` (`split` / `subset_name` for a
+    dataset directory), which `rft publish` renders onto the run's topic (`name` names its rows).
     """
 
     name: str = key(
@@ -605,16 +614,29 @@ class ExperienceBufferConfig:
     )
     storage_type: ExperienceStorage = key(
         "kafka",
-        does="kafka/queue: the topic; sql: the topic plus a SQL mirror",
+        does="kafka/queue: the topic; sql: the topic plus a SQL mirror; file: a dataset that `rft publish` renders onto the run's topic (algorithm_type sft / cpt only)",
         acts_in="consumers/replay/mirror.py",
         shown_by="tests/unit/test_config_loading.py",
     )
     path: str | None = key(
         None,
-        does="kafka: a topic name (checked); sql: the mirror's SQLAlchemy URL",
+        does="kafka: a topic name (checked); sql: the mirror's SQLAlchemy URL; file: a JSONL / JSON / Parquet / Arrow file or a local Hugging Face dataset directory",
         acts_in="consumers/replay/mirror.py",
         shown_by="tests/unit/test_config_loading.py",
     )
+    split: str = key(
+        "train",
+        does="storage_type file: the split of a dataset directory",
+        acts_in=_DATASET_PUBLISHER,
+        shown_by="tests/unit/test_sft_config.py",
+    )
+    subset_name: str | None = key(
+        None,
+        does="storage_type file: the subset of a dataset directory",
+        acts_in=_DATASET_PUBLISHER,
+        shown_by="tests/unit/test_sft_config.py",
+    )
+    format: FormatConfig = field(default_factory=FormatConfig)
     max_read_timeout: float = key(
         bounded(1800.0, gt=0),
         does="seconds the trainer waits for a full batch; it stops after this long without experiences",
@@ -628,10 +650,6 @@ class ExperienceBufferConfig:
         shown_by="tests/unit/test_replay_buffer.py",
     )
     replay_buffer: ReplayBufferConfig = field(default_factory=ReplayBufferConfig)
-
-    IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "format": "experiences are events with a fixed schema",
-    }
 
     @property
     def topic(self) -> str | None:

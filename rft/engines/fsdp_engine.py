@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import Advantages, LossFn
 from rft.engines.fsdp_ranks import (
     SETUP,
@@ -152,12 +153,20 @@ class Fsdp2TrainerEngine:
         # the same weighting as the one-process engine: token shares, or sequence shares
         unit = "token" if self.config.accumulation == "token" and tokens > 0 else "sequence"
         total = tokens if unit == "token" else len(batch)
+        units = BatchUnits.of(batch.action_mask, batch.expert)  # of the whole batch
         shards = [take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size)]
         passes = max(math.ceil(len(s) / self.config.micro_batch_size) for s in shards)
         results = self._call(
             "train_shard",
             [
-                {"shard": s, "loss_fn": loss_fn, "unit": unit, "total": total, "passes": passes}
+                {
+                    "shard": s,
+                    "loss_fn": loss_fn,
+                    "unit": unit,
+                    "total": total,
+                    "passes": passes,
+                    "batch_units": units,
+                }
                 for s in shards
             ],
         )

@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import LossFn
 from rft.engines.logprobs import token_logprobs
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
@@ -201,7 +202,13 @@ class ShardedWorker(TorchTrainerEngine):
     # -- collectives ------------------------------------------------------------------------------
 
     def train_shard(
-        self, shard: TrainBatch, loss_fn: LossFn, unit: str, total: int, passes: int
+        self,
+        shard: TrainBatch,
+        loss_fn: LossFn,
+        unit: str,
+        total: int,
+        passes: int,
+        batch_units: BatchUnits | None = None,
     ) -> dict[str, Any]:
         """This rank's micro-batches of one optimizer step, then the step (on every rank).
 
@@ -216,7 +223,7 @@ class ShardedWorker(TorchTrainerEngine):
             counts = [sum(int(np.sum(shard.action_mask[i])) for i in g) for g in groups]
         else:
             counts = [len(g) for g in groups]
-        loss, sums = self._accumulate(shard, loss_fn, [c / total for c in counts])
+        loss, sums = self._accumulate(shard, loss_fn, [c / total for c in counts], batch_units)
         with_ref = self.config.ref_in_loss
         for _ in range(passes - len(groups)):
             self._idle_pass(backward=True, with_ref=with_ref)

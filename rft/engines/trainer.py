@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import Advantages, LossBatch, LossFn
 from rft.engines.logprobs import token_logprobs
 from rft.engines.weights import export_state_dict, load_weights_into, read_safetensors_dir
@@ -446,7 +447,12 @@ class TorchTrainerEngine:
         counts = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
         if self.config.accumulation != "token" or sum(counts) == 0:
             counts = [len(g) for g in groups]
-        total_loss, sums = self._accumulate(batch, loss_fn, [c / sum(counts) for c in counts])
+        total_loss, sums = self._accumulate(
+            batch,
+            loss_fn,
+            [c / sum(counts) for c in counts],
+            BatchUnits.of(batch.action_mask, batch.expert),
+        )
         grad_norm, skipped = self._apply_gradients()
         return {
             **values,
@@ -460,11 +466,17 @@ class TorchTrainerEngine:
         }
 
     def _accumulate(
-        self, batch: TrainBatch, loss_fn: LossFn, weights: list[float]
+        self,
+        batch: TrainBatch,
+        loss_fn: LossFn,
+        weights: list[float],
+        batch_units: BatchUnits | None = None,
     ) -> tuple[float, dict[str, float]]:
         """Backward of sum_k weights[k] * loss(micro-batch k); returns that sum and the
         equally weighted sums of the loss's metrics. The policy, its entropy and the reference
-        are all at each row's temperature (see `reference_logprobs` for why the reference too)."""
+        are all at each row's temperature (see `reference_logprobs` for why the reference too).
+        Each micro-batch's LossBatch carries `batch_units` (of the whole batch, which `batch`
+        may be a shard of) and its weight."""
         total_loss = 0.0
         sums: dict[str, float] = {}
         for k, idx in enumerate(self._micro_batches(batch)):
@@ -489,6 +501,8 @@ class TorchTrainerEngine:
                         advantages=t["advantages"],
                         ref_logprob=ref,
                         expert=t.get("expert"),
+                        batch_units=batch_units,
+                        share=weights[k],
                     ),
                 )
             if loss.dim() != 0:

@@ -39,13 +39,13 @@ RUNNABLE = {
     "dapo": ("grpo", "ppo", "token-mean"),
     "asymre": ("asymre", "opmd", "token-mean"),
     "raft": (None, "sft", "token-mean"),
+    "sft": (None, "sft", "token-mean"),
+    "cpt": (None, "sft", "token-mean"),
 }
 
 MISSING = {
     "ppo": "critic",
     "dpo": "preference dataset",
-    "sft": "SFT dataset",
-    "mix": "auxiliary_buffers",
     "mix_chord": "CHORD",
     "chord": "CHORD",
     "on_policy_distill": "teacher",

@@ -124,7 +124,6 @@ def test_the_engine_trains_demonstrations_with_the_sft_loss() -> None:
     model, tok = load_model(ModelSpec("tiny", dtype="float64"))
     spec = resolve_algorithm({"algorithm_type": "grpo", "kl_loss_fn": "none"})
     engine = TorchTrainerEngine(model, TorchTrainerConfig(micro_batch_size=2), tokenizer=tok)
-    rng = np.random.default_rng(0)
     # learner groups a (rewards 0, 1) and b (1, 0), and one demonstration in the middle
     layout = [
         ("a", 2, 0.0, False),
@@ -133,23 +132,7 @@ def test_the_engine_trains_demonstrations_with_the_sft_loss() -> None:
         ("b", 2, 1.0, False),
         ("b", 2, 0.0, False),
     ]
-    rows, own_logprobs = [], []
-    for i, (group, size, reward, expert) in enumerate(layout):
-        prompt = rng.integers(3, 250, 3).astype(np.int32)
-        response = rng.integers(3, 250, 2 + i).astype(np.int32)
-        with torch.no_grad():
-            lp, _ = token_logprobs(
-                model, torch.tensor([[*prompt, *response]]), start=len(prompt) - 1
-            )
-        own_logprobs.append(lp[0].double().numpy())
-        exp = dataclasses.replace(
-            experience(group, size, i, 0, reward),
-            prompt_ids=prompt,
-            response_ids=response,
-            logprobs=lp[0].numpy().astype(np.float32),  # on-policy: ratio 1
-            action_mask=None,
-        )
-        rows.append(BatchRow(exp, None, 1, expert))
+    rows, own_logprobs = on_policy_rows(model, layout)
     batch = SampledBatch(rows, 0, SamplerCounters())
     assert train_batch_of(rows).expert.tolist() == [False, False, True, False, False]
     values = StepTrainer(spec, build_loss(spec), engine).train(batch, 1)
@@ -163,3 +146,29 @@ def test_the_engine_trains_demonstrations_with_the_sft_loss() -> None:
     n = sum(len(lp) for lp in own_logprobs)
     assert values["loss"] == pytest.approx(total / n, rel=1e-4)
     assert values["sft_loss"] > 0 and "adv/" in " ".join(values)
+
+
+def on_policy_rows(
+    model, layout: list[tuple[str, int, float, bool]]
+) -> tuple[list[BatchRow], list[np.ndarray]]:
+    """Batch rows of (group, group size, reward, expert) with random tokens, each carrying the
+    model's own logprobs (on-policy: ratio 1), and those logprobs in float64."""
+    rng = np.random.default_rng(0)
+    rows, own = [], []
+    for i, (group, size, reward, expert) in enumerate(layout):
+        prompt = rng.integers(3, 250, 3).astype(np.int32)
+        response = rng.integers(3, 250, 2 + i).astype(np.int32)
+        with torch.no_grad():
+            lp, _ = token_logprobs(
+                model, torch.tensor([[*prompt, *response]]), start=len(prompt) - 1
+            )
+        own.append(lp[0].double().numpy())
+        exp = dataclasses.replace(
+            experience(group, size, i, 0, reward),
+            prompt_ids=prompt,
+            response_ids=response,
+            logprobs=lp[0].numpy().astype(np.float32),  # on-policy: ratio 1
+            action_mask=None,
+        )
+        rows.append(BatchRow(exp, None, 1, expert))
+    return rows, own

@@ -96,6 +96,7 @@ def _sg(x: torch.Tensor) -> torch.Tensor:
 TOKEN_REFERENCES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "ppo": _ppo,
     "verl/ppo": _ppo,
+    "mix": _ppo,  # on rollout rows alone (these tests have no demonstration rows) mix is PPO
     "gspo": _gspo,
     "verl/gspo": _gspo,
     "sft": lambda lp, old, a: -lp,

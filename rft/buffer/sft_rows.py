@@ -1,0 +1,180 @@
+"""Dataset rows rendered into what the trainer trains: prompt ids, response ids and a train mask.
+
+The algorithms that train on a dataset (`sft`, `cpt`) name a renderer here by their preset's
+`dataset` trait (the SFT_ROW_RENDERERS registry). A renderer turns one row into one or more
+RenderedRows; a row it cannot use raises TasksetError naming the row's origin.
+
+- `chat` (sft): a conversation, either a `messages` list (`format.prompt_type: messages`, its
+  `messages_key`) or a prompt/response row (`prompt_key`, `response_key`, with `system_prompt` or
+  `system_prompt_key`), rendered with the chat template. Only the assistant's tokens are trained.
+  They are found through the template: one that marks them itself (`{% generation %}` blocks) is
+  asked for its assistant mask (transformers' `return_assistant_tokens_mask`); any other is
+  rendered turn by turn, and an assistant turn's tokens are those its rendering adds after the
+  generation prompt of the turns before it (its text and end-of-turn tokens). The prompt is
+  everything before the first assistant token; user and tool turns after it stay in the
+  response with mask 0, as a multi-turn rollout's environment tokens do.
+- `text` (cpt): the row's `text_key`, tokenized (the tokenizer's special tokens, then EOS), cut
+  into windows of max_response_tokens + 1 tokens that overlap by one: a window's first token is
+  its prompt, so every token but the text's first is trained exactly once.
+
+Prompts longer than max_prompt_tokens keep their last tokens (a chat's response is cut at
+max_response_tokens instead); RenderedRow.truncated says which rows lost tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rft.config.schema import FormatConfig
+from rft.errors import TasksetError
+from rft.registry import Registry
+
+
+@dataclass(frozen=True)
+class RenderContext:
+    """What renderers need besides the row: the tokenizer, the template and the length limits."""
+
+    tokenizer: Any
+    max_prompt_tokens: int
+    max_response_tokens: int
+    chat_template: str | None = None  # None: the tokenizer's own
+
+
+@dataclass(frozen=True)
+class RenderedRow:
+    """One trainable sequence: `mask` has one 0/1 per response id (1: the loss covers it)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    mask: list[int]
+    truncated: bool = False
+
+
+Renderer = Callable[[Mapping[str, Any], str, FormatConfig, RenderContext], list[RenderedRow]]
+SFT_ROW_RENDERERS: Registry[Renderer] = Registry("dataset renderer")
+
+
+def conversation(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig
+) -> list[dict[str, str]]:
+    """The row as chat messages (role and content), ending with an assistant message."""
+    if fmt.prompt_type == "messages":
+        chat = payload.get(fmt.messages_key)
+        if (
+            not isinstance(chat, list)
+            or not chat
+            or not all(isinstance(m, Mapping) and isinstance(m.get("content"), str) for m in chat)
+        ):
+            raise TasksetError(f"{origin}: {fmt.messages_key!r} must be a list of messages")
+        if chat[-1].get("role") != "assistant":
+            raise TasksetError(f"{origin}: the last message must be the assistant's response")
+        return [{"role": str(m["role"]), "content": str(m["content"])} for m in chat]
+    question, answer = payload.get(fmt.prompt_key), payload.get(fmt.response_key)
+    if not isinstance(question, str) or not question.strip():
+        raise TasksetError(f"{origin}: prompt_key {fmt.prompt_key!r} missing or empty")
+    if answer is None or not str(answer).strip():
+        raise TasksetError(f"{origin}: response_key {fmt.response_key!r} missing or empty")
+    system = payload.get(fmt.system_prompt_key) if fmt.system_prompt_key else fmt.system_prompt
+    head = [{"role": "system", "content": str(system)}] if system else []
+    return [
+        *head,
+        {"role": "user", "content": question},
+        {"role": "assistant", "content": str(answer)},
+    ]
+
+
+_GENERATION_BLOCK = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def _template(context: RenderContext) -> str | None:
+    return context.chat_template or getattr(context.tokenizer, "chat_template", None)
+
+
+def _render(
+    context: RenderContext, messages: list[dict[str, str]], generation_prompt: bool
+) -> list[int]:
+    ids = context.tokenizer.apply_chat_template(
+        messages,
+        add_generation_prompt=generation_prompt,
+        tokenize=True,
+        return_dict=False,
+        chat_template=context.chat_template,
+    )
+    return [int(i) for i in ids]
+
+
+def assistant_mask(
+    messages: list[dict[str, str]], origin: str, context: RenderContext
+) -> tuple[list[int], list[int]]:
+    """(token ids of the whole conversation, 1 on the assistant's tokens) by the chat template."""
+    template = _template(context)
+    if template and _GENERATION_BLOCK.search(template):
+        out = context.tokenizer.apply_chat_template(
+            messages,
+            tokenize=True,
+            return_dict=True,
+            return_assistant_tokens_mask=True,
+            chat_template=context.chat_template,
+        )
+        return [int(i) for i in out["input_ids"]], [int(m) for m in out["assistant_masks"]]
+    full = _render(context, messages, False)
+    mask = [0] * len(full)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        if i == 0:
+            raise TasksetError(f"{origin}: the conversation starts with an assistant message")
+        before = _render(context, messages[:i], True)
+        through = _render(context, messages[: i + 1], False)
+        if through[: len(before)] != before or full[: len(through)] != through:
+            raise TasksetError(
+                f"{origin}: the chat template renders earlier turns differently once later "
+                f"turns follow (at message {i}), so the assistant's tokens cannot be located; "
+                "use a template with {% generation %} blocks"
+            )
+        mask[len(before) : len(through)] = [1] * (len(through) - len(before))
+    return full, mask
+
+
+@SFT_ROW_RENDERERS.register("chat")
+def render_chat(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig, context: RenderContext
+) -> list[RenderedRow]:
+    """One row: prompt = the tokens before the first assistant token; mask = assistant tokens."""
+    ids, mask = assistant_mask(conversation(payload, origin, fmt), origin, context)
+    if 1 not in mask:
+        raise TasksetError(f"{origin}: the assistant's turns render to no tokens")
+    first = mask.index(1)
+    prompt, response, kept = ids[:first], ids[first:], mask[first:]
+    limit_p, limit_r = context.max_prompt_tokens, context.max_response_tokens
+    truncated = len(prompt) > limit_p or len(response) > limit_r
+    prompt, response, kept = prompt[-limit_p:], response[:limit_r], kept[:limit_r]
+    return [RenderedRow(prompt, response, kept, truncated)]
+
+
+@SFT_ROW_RENDERERS.register("text")
+def render_text(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig, context: RenderContext
+) -> list[RenderedRow]:
+    """Windows of max_response_tokens + 1 tokens overlapping by one (see the module docstring)."""
+    text = payload.get(fmt.text_key)
+    if not isinstance(text, str) or not text.strip():
+        raise TasksetError(f"{origin}: text_key {fmt.text_key!r} missing or empty")
+    tok = context.tokenizer
+    ids = [int(i) for i in tok(text)["input_ids"]]
+    if tok.eos_token_id is not None and (not ids or ids[-1] != tok.eos_token_id):
+        ids.append(int(tok.eos_token_id))
+    if len(ids) < 2:
+        raise TasksetError(f"{origin}: the text is a single token; there is nothing to predict")
+    width = context.max_response_tokens
+    return [
+        RenderedRow(
+            [ids[start]],
+            ids[start + 1 : start + 1 + width],
+            [1] * len(ids[start + 1 : start + 1 + width]),
+        )
+        for start in range(0, len(ids) - 1, width)
+    ]
