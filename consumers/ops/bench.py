@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rft.config import RftConfig
 from rft.consumers.explorer.evaluation import eval_params, evaluate_tasksets, read_eval_tasks
@@ -138,29 +135,25 @@ class Bench:
         log.info("bench %s: versions %s on %s", self.plan.run_id, versions, sorted(eval_tasks))
         report = BenchReport(self.plan.run_id)
         engine = self._engine or self._build_engine()
-        workdir = Path(tempfile.mkdtemp(prefix="rft-bench-"))
-        try:
-            with EventWriter.open(kafka) as writer:
-                metrics = MetricEmitter(writer, topics.metrics, COMPONENT, self.plan.run_id)
-                for version in versions:
-                    if version != BASE_VERSION:
-                        try:
-                            load_version(engine, store, version, workdir)
-                        except CheckpointError as exc:
-                            report.refused[version] = str(exc)
-                            log.error("bench: weight version %d refused: %s", version, exc)
-                            continue
-                    result = evaluate_tasksets(
-                        engine,
-                        eval_tasks,
-                        eval_params(self.cfg.model),
-                        at=f"version {version}",
-                    )
-                    metrics.emit(version, result.metric_values())
-                    report.accuracy[version] = result.accuracy
-                    report.tasks = result.tasks
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        with EventWriter.open(kafka) as writer:
+            metrics = MetricEmitter(writer, topics.metrics, COMPONENT, self.plan.run_id)
+            for version in versions:
+                if version != BASE_VERSION:
+                    try:
+                        load_version(engine, store, version)
+                    except CheckpointError as exc:
+                        report.refused[version] = str(exc)
+                        log.error("bench: weight version %d refused: %s", version, exc)
+                        continue
+                result = evaluate_tasksets(
+                    engine,
+                    eval_tasks,
+                    eval_params(self.cfg.model),
+                    at=f"version {version}",
+                )
+                metrics.emit(version, result.metric_values())
+                report.accuracy[version] = result.accuracy
+                report.tasks = result.tasks
         return report
 
     def ensure_eval_tasks(self) -> None:
