@@ -250,7 +250,7 @@ class TrainerCheckpointer:
 
     @staticmethod
     def _load_published_weights(
-        engine: TrainerEngine, files: Mapping[str, bytearray], version: int, source: str
+        engine: TrainerEngine, files: Mapping[str, memoryview], version: int, source: str
     ) -> None:
         tensors = tensors_of_files(files, source)
         stored = {t.dtype for t in tensors.values()}

@@ -115,7 +115,9 @@ class _PartsReader:
         return None
 
 
-def tensors_from_safetensors(buffer: bytearray, source: str) -> dict[str, torch.Tensor]:
+def tensors_from_safetensors(
+    buffer: memoryview | bytearray, source: str
+) -> dict[str, torch.Tensor]:
     """The tensors of safetensors bytes, as views into `buffer` (which they keep alive).
 
     EngineError naming `source` when the bytes are not a well-formed safetensors file.
@@ -152,7 +154,9 @@ def tensors_from_safetensors(buffer: bytearray, source: str) -> dict[str, torch.
         raise EngineError(f"{source}: not a readable safetensors file: {exc}") from exc
 
 
-def tensors_of_files(files: Mapping[str, bytearray], source: str) -> dict[str, torch.Tensor]:
+def tensors_of_files(
+    files: Mapping[str, memoryview | bytearray], source: str
+) -> dict[str, torch.Tensor]:
     """The weights among a version's downloaded files (an HF directory's names): one
     model.safetensors or the shards its index names. Views into the buffers, no copies."""
     if SAFETENSORS in files:

@@ -269,7 +269,7 @@ class CheckpointStore:
 
     def read_part(
         self, version: int, part: str
-    ) -> tuple[CheckpointManifest, dict[str, bytearray]] | None:
+    ) -> tuple[CheckpointManifest, dict[str, memoryview]] | None:
         """The listing of `part` of `version` and its files, each verified (size, sha256);
         None when the part was never completed (no listing)."""
         key = self.part_key(version, part)
@@ -351,7 +351,7 @@ class CheckpointStore:
 
     def read_files(
         self, version: int, skip_prefixes: tuple[str, ...] = ()
-    ) -> tuple[CheckpointManifest, dict[str, bytearray]]:
+    ) -> tuple[CheckpointManifest, dict[str, memoryview]]:
         """`version`'s manifest and its files in memory (names starting with one of
         `skip_prefixes` left out), each hashed as it downloads and checked against the
         manifest's size and sha256: CheckpointError naming the file and its object key on any
@@ -362,9 +362,9 @@ class CheckpointStore:
 
     def _fetch(
         self, manifest: CheckpointManifest, files: Iterable[ManifestFile]
-    ) -> dict[str, bytearray]:
+    ) -> dict[str, memoryview]:
         version, object_dir = manifest.version, manifest.extra.get(OBJECT_DIR_KEY)
-        out: dict[str, bytearray] = {}
+        out: dict[str, memoryview] = {}
         for entry in files:
             uri = self.store.uri(self.object_key(version, entry.name, object_dir))
             digest = Sha256Sink()

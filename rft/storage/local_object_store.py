@@ -24,6 +24,7 @@ from rft.storage.object_store_base import (
     ObjectStore,
     PieceSink,
     ReadableStream,
+    new_buffer,
     validate_key,
 )
 
@@ -128,7 +129,7 @@ class LocalObjectStore(ObjectStore):
                     return
                 yield chunk
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> bytearray:
+    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
         """Read the file straight into the buffer (`readinto`: no chunk copies), in pieces
         handed to `sink` as each lands."""
         path = self._path(key)
@@ -138,8 +139,7 @@ class LocalObjectStore(ObjectStore):
             raise ObjectNotFoundError(f"no object {self.uri(key)} (file {path})") from exc
         except OSError as exc:
             raise StorageError(f"cannot read {self.uri(key)} at {path}: {exc}") from exc
-        buffer = bytearray(size)
-        view = memoryview(buffer)
+        view = new_buffer(size)
         done = 0
         with handle:
             try:
@@ -159,7 +159,7 @@ class LocalObjectStore(ObjectStore):
                     done += got
             except OSError as exc:
                 raise StorageError(f"cannot read {self.uri(key)} at {path}: {exc}") from exc
-        return buffer
+        return view
 
     def stat(self, key: str) -> ObjectInfo:
         path = self._path(key)

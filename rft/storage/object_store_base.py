@@ -15,7 +15,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol, Self, cast
+
+import numpy as np
 
 from rft.errors import StorageError
 
@@ -60,6 +62,12 @@ class ObjectInfo:
     size: int
     etag: str
     modified: float | None = None
+
+
+def new_buffer(size: int) -> memoryview:
+    """A writable buffer of `size` bytes for a download to fill. Not zero-filled first (a
+    `bytearray` would be: one more pass over every byte of a model's weights)."""
+    return memoryview(cast(Any, np.empty(size, dtype=np.uint8)))
 
 
 def validate_key(key: str) -> str:
@@ -150,16 +158,15 @@ class ObjectStore(ABC):
         """The whole object in memory (for small objects such as manifests)."""
         return b"".join(self.iter_chunks(key))
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> bytearray:
-        """The object's bytes in a new buffer of exactly `size` bytes, `sink` called on its
+    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
+        """The object's bytes in a new buffer (`new_buffer`) of exactly `size` bytes, `sink` called on its
         consecutive pieces in order as they arrive (hashing while downloading: no second pass).
 
         ObjectSizeError if the object is shorter or longer than `size`, ObjectNotFoundError if
         it does not exist. This default streams `iter_chunks`; backends read straight into the
         buffer (and the S3 one in parallel ranges).
         """
-        buffer = bytearray(size)
-        view = memoryview(buffer)
+        view = new_buffer(size)
         done = 0
         with contextlib.closing(self.iter_chunks(key)) as chunks:
             for chunk in chunks:
@@ -173,7 +180,7 @@ class ObjectStore(ABC):
                 done += len(chunk)
         if done != size:
             raise ObjectSizeError(f"{self.uri(key)} holds {done} bytes, {size} expected")
-        return buffer
+        return view
 
     def get_file(self, key: str, path: Path) -> ObjectInfo:
         """Stream the object to `path`, atomically: `path` appears only once complete.

@@ -40,6 +40,7 @@ from rft.storage.object_store_base import (
     ObjectStore,
     PieceSink,
     ReadableStream,
+    new_buffer,
     normalize_prefix,
     validate_key,
 )
@@ -298,20 +299,19 @@ class S3ObjectStore(ObjectStore):
             self._fail(exc, "download of", key)
         self.window.failed(f"download of {self.uri(key)} cut off at byte {at}: {exc}")
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> bytearray:
+    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
         if size == 0:
             actual = self.stat(key).size
             if actual:
                 raise ObjectSizeError(f"{self.uri(key)} holds {actual} bytes, 0 expected")
-            return bytearray()
-        buffer = bytearray(size)
-        view = memoryview(buffer)
+            return new_buffer(0)
+        view = new_buffer(size)
         parts = [(lo, min(size, lo + _PART_SIZE)) for lo in range(0, size, _PART_SIZE)]
         if len(parts) == 1:
             self._get_range(key, view, *parts[0], size)
             if sink is not None:
                 sink(view)
-            return buffer
+            return view
         with ThreadPoolExecutor(_PARALLEL, thread_name_prefix="s3-get") as pool:
             futures: list[Future[None]] = [
                 pool.submit(self._get_range, key, view, lo, hi, size) for lo, hi in parts
@@ -324,7 +324,7 @@ class S3ObjectStore(ObjectStore):
             finally:
                 for future in futures:
                     future.cancel()
-        return buffer
+        return view
 
     def _get_range(self, key: str, view: memoryview, lo: int, hi: int, size: int) -> None:
         """Bytes [lo, hi) of the object into `view[lo:hi]`; a range cut off by an outage
