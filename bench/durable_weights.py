@@ -153,10 +153,13 @@ def driver(args: argparse.Namespace) -> None:
     roots = [Path(r).resolve() for r in args.roots]
     label = {str(Path(k).resolve()): v for k, v in (i.split("=", 1) for i in args.label)}
     rows: dict[tuple[str, str, Path], list[dict[str, Any]]] = {}
+    print("| model | store | round | checkout | load avg (1 min) | loaded / raw, each version |")
+    print("|---|---|---|---|---|---|")
     for model in args.model:
         for store in args.store:
             for round_no in range(args.rounds):
                 for root in roots if round_no % 2 == 0 else roots[::-1]:
+                    load = os.getloadavg()[0]
                     done = subprocess.run(
                         [sys.executable, str(Path(__file__).resolve()), "--root", str(root)]
                         + ["--model", model, "--store", store, "--versions", str(args.versions)]
@@ -171,8 +174,16 @@ def driver(args: argparse.Namespace) -> None:
                         raise SystemExit(f"{root}: exit {done.returncode}\n{done.stderr[-3000:]}")
                     got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
                     rows.setdefault((model, store, root), []).extend(got)
+                    ratios = " / ".join(
+                        f"{r['loaded'] / r['raw']:.2f}" for r in got if not r["state"]
+                    )
+                    name = label.get(str(root), root.name)
+                    print(
+                        f"| {model} | {store} | {round_no + 1} | {name} | {load:.1f} | {ratios} |",
+                        flush=True,
+                    )
     print(
-        f"medians of {args.versions} versions x {args.rounds} processes per checkout "
+        f"\nmedians of {args.versions} versions x {args.rounds} processes per checkout "
         f"(torch threads {args.threads}), seconds from the start of the publish\n"
     )
     print(
