@@ -226,7 +226,7 @@ class CheckpointStore:
                     f"checkpoint v{version}: {name} changed size during upload "
                     f"(said {size} bytes, read {reader.size}+)"
                 )
-        return ManifestFile(name=name, size=size, sha256=reader.sha256.hexdigest())
+        return ManifestFile(name=name, size=size, sha256=reader.hexdigest())
 
     # -- parts written after the version ----------------------------------------------------
 

@@ -4,14 +4,15 @@ A `Payload` is one file of a version: its size and a stream that reads it from t
 a local file (`FilePayload`), bytes in memory (`BytesPayload`) or any other source that can say
 its size up front (the trainer's tensors, rft.engines.weights). The digests are taken over the
 bytes as they move, never in a pass of their own: `Sha256Reader` while an upload reads its
-stream, `Sha256Sink` while a download fills its buffer, on a thread of its own so that the
-next piece's transfer overlaps this piece's digest.
+stream, `Sha256Sink` while a download fills its buffer, both on a thread of their own so that
+the next piece's transfer overlaps this piece's digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
@@ -81,16 +82,20 @@ class _ViewReader:
 
 
 class Sha256Reader:
-    """Wraps a stream: hashes and counts the bytes as the uploader reads them (one pass)."""
+    """Wraps a stream: counts the bytes as the uploader reads them and hashes them (one pass)
+    on a thread of its own (`Sha256Sink`), so the digest overlaps the sending. The stream's
+    pieces must stay unchanged until `hexdigest()` (bytes read from a file, views of tensors
+    that the upload holds still)."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
-        self.sha256 = hashlib.sha256()
+        self._sink = Sha256Sink()
         self.size = 0
 
     def read(self, size: int = -1, /) -> bytes | memoryview:
         chunk: bytes | memoryview = self._handle.read(size)
-        self.sha256.update(chunk)
+        if len(chunk):
+            self._sink(memoryview(chunk))
         self.size += len(chunk)
         return chunk
 
@@ -100,22 +105,33 @@ class Sha256Reader:
         if (offset, whence) != (0, 0):
             raise ValueError("a hashing reader can only go back to its start")
         self._handle.seek(0)
-        self.sha256 = hashlib.sha256()
+        self._sink.close()
+        self._sink = Sha256Sink()
         self.size = 0
         return 0
+
+    def hexdigest(self) -> str:
+        """The sha256 of every byte read (waits for the last piece's digest)."""
+        return self._sink.hexdigest()
 
 
 class Sha256Sink:
     """sha256 of pieces handed over in order (`ObjectStore.get_into`'s sink), digested on one
     thread of its own; a piece must stay unchanged until `hexdigest()`, as a download's
-    buffer does."""
+    buffer does. At most `_IN_FLIGHT` pieces wait: a producer faster than the digest waits for
+    it rather than piling pieces up in memory."""
+
+    _IN_FLIGHT = 16
 
     def __init__(self) -> None:
         self._sha256 = hashlib.sha256()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sha256")
+        self._slots = threading.BoundedSemaphore(self._IN_FLIGHT)
 
     def __call__(self, piece: memoryview) -> None:
-        self._thread.submit(self._sha256.update, piece)
+        self._slots.acquire()
+        future = self._thread.submit(self._sha256.update, piece)
+        future.add_done_callback(lambda _: self._slots.release())
 
     def hexdigest(self) -> str:
         """The digest of every piece handed over (waits for the last)."""
@@ -123,5 +139,5 @@ class Sha256Sink:
         return self._sha256.hexdigest()
 
     def close(self) -> None:
-        """Stop without a digest (the download failed); pieces not yet digested are dropped."""
+        """Stop without a digest (the transfer failed); pieces not yet digested are dropped."""
         self._thread.shutdown(wait=False, cancel_futures=True)

@@ -83,7 +83,7 @@ def test_digests_taken_while_copying_equal_a_separate_sha256() -> None:
     view = memoryview(data)
     for at in range(0, len(data), 1 << 20):
         sink(view[at : at + (1 << 20)])
-    assert reader.sha256.hexdigest() == sink.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert reader.hexdigest() == sink.hexdigest() == hashlib.sha256(data).hexdigest()
 
 
 def test_a_version_written_from_memory_reads_back_verified_without_a_file(
