@@ -1,9 +1,11 @@
 """WeightFollower: an explorer's view of the `weights` topic, and the loading of announced versions.
 
 Every explorer reads every WeightVersion (its own consumer group, never committed, read from the
-start) and keeps the newest announcement. Loading downloads the version from the checkpoint store,
-which verifies every file's size and sha256 against the manifest; a version that is incomplete or
-corrupt is refused with the reason logged, and the engine keeps the weights it has. Each load is
+start) and keeps the newest announcement. Loading downloads the version from the checkpoint store
+into memory, hashing each file as it arrives and checking its size and sha256 against the
+manifest, and loads the weights into the engine from the downloaded buffers (no local file); a
+version that is incomplete or corrupt is refused with the reason logged, and the engine keeps
+the weights it has. Each load is
 an `explorer.load_weights` span linked to the trainer's `trainer.announce` span of that version
 (from the WeightVersion's Kafka headers). A record on the topic that is not an event (corrupt
 bytes, an unknown schema fingerprint) is parked in the dead-letter topic when one is given, and
@@ -14,11 +16,8 @@ letters name the same topic, partition and offset).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace
@@ -27,8 +26,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from rft.config.connections import KafkaSettings
 from rft.engines.rollout import RolloutEngine
-from rft.engines.weights import read_safetensors_dir
-from rft.errors import CheckpointError
+from rft.engines.weights import tensors_of_files
+from rft.errors import CheckpointError, EngineError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
@@ -38,18 +37,16 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.explorer")
 
 
-def load_version(
-    engine: RolloutEngine, checkpoints: CheckpointStore, version: int, workdir: Path
-) -> None:
-    """Download `version` (every file's size and sha256 verified, the trainer state left out)
-    into `workdir` and load it into `engine`; CheckpointError if it is refused."""
-    target = workdir / f"v{version}"
-    shutil.rmtree(target, ignore_errors=True)
+def load_version(engine: RolloutEngine, checkpoints: CheckpointStore, version: int) -> None:
+    """Download `version` into memory (every file's size and sha256 verified as it arrives, the
+    trainer state left out) and load it into `engine` from those buffers; CheckpointError if
+    it is refused."""
+    _, files = checkpoints.read_files(version, skip_prefixes=(TRAINER_STATE_DIR,))
     try:
-        path = checkpoints.download(version, target, skip_prefixes=(TRAINER_STATE_DIR,))
-        engine.load_state_dict(read_safetensors_dir(path), version)
-    finally:
-        shutil.rmtree(target, ignore_errors=True)
+        tensors = tensors_of_files(files, checkpoints.uri(version))
+    except EngineError as exc:
+        raise CheckpointError(f"checkpoint v{version}: {exc}") from exc
+    engine.load_state_dict(tensors, version)
 
 
 class WeightFollower:
@@ -59,13 +56,11 @@ class WeightFollower:
         weights_topic: str,
         group_id: str,
         checkpoints: CheckpointStore,
-        workdir: Path | None = None,
         consumer_config: Mapping[str, Any] | None = None,
         explorer_id: str = "",
         dead_letter_topic: str | None = None,
     ) -> None:
         self.checkpoints = checkpoints
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rft-weights-"))
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
         self.explorer_id = explorer_id
@@ -139,7 +134,7 @@ class WeightFollower:
                 }
             )
             try:
-                load_version(engine, self.checkpoints, version, self.workdir)
+                load_version(engine, self.checkpoints, version)
             except CheckpointError as exc:
                 self.refused[version] = str(exc)
                 span.set_status(Status(StatusCode.ERROR, f"refused: {exc}"))
@@ -155,7 +150,6 @@ class WeightFollower:
 
     def close(self) -> None:
         self._reader.close()
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> WeightFollower:
         return self

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rft.config import RftConfig
 from rft.consumers.explorer.evaluation import eval_params, evaluate_tasksets, read_eval_tasks
@@ -139,14 +136,13 @@ class Bench:
         report = BenchReport(self.plan.run_id)
         engine = self._engine or self._build_engine()
         auxiliary = self.plan.auxiliary_models()  # a judge reward asks one; frozen across versions
-        workdir = Path(tempfile.mkdtemp(prefix="rft-bench-"))
         try:
             with EventWriter.open(kafka) as writer:
                 metrics = MetricEmitter(writer, topics.metrics, COMPONENT, self.plan.run_id)
                 for version in versions:
                     if version != BASE_VERSION:
                         try:
-                            load_version(engine, store, version, workdir)
+                            load_version(engine, store, version)
                         except CheckpointError as exc:
                             report.refused[version] = str(exc)
                             log.error("bench: weight version %d refused: %s", version, exc)
@@ -163,7 +159,6 @@ class Bench:
                     report.tasks = result.tasks
         finally:
             auxiliary.close()
-            shutil.rmtree(workdir, ignore_errors=True)
         return report
 
     def ensure_eval_tasks(self) -> None:

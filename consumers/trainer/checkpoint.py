@@ -1,14 +1,23 @@
 """The trainer's side of the checkpoint store: what a weight version holds and how a restart resumes.
 
 Every published version holds the weights in HF layout, in the dtype explorers roll out with
-(bf16 on a GPU: half the bytes of the trainer's float32 master copy). Every
-`trainer.save_interval` steps, in the final step's version and in one a stop publishes, it also
-holds the training state under `trainer_state/`: AdamW moments, LR schedule and step, plus the
-float32 master weights when the published ones are rounded. A restart from such a version
-continues the same optimisation exactly. Every version also holds the sampler's state
+(bf16 on a GPU: half the bytes of the trainer's float32 master copy), streamed from the
+engine's tensors to the store (no local file; sha256 taken as they go), and the sampler's state
 (`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
-counters), so a restarted trainer's batches continue too. Explorers never download
-`trainer_state/`.
+counters), so a restarted trainer's batches continue too. Its manifest is created, and the
+version announced, as soon as these are durable.
+
+Every `trainer.save_interval` steps, in the final step's version and in one a stop publishes, the
+version also gets the training state: AdamW moments, LR schedule and step, plus the float32
+master weights when the published ones are rounded. It is taken in memory before the manifest
+(the next step changes it) and written in the background, after the announcement, as the
+version's part `trainer_state` (rft.storage.checkpoint_store.write_part: files, then a listing
+created if absent). At most one is in flight: the next version's write, and the end of the run,
+wait for it, and a failure surfaces there. A restart from a version whose part is complete
+continues the same optimisation exactly; from one whose part never completed (the trainer died
+in the seconds it was being written) it resumes the weights, the log position and the LR
+schedule, with fresh AdamW moments, and says so. Explorers never read `trainer_state/` nor the
+part.
 
 It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
 engine hands it consolidated weights and state, written here once.
@@ -16,6 +25,7 @@ engine hands it consolidated weights and state, written here once.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -23,26 +33,31 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rft.engines.trainer import TrainerEngine
-from rft.engines.weights import read_safetensors_dir
-from rft.storage.checkpoint_manifest import MANIFEST_NAME, CheckpointManifest
+from rft.engines.weights import SAFETENSORS, SafetensorsPayload, tensors_of_files
+from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
     TRAINER_STATE_DIR,
     CheckpointStore,
     OffsetLike,
 )
+from rft.storage.payload import BytesPayload, Payload
 
 log = logging.getLogger(__name__)
 
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
 _SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
+#: The part of a version that holds its training state, written after the version.
+STATE_PART = "trainer_state"
+_SAFETENSORS_METADATA = {"format": "pt"}
 
 
 def writer_identity() -> str:
@@ -52,7 +67,8 @@ def writer_identity() -> str:
 
 
 class TrainerCheckpointer:
-    """Writes weight versions (with training state when due) and restores a restarted trainer.
+    """Writes weight versions (training state in the background when due) and restores a
+    restarted trainer.
 
     `weights_dtype`: the dtype of the published weights; None keeps the trainer's own.
     """
@@ -67,6 +83,8 @@ class TrainerCheckpointer:
         self.save_interval = save_interval
         self.weights_dtype = weights_dtype
         self._state_saved_at = 0  # train step of the newest version that carries training state
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="training-state")
+        self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
 
     def write(
         self,
@@ -79,26 +97,27 @@ class TrainerCheckpointer:
         sampler_state: Mapping[str, Any] | None = None,
         before_commit: Callable[[CheckpointManifest], None] | None = None,
     ) -> CheckpointManifest:
-        """Write version `step`; training state rides along when due or when `final`, the
-        sampler's state (JSON) always when given. `before_commit`: see `CheckpointStore.write`."""
+        """Write version `step` (weights and sampler state: `before_commit` as in
+        `CheckpointStore.write`) and return its manifest once it is committed; the training
+        state, when due or `final`, follows in the background (`wait_for_state`)."""
+        self.wait_for_state()
         with_state = final or step - self._state_saved_at >= self.save_interval
-        rounded = self.weights_dtype is not None and self.weights_dtype != engine.dtype
         extra: dict[str, str] = {"writer": writer_identity()}
+        weights = engine.export_weights(self.weights_dtype)
+        payloads: dict[str, Payload] = {
+            SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)
+        }
+        if sampler_state is not None:
+            payloads[_SAMPLER_FILE] = BytesPayload(
+                json.dumps(sampler_state, sort_keys=True).encode()
+            )
+            extra["sampler_state"] = _SAMPLER_FILE
+        state = self._snapshot(engine) if with_state else None
+        if state is not None:
+            extra["trainer_state_part"] = STATE_PART
         tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
         try:
-            engine.save_hf(tmp, dtype=self.weights_dtype)
-            if sampler_state is not None:
-                (tmp / TRAINER_STATE_DIR).mkdir(exist_ok=True)
-                (tmp / _SAMPLER_FILE).write_text(json.dumps(sampler_state, sort_keys=True))
-                extra["sampler_state"] = _SAMPLER_FILE
-            if with_state:
-                (tmp / TRAINER_STATE_DIR).mkdir(exist_ok=True)
-                engine.save_optimizer(tmp / _OPTIMIZER_FILE)
-                extra["trainer_state"] = _OPTIMIZER_FILE
-                if rounded:
-                    (tmp / _MASTER_DIR).mkdir()
-                    engine.save_weights(tmp / _MASTER_DIR / "model.safetensors")
-                    extra["master_weights"] = _MASTER_DIR
+            engine.save_hf(tmp, dtype=self.weights_dtype, weights=False)  # config, tokenizer
             manifest = self.store.write(
                 step,
                 step,
@@ -107,12 +126,55 @@ class TrainerCheckpointer:
                 parent_version=parent,
                 extra=extra,
                 before_commit=before_commit,
+                payloads=payloads,
             )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        if with_state:
+        if state is not None:
+            files, state_extra = state
+            future = self._background.submit(
+                self.store.write_part, step, STATE_PART, files, state_extra
+            )
+            self._state_write = (step, future)
             self._state_saved_at = step
         return manifest
+
+    def _snapshot(self, engine: TrainerEngine) -> tuple[dict[str, Payload], dict[str, str]]:
+        """The training state as it is now, in memory (the next step changes the engine's):
+        the optimizer's file, and the float32 master weights when the published ones are
+        rounded."""
+        optimizer = io.BytesIO()
+        engine.save_optimizer(optimizer)
+        files: dict[str, Payload] = {_OPTIMIZER_FILE: BytesPayload(optimizer.getbuffer())}
+        extra = {"trainer_state": _OPTIMIZER_FILE}
+        if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
+            master = {k: v.clone() for k, v in engine.export_weights().items()}
+            files[f"{_MASTER_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
+                master, _SAFETENSORS_METADATA
+            )
+            extra["master_weights"] = _MASTER_DIR
+        return files, extra
+
+    def wait_for_state(self) -> None:
+        """Until the training state written in the background is durable; raises what its
+        write raised (the trainer must not go on as if its state were saved)."""
+        if self._state_write is None:
+            return
+        step, future = self._state_write
+        try:
+            future.result()
+        finally:
+            self._state_write = None
+        log.info("training state of v%d is durable", step)
+
+    def close(self) -> None:
+        """Wait for a training state still being written, then stop the background thread.
+        A failure is logged, not raised: this runs while the trainer shuts down."""
+        try:
+            self.wait_for_state()
+        except Exception as exc:  # noqa: BLE001 - shutting down; the next resume says it too
+            log.error("the training state written in the background failed: %s", exc)
+        self._background.shutdown(wait=True)
 
     def restore(self, engine: TrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
         """Load the newest version into `engine`: (train step, consumed offsets per partition).
@@ -123,32 +185,46 @@ class TrainerCheckpointer:
         version = self.store.latest_version()
         if version == BASE_VERSION:
             return 0, {}
-        with tempfile.TemporaryDirectory(prefix="rft-resume-") as tmp:
-            path = self.store.download(version, Path(tmp) / "ckpt")
-            # the verified copy `download` placed beside the files: no second fetch
-            manifest_file = path / MANIFEST_NAME
-            manifest = CheckpointManifest.from_json(
-                manifest_file.read_bytes(), source=str(manifest_file)
-            )
-            extra = manifest.extra
-            if extra.get("master_weights"):
-                engine.load_weights(read_safetensors_dir(path / extra["master_weights"]))
-            else:
-                self._load_published_weights(engine, path, version)
-            if extra.get("trainer_state"):
-                engine.load_optimizer(path / str(extra["trainer_state"]))
-                how = "weights and optimizer state"
-            else:
-                # the moments are gone; at least the LR schedule continues where it was
-                engine.skip_to_step(manifest.train_step)
-                how = "weights only"
+        manifest, files = self.store.read_files(version)
+        source = self.store.uri(version)
+        # versions written before the state became a part of its own list its files inline
+        state_files, state = files, manifest.extra
+        part = manifest.extra.get("trainer_state_part")
+        if part:
+            found = self.store.read_part(version, str(part))
+            if found is None:
+                state = {}
                 log.warning(
-                    "checkpoint v%d has no training state (trainer.save_interval is %d): "
-                    "AdamW moments restart from zero",
+                    "checkpoint v%d's training state was still being written when its trainer "
+                    "stopped: it resumes without it",
                     version,
-                    self.save_interval,
                 )
-        self._state_saved_at = manifest.train_step if extra.get("trainer_state") else 0
+            else:
+                state, state_files = found[0].extra, found[1]
+        if state.get("master_weights"):
+            prefix = f"{state['master_weights']}/"
+            engine.load_weights(
+                tensors_of_files(
+                    {k[len(prefix) :]: v for k, v in state_files.items() if k.startswith(prefix)},
+                    f"{source}{prefix}",
+                )
+            )
+        else:
+            self._load_published_weights(engine, files, version, source)
+        if state.get("trainer_state"):
+            engine.load_optimizer(io.BytesIO(state_files[str(state["trainer_state"])]))
+            how = "weights and optimizer state"
+        else:
+            # the moments are gone; at least the LR schedule continues where it was
+            engine.skip_to_step(manifest.train_step)
+            how = "weights only"
+            log.warning(
+                "checkpoint v%d has no training state (trainer.save_interval is %d): "
+                "AdamW moments restart from zero",
+                version,
+                self.save_interval,
+            )
+        self._state_saved_at = manifest.train_step if state.get("trainer_state") else 0
         offsets = {(o.topic, o.partition): o.offset for o in manifest.consumed_offsets}
         log.info(
             "resumed from checkpoint v%d (train step %d, %s), reading experiences from %s",
@@ -167,18 +243,16 @@ class TrainerCheckpointer:
         name = manifest.extra.get("sampler_state")
         if not name:
             return None
-        with tempfile.TemporaryDirectory(prefix="rft-sampler-") as tmp:
-            path = self.store.download(
-                version,
-                Path(tmp) / "state",
-                skip_prefixes=tuple(f.name for f in manifest.files if f.name != name),
-            )
-            state: dict[str, Any] = json.loads((path / name).read_text())
+        others = tuple(f.name for f in manifest.files if f.name != name)
+        _, files = self.store.read_files(version, skip_prefixes=others)
+        state: dict[str, Any] = json.loads(bytes(files[name]))
         return state
 
     @staticmethod
-    def _load_published_weights(engine: TrainerEngine, path: Path, version: int) -> None:
-        tensors = read_safetensors_dir(path)
+    def _load_published_weights(
+        engine: TrainerEngine, files: Mapping[str, memoryview], version: int, source: str
+    ) -> None:
+        tensors = tensors_of_files(files, source)
         stored = {t.dtype for t in tensors.values()}
         if any(d.itemsize < engine.dtype.itemsize for d in stored):
             log.warning(

@@ -339,6 +339,7 @@ class TrainerLoop:
         """Publish what is unpublished (its version carries the training state) and report."""
         if self.step > self.last_published:
             self.publish(final=True)
+        self.checkpoints.wait_for_state()  # the last version's training state, written behind it
         incomplete, untrained = self.sampler.waiting()
         self.summary.left_incomplete, self.summary.left_untrained = incomplete, untrained
         self.summary.input_ended = self.input_ended is not None and self.input_ended()
@@ -660,7 +661,9 @@ class TrainerLoop:
                             "rft.uri": self.checkpoints.store.uri(step),
                             "rft.files": len(manifest.files),
                             "rft.bytes": sum(f.size for f in manifest.files),
-                            "rft.with_trainer_state": bool(manifest.extra.get("trainer_state")),
+                            "rft.with_trainer_state": bool(
+                                manifest.extra.get("trainer_state_part")
+                            ),
                         }
                     )
                 fault_point("trainer.before_announce")  # the manifest exists, not yet announced

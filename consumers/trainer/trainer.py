@@ -167,6 +167,8 @@ class Trainer:
         )
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:
+            # the last to run on the way out: a training state still being written completes
+            stack.callback(checkpoints.close)
             writer = stack.enter_context(
                 EventWriter.open(
                     kafka,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -46,6 +46,7 @@ from rft.engines.trainer import (
     TrainerPlacement,
     fill_advantages,
 )
+from rft.engines.weights import file_or_path
 from rft.errors import EngineError
 
 log = logging.getLogger(__name__)
@@ -228,11 +229,19 @@ class Fsdp2TrainerEngine:
         except (OSError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{file}: cannot save weights: {exc}") from exc
 
-    def save_hf(self, directory: str | Path, dtype: torch.dtype | None = None) -> Path:
-        """An HF directory of the consolidated weights in `dtype`, written by rank 0 alone."""
+    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        tensors = self.state_dict_for_export()
+        return tensors if dtype is None else {k: v.to(dtype) for k, v in tensors.items()}
+
+    def save_hf(
+        self, directory: str | Path, dtype: torch.dtype | None = None, *, weights: bool = True
+    ) -> Path:
+        """An HF directory of the consolidated weights in `dtype`, written by rank 0 alone
+        (without `weights`: its config and tokenizer files only)."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        self.save_weights(path / "model.safetensors", dtype)
+        if weights:
+            self.save_weights(path / "model.safetensors", dtype)
         try:
             self.worker.lm.config.save_pretrained(str(path))
             if self.tokenizer is not None:
@@ -249,17 +258,17 @@ class Fsdp2TrainerEngine:
         )
         self._full_weights = None
 
-    def save_optimizer(self, path: str | Path) -> None:
+    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """The consolidated training state as one file: any world size can load it."""
         state = self._call("full_training_state", {})[0]
         try:
-            torch.save(state, str(path))
+            torch.save(state, file_or_path(path))
         except (OSError, RuntimeError) as exc:
             raise EngineError(f"{path}: cannot save the training state: {exc}") from exc
 
-    def load_optimizer(self, path: str | Path) -> None:
+    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
         try:
-            state = torch.load(str(path), map_location="cpu", weights_only=True)
+            state = torch.load(file_or_path(path), map_location="cpu", weights_only=True)
             optimizer, scheduler, step = state["optimizer"], state["scheduler"], int(state["step"])
         except (OSError, KeyError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc

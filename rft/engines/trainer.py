@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 import torch
@@ -35,7 +35,13 @@ import torch
 from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import Advantages, LossBatch, LossFn
 from rft.engines.logprobs import token_logprobs
-from rft.engines.weights import export_state_dict, load_weights_into, read_safetensors_dir
+from rft.engines.weights import (
+    export_state_dict,
+    export_state_dict_names,
+    file_or_path,
+    load_weights_into,
+    read_safetensors_dir,
+)
 from rft.errors import ConfigError, EngineError
 from rft.registry import Registry
 
@@ -330,8 +336,16 @@ class TrainerEngine(Protocol):
         """[B, R] CPU tensors `ref_logprobs`, `old_logprobs`, `action_mask` (zero-padded)."""
         ...
 
-    def save_hf(self, directory: str | Path, dtype: torch.dtype | None = None) -> Path:
-        """An HF directory (config, safetensors in `dtype`, tokenizer) of the current weights."""
+    def save_hf(
+        self, directory: str | Path, dtype: torch.dtype | None = None, *, weights: bool = True
+    ) -> Path:
+        """An HF directory (config, safetensors in `dtype`, tokenizer) of the current weights;
+        without `weights`, the directory's other files only (the weights travel as tensors)."""
+        ...
+
+    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The current weights to publish: HF names (each storage once), on CPU, in `dtype`.
+        They may share the model's memory: read them before the next step."""
         ...
 
     def save_weights(self, file: str | Path, dtype: torch.dtype | None = None) -> None:
@@ -342,12 +356,13 @@ class TrainerEngine(Protocol):
         """Replace the trained weights with `tensors` (HF names); the optimizer is untouched."""
         ...
 
-    def save_optimizer(self, path: str | Path) -> None:
-        """The training state (AdamW moments, LR schedule, step) as one file."""
+    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
+        """The training state (AdamW moments, LR schedule, step) as one file (a path, or a
+        binary file object such as an in-memory buffer)."""
         ...
 
-    def load_optimizer(self, path: str | Path) -> None:
-        """Restore what `save_optimizer` wrote."""
+    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
+        """Restore what `save_optimizer` wrote (a path or a binary file object)."""
         ...
 
     def skip_to_step(self, step: int) -> None:
@@ -658,13 +673,27 @@ class TorchTrainerEngine:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
         return export_state_dict(self.model)
 
-    def save_hf(self, directory: str | Path, dtype: torch.dtype | None = None) -> Path:
+    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        state = self.model.state_dict()
+        return {
+            name: state[name].detach().to(device="cpu", dtype=dtype or state[name].dtype)
+            for name in export_state_dict_names(state)
+        }
+
+    def save_hf(
+        self, directory: str | Path, dtype: torch.dtype | None = None, *, weights: bool = True
+    ) -> Path:
         """Write an HF directory (config.json, model.safetensors, tokenizer files), the weights
-        in `dtype` (default: the model's own; a tied lm_head is stored once, as the embedding)."""
+        in `dtype` (default: the model's own; a tied lm_head is stored once, as the embedding).
+        Without `weights`: config, generation config and tokenizer files only."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
         try:
-            if dtype is None or dtype == self.dtype:
+            if not weights:
+                self.model.config.save_pretrained(str(path))
+                if getattr(self.model, "generation_config", None) is not None:
+                    self.model.generation_config.save_pretrained(str(path))
+            elif dtype is None or dtype == self.dtype:
                 self.model.save_pretrained(str(path))
             else:
                 self.model.config.save_pretrained(str(path))
@@ -695,7 +724,7 @@ class TorchTrainerEngine:
         """Copy `tensors` (HF names, every model tensor) into the model in place."""
         load_weights_into(self.model, tensors)
 
-    def save_optimizer(self, path: str | Path) -> None:
+    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """Optimizer + scheduler + step counter, for an exact resume."""
         torch.save(
             {
@@ -703,7 +732,7 @@ class TorchTrainerEngine:
                 "scheduler": self.scheduler.state_dict(),
                 "step": self.step,
             },
-            str(path),
+            file_or_path(path),
         )
 
     def skip_to_step(self, step: int) -> None:
@@ -715,9 +744,9 @@ class TorchTrainerEngine:
                 self.scheduler.step()
         self.step = step
 
-    def load_optimizer(self, path: str | Path) -> None:
+    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
         try:
-            state = torch.load(str(path), map_location=self.device, weights_only=True)
+            state = torch.load(file_or_path(path), map_location=self.device, weights_only=True)
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.step = int(state["step"])

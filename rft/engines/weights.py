@@ -3,17 +3,181 @@
 `export_state_dict` gives each stored tensor once (a tied lm_head is left out, since it *is* the
 input embedding); `load_weights_into` copies tensors in place, so ties and the optimizer's
 references to parameters survive; `read_safetensors_dir` reads an HF directory's weights.
+
+Weights also travel as safetensors bytes without a file: `SafetensorsPayload` streams tensors
+as one safetensors file straight from their memory (nothing serialized ahead), and
+`tensors_from_safetensors` views a downloaded buffer's tensors in place (no copy, no disk).
 """
 
 from __future__ import annotations
 
+import io
 import json
+import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import torch
 
 from rft.errors import EngineError
+
+SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+# safetensors' dtype codes (its format's own names)
+_CODES: dict[torch.dtype, str] = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+_DTYPES = {code: dtype for dtype, code in _CODES.items()}
+
+
+class SafetensorsPayload:
+    """`tensors` (on CPU) as the bytes of one safetensors file, read from the tensors' own
+    memory: a checkpoint `Payload` (rft.storage.payload) that costs no serialized copy. The
+    tensors must stay unchanged until the upload is done.
+
+    Larger element types come first (then names), so every tensor starts aligned to its size.
+    """
+
+    def __init__(
+        self, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+    ) -> None:
+        header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+        views: list[memoryview] = []
+        offset = 0
+        order = sorted(tensors, key=lambda n: (-tensors[n].element_size(), n))
+        for name in order:
+            tensor = tensors[name].detach()
+            if tensor.device.type != "cpu" or tensor.dtype not in _CODES:
+                raise EngineError(
+                    f"weight {name}: {tensor.dtype} on {tensor.device} cannot be streamed as "
+                    "safetensors (CPU tensors of a safetensors dtype only)"
+                )
+            flat = tensor.contiguous().reshape(-1).view(torch.uint8)
+            views.append(memoryview(cast(Any, flat.numpy())))
+            end = offset + flat.numel()
+            header[name] = {
+                "dtype": _CODES[tensor.dtype],
+                "shape": list(tensor.shape),
+                "data_offsets": [offset, end],
+            }
+            offset = end
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # the data starts 8-aligned
+        self._parts = [memoryview(struct.pack("<Q", len(raw)) + raw), *views]
+        self._size = sum(p.nbytes for p in self._parts)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def open(self) -> _PartsReader:
+        return _PartsReader(self._parts)
+
+
+class _PartsReader:
+    """Reads consecutive memoryviews as one stream; each read returns a view (no copy)."""
+
+    def __init__(self, parts: list[memoryview]) -> None:
+        self._parts = parts
+        self._index = 0
+        self._at = 0
+
+    def read(self, size: int = -1, /) -> memoryview:
+        while self._index < len(self._parts):
+            part = self._parts[self._index]
+            if self._at < part.nbytes:
+                end = part.nbytes if size < 0 else min(part.nbytes, self._at + size)
+                piece = part[self._at : end]
+                self._at = end
+                return piece
+            self._index += 1
+            self._at = 0
+        return memoryview(b"")
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        if (offset, whence) != (0, io.SEEK_SET):
+            raise ValueError("a tensor stream can only go back to its start")
+        self._index = self._at = 0
+        return 0
+
+    def close(self) -> None:
+        return None
+
+
+def tensors_from_safetensors(
+    buffer: memoryview | bytearray, source: str
+) -> dict[str, torch.Tensor]:
+    """The tensors of safetensors bytes, as views into `buffer` (which they keep alive).
+
+    EngineError naming `source` when the bytes are not a well-formed safetensors file.
+    """
+    try:
+        (length,) = struct.unpack_from("<Q", buffer, 0)
+        if length > len(buffer) - 8:
+            raise ValueError(f"header of {length} bytes in a file of {len(buffer)}")
+        header = json.loads(bytes(memoryview(buffer)[8 : 8 + length]))
+        base = 8 + length
+        out: dict[str, torch.Tensor] = {}
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = _DTYPES[info["dtype"]]
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = [int(d) for d in info["shape"]]
+            size = torch.empty((), dtype=dtype).element_size()
+            count = (end - begin) // size
+            if begin < 0 or end < begin or base + end > len(buffer) or count * size != end - begin:
+                raise ValueError(f"{name}: data offsets {begin}-{end} out of the file")
+            if count != (torch.Size(shape).numel()):
+                raise ValueError(f"{name}: {count} elements for shape {shape}")
+            if count == 0:
+                out[name] = torch.empty(shape, dtype=dtype)
+            elif (base + begin) % size:  # unaligned: a copy of its own
+                data = bytearray(memoryview(buffer)[base + begin : base + end])
+                out[name] = torch.frombuffer(data, dtype=dtype).reshape(shape)
+            else:
+                view = torch.frombuffer(buffer, dtype=dtype, count=count, offset=base + begin)
+                out[name] = view.reshape(shape)
+        return out
+    except (struct.error, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise EngineError(f"{source}: not a readable safetensors file: {exc}") from exc
+
+
+def tensors_of_files(
+    files: Mapping[str, memoryview | bytearray], source: str
+) -> dict[str, torch.Tensor]:
+    """The weights among a version's downloaded files (an HF directory's names): one
+    model.safetensors or the shards its index names. Views into the buffers, no copies."""
+    if SAFETENSORS in files:
+        return tensors_from_safetensors(files[SAFETENSORS], f"{source}{SAFETENSORS}")
+    if SAFETENSORS_INDEX in files:
+        try:
+            shards = sorted(set(json.loads(bytes(files[SAFETENSORS_INDEX]))["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise EngineError(f"{source}{SAFETENSORS_INDEX}: unreadable index: {exc}") from exc
+        out: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            if shard not in files:
+                raise EngineError(f"{source}: the index names {shard}, which is not there")
+            out.update(tensors_from_safetensors(files[shard], f"{source}{shard}"))
+        return out
+    raise EngineError(f"{source}: no {SAFETENSORS} or {SAFETENSORS_INDEX}")
+
+
+def file_or_path(target: str | Path | BinaryIO) -> str | BinaryIO:
+    """What torch.save / torch.load take: a path as a string, a file object as it is."""
+    return str(target) if isinstance(target, str | Path) else target
 
 
 def export_state_dict(model: Any) -> dict[str, torch.Tensor]:

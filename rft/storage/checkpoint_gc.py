@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from rft.errors import CheckpointError, ConfigError
 from rft.storage.checkpoint_manifest import MANIFEST_NAME
-from rft.storage.checkpoint_store import OBJECT_DIR_KEY, CheckpointStore
+from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store_base import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -104,14 +104,10 @@ def find_strays(store: CheckpointStore) -> list[Stray]:
         if not any(o.key == prefix + MANIFEST_NAME for o in objects):
             continue  # an orphan (or a write in progress): collect_orphans' business
         try:
-            manifest = store.read_manifest(version)
+            listed = store.listed_keys(version)
         except CheckpointError as exc:
             log.warning("gc leaves v%d alone: %s", version, exc)
             continue
-        object_dir = manifest.extra.get(OBJECT_DIR_KEY)
-        listed = {prefix + MANIFEST_NAME} | {
-            store.object_key(version, f.name, object_dir) for f in manifest.files
-        }
         by_write: dict[str, list[ObjectInfo]] = {}
         for info in objects:
             if info.key not in listed:

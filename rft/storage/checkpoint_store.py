@@ -13,6 +13,7 @@ explorers and trainers start from the base model named in the config.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rft.errors import CheckpointError, FencedError, StorageError
 from rft.fault_points import fault_point
@@ -37,9 +38,11 @@ from rft.storage.object_store_base import (
     ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
+    ObjectSizeError,
     ObjectStore,
     validate_key,
 )
+from rft.storage.payload import FilePayload, Payload, Sha256Reader, Sha256Sink
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,9 @@ BASE_VERSION = 0
 
 #: Directory inside a version for what only trainers read (optimizer state); explorers skip it.
 TRAINER_STATE_DIR = "trainer_state/"
+
+#: Directory inside a version for the listings of parts written after it (`write_part`).
+PARTS_DIR = "parts/"
 
 _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 
@@ -60,31 +66,6 @@ OBJECT_DIR_KEY = "object_dir"
 
 class VersionTakenError(CheckpointError, FencedError):
     """Another writer created this version's manifest first; this writer's version is void."""
-
-
-class _Sha256Reader:
-    """Wraps a binary file: hashes and counts bytes as the uploader reads them (one pass)."""
-
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def read(self, size: int = -1, /) -> bytes:
-        chunk: bytes = self._handle.read(size)
-        self.sha256.update(chunk)
-        self.size += len(chunk)
-        return chunk
-
-    def seek(self, offset: int, whence: int = 0, /) -> int:
-        """Back to the start only (an upload attempt that failed is sent again whole): the
-        hash and the count start over with it."""
-        if (offset, whence) != (0, 0):
-            raise ValueError("a hashing reader can only go back to its start")
-        self._handle.seek(0)
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-        return 0
 
 
 class CheckpointStore:
@@ -137,13 +118,16 @@ class CheckpointStore:
         self,
         version: int,
         train_step: int,
-        local_dir: Path | str,
+        local_dir: Path | str | None,
         consumed_offsets: Iterable[OffsetLike] = (),
         parent_version: int | None = None,
         extra: Mapping[str, Any] | None = None,
         before_commit: Callable[[CheckpointManifest], None] | None = None,
+        payloads: Mapping[str, Payload] | None = None,
     ) -> CheckpointManifest:
-        """Upload every file under `local_dir` as `version`, then its manifest; return it.
+        """Upload every file under `local_dir` and every one of `payloads` (name -> what it
+        holds, from memory: no trip through the local disk) as `version`, then its manifest;
+        return it. Each file's sha256 is taken as it is uploaded.
 
         `before_commit(manifest)` runs after the files are up and before the manifest is
         created; if it raises, no manifest is written (the trainer checks there that it still
@@ -161,8 +145,7 @@ class CheckpointStore:
                 f"got {parent_version!r}"
             )
         offsets = tuple(_to_offset(o, version) for o in consumed_offsets)
-        local = Path(local_dir)
-        files = _local_files(local)
+        files = _sources(local_dir, payloads or {})
         manifest_key = self._manifest_key(version)
         if self.store.exists(manifest_key):
             raise CheckpointError(
@@ -173,9 +156,10 @@ class CheckpointStore:
         # Each write puts its files under a directory of its own: a writer fenced mid-upload that
         # goes on uploading cannot overwrite the files of the version another writer committed.
         object_dir = secrets.token_hex(6)
-        entries: list[ManifestFile] = []
-        for rel in files:
-            entries.append(self._upload_file(version, local, rel, object_dir))
+        entries = [
+            self._upload(version, name, source, self.object_key(version, name, object_dir))
+            for name, source in files.items()
+        ]
         manifest = CheckpointManifest(
             version=version,
             train_step=train_step,
@@ -226,24 +210,93 @@ class CheckpointStore:
         manifest = self.read_manifest(version)
         return self.object_key(version, name, manifest.extra.get(OBJECT_DIR_KEY))
 
-    def _upload_file(self, version: int, local: Path, rel: str, object_dir: str) -> ManifestFile:
-        path = local / rel
-        key = self.object_key(version, rel, object_dir)
+    def _upload(self, version: int, name: str, source: Payload, key: str) -> ManifestFile:
+        """One file up, its sha256 taken from the bytes as they are sent."""
+        size = source.size
         try:
-            size = path.stat().st_size
-            handle = path.open("rb")
+            handle = source.open()
         except OSError as exc:
-            raise CheckpointError(f"checkpoint v{version}: cannot read {path}: {exc}") from exc
-        with handle:
-            reader = _Sha256Reader(handle)
+            raise CheckpointError(f"checkpoint v{version}: cannot read {name}: {exc}") from exc
+        with closing(cast(Any, handle)):
+            reader = Sha256Reader(handle)
             self.store.put_stream(key, reader, size)
             # A file still being written when we stat'ed it would upload a torn copy.
             if reader.size != size or handle.read(1):
                 raise CheckpointError(
-                    f"checkpoint v{version}: {path} changed size during upload "
-                    f"(stat said {size} bytes, read {reader.size}+)"
+                    f"checkpoint v{version}: {name} changed size during upload "
+                    f"(said {size} bytes, read {reader.size}+)"
                 )
-        return ManifestFile(name=rel, size=size, sha256=reader.sha256.hexdigest())
+        return ManifestFile(name=name, size=size, sha256=reader.hexdigest())
+
+    # -- parts written after the version ----------------------------------------------------
+
+    def part_key(self, version: int, part: str) -> str:
+        """The store key of the listing of `part` of `version` (its commit point)."""
+        return self.version_prefix(version) + f"{PARTS_DIR}{validate_key(part)}.json"
+
+    def write_part(
+        self,
+        version: int,
+        part: str,
+        payloads: Mapping[str, Payload],
+        extra: Mapping[str, Any] | None = None,
+    ) -> CheckpointManifest:
+        """Add `part` (files of their own, e.g. a trainer's training state) to the committed
+        `version`: its files, then its listing (each file's size and sha256, `extra`) created
+        only if absent. Until the listing exists the part does not exist for readers, as a
+        version does not before its manifest."""
+        manifest = self.read_manifest(version)
+        object_dir = secrets.token_hex(6)
+        entries = [
+            self._upload(version, name, source, self.object_key(version, name, object_dir))
+            for name, source in _sources(None, payloads).items()
+        ]
+        listing = dataclasses.replace(
+            manifest,
+            created_at=int(time.time() * 1000),
+            files=tuple(entries),
+            extra={**(extra or {}), OBJECT_DIR_KEY: object_dir, "part": part},
+        )
+        fault_point("checkpoint.before_part_listing")
+        key = self.part_key(version, part)
+        try:
+            self.store.put_bytes_if_absent(key, listing.to_json())
+        except ObjectExistsError as exc:
+            raise CheckpointError(
+                f"checkpoint v{version}: part {part!r} was written already ({self.store.uri(key)})"
+            ) from exc
+        return listing
+
+    def read_part(
+        self, version: int, part: str
+    ) -> tuple[CheckpointManifest, dict[str, memoryview]] | None:
+        """The listing of `part` of `version` and its files, each verified (size, sha256);
+        None when the part was never completed (no listing)."""
+        key = self.part_key(version, part)
+        try:
+            raw = self.store.get_bytes(key)
+        except ObjectNotFoundError:
+            return None
+        listing = CheckpointManifest.from_json(raw, source=self.store.uri(key))
+        return listing, self._fetch(listing, listing.files)
+
+    def listed_keys(self, version: int) -> set[str]:
+        """Every key the committed `version` stands for: its manifest and files, and the
+        listing and files of each of its completed parts."""
+        manifest = self.read_manifest(version)
+        keys = {self._manifest_key(version)} | {
+            self.object_key(version, f.name, manifest.extra.get(OBJECT_DIR_KEY))
+            for f in manifest.files
+        }
+        for info in self.store.list(self.version_prefix(version) + PARTS_DIR):
+            part = CheckpointManifest.from_json(
+                self.store.get_bytes(info.key), source=self.store.uri(info.key)
+            )
+            keys.add(info.key)
+            keys |= {
+                self.object_key(version, f.name, part.extra.get(OBJECT_DIR_KEY)) for f in part.files
+            }
+        return keys
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -295,6 +348,55 @@ class CheckpointStore:
                 f"but it sits in the directory of v{version}"
             )
         return manifest
+
+    def read_files(
+        self, version: int, skip_prefixes: tuple[str, ...] = ()
+    ) -> tuple[CheckpointManifest, dict[str, memoryview]]:
+        """`version`'s manifest and its files in memory (names starting with one of
+        `skip_prefixes` left out), each hashed as it downloads and checked against the
+        manifest's size and sha256: CheckpointError naming the file and its object key on any
+        mismatch. Nothing touches the local disk."""
+        manifest = self.read_manifest(version)
+        wanted = [f for f in manifest.files if not f.name.startswith(skip_prefixes)]
+        return manifest, self._fetch(manifest, wanted)
+
+    def _fetch(
+        self, manifest: CheckpointManifest, files: Iterable[ManifestFile]
+    ) -> dict[str, memoryview]:
+        version, object_dir = manifest.version, manifest.extra.get(OBJECT_DIR_KEY)
+        out: dict[str, memoryview] = {}
+        for entry in files:
+            uri = self.store.uri(self.object_key(version, entry.name, object_dir))
+            digest = Sha256Sink()
+            try:
+                data = self.store.get_into(
+                    self.object_key(version, entry.name, object_dir), entry.size, digest
+                )
+            except ObjectNotFoundError as exc:
+                digest.close()
+                raise CheckpointError(
+                    f"checkpoint v{version}: file {entry.name!r} listed in the manifest is "
+                    f"missing at {uri}"
+                ) from exc
+            except ObjectSizeError as exc:
+                digest.close()
+                raise CheckpointError(
+                    f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: {exc}"
+                ) from exc
+            except StorageError as exc:
+                digest.close()
+                raise CheckpointError(
+                    f"checkpoint v{version}: download of file {entry.name!r} from {uri} "
+                    f"failed: {exc}"
+                ) from exc
+            actual = digest.hexdigest()
+            if actual != entry.sha256:
+                raise CheckpointError(
+                    f"checkpoint v{version}: file {entry.name!r} at {uri} is corrupt: "
+                    f"expected sha256 {entry.sha256}, got {actual}"
+                )
+            out[entry.name] = data
+        return out
 
     def download(
         self, version: int, dest_dir: Path | str, skip_prefixes: tuple[str, ...] = ()
@@ -444,6 +546,31 @@ def _to_offset(value: OffsetLike, version: int) -> ConsumedOffset:
     return ConsumedOffset(topic=topic, partition=partition, offset=offset)
 
 
+def _sources(local_dir: Path | str | None, payloads: Mapping[str, Payload]) -> dict[str, Payload]:
+    """The files of a write by name: those under `local_dir`, then `payloads`."""
+    files: dict[str, Payload] = {}
+    if local_dir is not None:
+        local = Path(local_dir)
+        try:
+            files = {rel: FilePayload(local / rel) for rel in _local_files(local)}
+        except OSError as exc:
+            raise CheckpointError(f"checkpoint source {local}: {exc}") from exc
+    for name in payloads:
+        try:
+            validate_key(name)
+        except StorageError as exc:
+            raise CheckpointError(f"checkpoint file name {name!r}: {exc}") from exc
+        if name == MANIFEST_NAME or name in files:
+            raise CheckpointError(
+                f"checkpoint file {name!r} is given twice or takes the manifest's name"
+            )
+        files[name] = payloads[name]
+    if not files:
+        where = f"checkpoint source {local_dir}" if local_dir is not None else "the checkpoint"
+        raise CheckpointError(f"{where} holds no files")
+    return files
+
+
 def _local_files(local: Path) -> list[str]:
     """Relative '/'-paths of every regular file under `local`, sorted."""
     if not local.is_dir():
@@ -463,6 +590,4 @@ def _local_files(local: Path) -> list[str]:
         except StorageError as exc:
             raise CheckpointError(f"checkpoint source file {path}: {exc}") from exc
         names.append(rel)
-    if not names:
-        raise CheckpointError(f"checkpoint source {local} holds no files")
     return names

@@ -11,11 +11,13 @@ import contextlib
 import os
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Any, Protocol, Self, cast
+
+import numpy as np
 
 from rft.errors import StorageError
 
@@ -24,9 +26,19 @@ CHUNK_SIZE = 1 << 20
 
 
 class ReadableStream(Protocol):
-    """Anything with `read(size) -> bytes` (open files, BytesIO, hashing wrappers)."""
+    """Anything with `read(size)` returning bytes or a memoryview of bytes (open files, BytesIO,
+    hashing wrappers, views over tensors' memory); an empty result is the end."""
 
-    def read(self, size: int = -1, /) -> bytes: ...
+    def read(self, size: int = -1, /) -> bytes | memoryview: ...
+
+
+#: Called with consecutive pieces of an object, in order, as a download fills its buffer
+#: (a running digest); a piece is a view into the buffer, valid for as long as the buffer.
+PieceSink = Callable[[memoryview], None]
+
+
+class ObjectSizeError(StorageError):
+    """An object is not the size its reader was told to expect."""
 
 
 class ObjectNotFoundError(StorageError):
@@ -50,6 +62,12 @@ class ObjectInfo:
     size: int
     etag: str
     modified: float | None = None
+
+
+def new_buffer(size: int) -> memoryview:
+    """A writable buffer of `size` bytes for a download to fill. Not zero-filled first (a
+    `bytearray` would be: one more pass over every byte of a model's weights)."""
+    return memoryview(cast(Any, np.empty(size, dtype=np.uint8)))
 
 
 def validate_key(key: str) -> str:
@@ -139,6 +157,30 @@ class ObjectStore(ABC):
     def get_bytes(self, key: str) -> bytes:
         """The whole object in memory (for small objects such as manifests)."""
         return b"".join(self.iter_chunks(key))
+
+    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
+        """The object's bytes in a new buffer (`new_buffer`) of exactly `size` bytes, `sink` called on its
+        consecutive pieces in order as they arrive (hashing while downloading: no second pass).
+
+        ObjectSizeError if the object is shorter or longer than `size`, ObjectNotFoundError if
+        it does not exist. This default streams `iter_chunks`; backends read straight into the
+        buffer (and the S3 one in parallel ranges).
+        """
+        view = new_buffer(size)
+        done = 0
+        with contextlib.closing(self.iter_chunks(key)) as chunks:
+            for chunk in chunks:
+                if done + len(chunk) > size:
+                    raise ObjectSizeError(
+                        f"{self.uri(key)} holds more than the {size} bytes expected"
+                    )
+                view[done : done + len(chunk)] = chunk
+                if sink is not None:
+                    sink(view[done : done + len(chunk)])
+                done += len(chunk)
+        if done != size:
+            raise ObjectSizeError(f"{self.uri(key)} holds {done} bytes, {size} expected")
+        return view
 
     def get_file(self, key: str, path: Path) -> ObjectInfo:
         """Stream the object to `path`, atomically: `path` appears only once complete.

@@ -8,12 +8,19 @@ While the endpoint does not answer (refused or dropped connections, 5xx response
 retried inside the outage window of `stack.object_store.outage_timeout`: an upload starts again
 from the beginning of its stream (an S3 PUT is all or nothing, so a failed one left nothing), a
 download resumes at the byte it stopped at. Past the window the call raises OutageError.
+
+Big objects move in parts, several at a time: an upload is a multipart upload of `_PART_SIZE`
+parts sent by `_PARALLEL` threads (the SDK's own), and `get_into` fetches `_PART_SIZE` byte
+ranges by `_PARALLEL` threads straight into one buffer, handing each range to the caller's sink
+in order as soon as it and all before it are in (a digest runs while later ranges download).
 """
 
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Callable, Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, NoReturn, TypeVar, cast
 
 import urllib3
@@ -29,8 +36,11 @@ from rft.storage.object_store_base import (
     ObjectExistsError,
     ObjectInfo,
     ObjectNotFoundError,
+    ObjectSizeError,
     ObjectStore,
+    PieceSink,
     ReadableStream,
+    new_buffer,
     normalize_prefix,
     validate_key,
 )
@@ -49,6 +59,40 @@ _TIMEOUT = urllib3.Timeout(connect=5.0, read=120.0)
 _RETRIES = urllib3.Retry(
     total=3, connect=1, backoff_factor=0.2, status_forcelist=(500, 502, 503, 504)
 )
+
+
+# Multipart uploads and ranged downloads: parts this big, this many in flight. 16 MiB parts keep
+# the per-request overhead small next to the bytes; four streams fill a local or LAN link.
+_PART_SIZE = 16 << 20
+_PARALLEL = 4
+_CONTENT_RANGE = re.compile(r"bytes \d+-\d+/(\d+)")
+
+
+class _BytesStream:
+    """The SDK reads a part with `read(part size)` and wants `bytes`, gluing short reads
+    together with `+=` (a copy each time): pieces are gathered here and joined once."""
+
+    def __init__(self, stream: ReadableStream) -> None:
+        self._stream = stream
+
+    def read(self, size: int = -1, /) -> bytes:
+        pieces: list[bytes | memoryview] = []
+        got = 0
+        while size < 0 or got < size:
+            piece = self._stream.read(-1 if size < 0 else size - got)
+            if not len(piece):
+                break
+            pieces.append(piece)
+            got += len(piece)
+        if len(pieces) == 1 and isinstance(pieces[0], bytes):
+            return pieces[0]
+        return b"".join(pieces)
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        seek = getattr(self._stream, "seek", None)
+        if seek is None:
+            raise io.UnsupportedOperation("the stream cannot go back")
+        return int(seek(offset, whence))
 
 
 def _unanswered(exc: Exception) -> bool:
@@ -183,7 +227,16 @@ class S3ObjectStore(ObjectStore):
             if attempts:
                 _rewind(stream, self.uri(key))
             attempts += 1
-            return client.put_object(self.bucket, name, cast(BinaryIO, stream), length)
+            return client.put_object(
+                self.bucket,
+                name,
+                cast(BinaryIO, reader),
+                length,
+                part_size=_PART_SIZE,
+                num_parallel_uploads=_PARALLEL,
+            )
+
+        reader = _BytesStream(stream)
 
         result = self._call("upload of", key, upload)
         return ObjectInfo(key=key, size=length, etag=str(result.etag or ""))
@@ -234,10 +287,77 @@ class S3ObjectStore(ObjectStore):
                     yield chunk
                 return
             except (MinioException, Urllib3Error, OSError, ValueError) as exc:
-                if not _unanswered(exc):
-                    self._fail(exc, "download of", key)
-                # the next get_object attempt waits out the outage; OutageError past it
-                self.window.failed(f"download of {self.uri(key)} cut off at byte {done}: {exc}")
+                self._cut_off(exc, key, done)
+            finally:
+                response.close()
+                response.release_conn()
+
+    def _cut_off(self, exc: Exception, key: str, at: int) -> None:
+        """A download stopped at byte `at`: an answer (not an outage) fails it; an outage is
+        waited out by the next get_object attempt, OutageError past the window."""
+        if not _unanswered(exc):
+            self._fail(exc, "download of", key)
+        self.window.failed(f"download of {self.uri(key)} cut off at byte {at}: {exc}")
+
+    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
+        if size == 0:
+            actual = self.stat(key).size
+            if actual:
+                raise ObjectSizeError(f"{self.uri(key)} holds {actual} bytes, 0 expected")
+            return new_buffer(0)
+        view = new_buffer(size)
+        parts = [(lo, min(size, lo + _PART_SIZE)) for lo in range(0, size, _PART_SIZE)]
+        if len(parts) == 1:
+            self._get_range(key, view, *parts[0], size)
+            if sink is not None:
+                sink(view)
+            return view
+        with ThreadPoolExecutor(_PARALLEL, thread_name_prefix="s3-get") as pool:
+            futures: list[Future[None]] = [
+                pool.submit(self._get_range, key, view, lo, hi, size) for lo, hi in parts
+            ]
+            try:
+                for (lo, hi), future in zip(parts, futures, strict=True):
+                    future.result()
+                    if sink is not None:
+                        sink(view[lo:hi])
+            finally:
+                for future in futures:
+                    future.cancel()
+        return view
+
+    def _get_range(self, key: str, view: memoryview, lo: int, hi: int, size: int) -> None:
+        """Bytes [lo, hi) of the object into `view[lo:hi]`; a range cut off by an outage
+        resumes at the byte it stopped at. Checks the object's total size (Content-Range)."""
+        name = self._object_name(key)
+        client = self.client
+        at = lo
+        while at < hi:
+            try:
+                response = self._call(
+                    "download of",
+                    key,
+                    lambda at=at: client.get_object(self.bucket, name, offset=at, length=hi - at),  # type: ignore[misc]
+                )
+            except StorageError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, S3Error) and cause.code == "InvalidRange":
+                    raise ObjectSizeError(
+                        f"{self.uri(key)} holds fewer than the {size} bytes expected"
+                    ) from exc
+                raise
+            try:
+                total = _CONTENT_RANGE.match(str(response.headers.get("Content-Range", "")))
+                if total is None or int(total.group(1)) != size:
+                    shown = total.group(1) if total else "an unknown number of"
+                    raise ObjectSizeError(f"{self.uri(key)} holds {shown} bytes, {size} expected")
+                while at < hi:
+                    got = response.readinto(view[at:hi])
+                    if not got:
+                        break
+                    at += got
+            except (MinioException, Urllib3Error, OSError, ValueError) as exc:
+                self._cut_off(exc, key, at)
             finally:
                 response.close()
                 response.release_conn()

@@ -24,9 +24,11 @@ from rft.storage import (
     ObjectStore,
     S3ObjectStore,
 )
-from rft.storage.checkpoint_gc import collect_orphans, find_orphans
+from rft.storage.checkpoint_gc import collect_orphans, find_orphans, find_strays
+from rft.storage.checkpoint_manifest import ManifestFile
 from rft.storage.checkpoint_store import VersionTakenError
-from rft.storage.object_store_base import CHUNK_SIZE
+from rft.storage.object_store_base import CHUNK_SIZE, ObjectSizeError
+from rft.storage.payload import BytesPayload, Payload
 
 BACKENDS = ["local", pytest.param("s3", marks=pytest.mark.integration)]
 CONTRACT_BUCKET = "rft-contract-tests"
@@ -388,10 +390,10 @@ def test_manifest_created_by_another_writer_voids_this_write(
     class SlowWriter(CheckpointStore):
         """Another writer commits v1 while this one uploads its files."""
 
-        def _upload_file(self, version: int, local: Path, rel: str, object_dir: str) -> object:  # type: ignore[override]
+        def _upload(self, version: int, name: str, source: Payload, key: str) -> ManifestFile:
             if not ckpts.list_versions():
                 ckpts.write(1, 7, _model_dir(tmp_path, 2, big=10))
-            return super()._upload_file(version, local, rel, object_dir)
+            return super()._upload(version, name, source, key)
 
     slow = SlowWriter(ckpts.store, "proj", "run")
     with pytest.raises(VersionTakenError, match=r"v1: another writer created its manifest first"):
@@ -460,3 +462,73 @@ def test_gc_removes_orphans_older_than_the_ttl_only(ckpts: CheckpointStore, tmp_
     assert [o.version for o in collected] == [2, 3]
     assert sorted(ckpts.version_objects()) == [1]  # the version with a manifest is untouched
     assert _same_tree(tmp_path / "model-1", ckpts.download(1, tmp_path / "dl"))
+
+
+# -- downloads into memory, hashed while they arrive ------------------------------------------
+
+
+def test_get_into_fills_one_buffer_and_hands_its_pieces_in_order(store: ObjectStore) -> None:
+    data = os.urandom(40 * 1024 * 1024 + 17)  # three S3 ranges fetched side by side
+    store.put_bytes("big/ranges.bin", data)
+    pieces: list[bytes] = []
+    buffer = store.get_into("big/ranges.bin", len(data), lambda piece: pieces.append(bytes(piece)))
+    assert bytes(buffer) == data
+    assert b"".join(pieces) == data  # every byte handed over once, in order
+    for wrong in (len(data) - 1, len(data) + 1):
+        with pytest.raises(ObjectSizeError, match=re.escape(store.uri("big/ranges.bin"))):
+            store.get_into("big/ranges.bin", wrong)
+    with pytest.raises(ObjectNotFoundError):
+        store.get_into("big/absent.bin", 3)
+    store.put_bytes("empty", b"")
+    assert bytes(store.get_into("empty", 0)) == b""
+
+
+@pytest.mark.parametrize(
+    ("mutation", "words"),
+    [("flip", "is corrupt: expected sha256"), ("truncate", "wrong size"), ("grow", "wrong size")],
+)
+def test_read_files_hashes_as_it_downloads_and_names_the_key_of_a_bad_object(
+    ckpts: CheckpointStore, tmp_path: Path, mutation: str, words: str
+) -> None:
+    src = _model_dir(tmp_path, big=20 * 1024 * 1024 + 3)
+    manifest = ckpts.write(1, 1, src)
+    original = (src / "model.safetensors").read_bytes()
+    # the digest taken during the upload is the digest of the bytes (a separate hash agrees)
+    assert manifest.file("model.safetensors").sha256 == hashlib.sha256(original).hexdigest()
+    _, files = ckpts.read_files(1)
+    assert bytes(files["model.safetensors"]) == original
+    key = ckpts.file_key(1, "model.safetensors")
+    data = bytearray(original)
+    if mutation == "flip":
+        data[len(data) - 5] ^= 0x01
+    elif mutation == "truncate":
+        del data[-1]
+    else:
+        data += b"extra"
+    ckpts.store.put_bytes(key, bytes(data))
+    with pytest.raises(CheckpointError, match=words) as err:
+        ckpts.read_files(1)
+    assert ckpts.store.uri(key) in str(err.value) and "'model.safetensors'" in str(err.value)
+
+
+def test_a_part_written_after_its_version_exists_once_its_listing_does(
+    ckpts: CheckpointStore, tmp_path: Path
+) -> None:
+    ckpts.write(1, 1, _model_dir(tmp_path))
+    assert ckpts.read_part(1, "state") is None
+    state = os.urandom(2 * 1024 * 1024)
+    listing = ckpts.write_part(1, "state", {"state/optimizer.pt": BytesPayload(state)})
+    assert listing.file("state/optimizer.pt").sha256 == hashlib.sha256(state).hexdigest()
+    found = ckpts.read_part(1, "state")
+    assert found is not None and bytes(found[1]["state/optimizer.pt"]) == state
+    with pytest.raises(CheckpointError, match="written already"):
+        ckpts.write_part(1, "state", {"state/optimizer.pt": BytesPayload(state)})
+    # gc counts the part's files as the version's own; the refused write's file is a stray
+    strays = find_strays(ckpts)
+    assert [s.files for s in strays] == [1]
+    assert ckpts.object_key(1, "state/optimizer.pt", listing.extra["object_dir"]) not in (
+        strays[0].keys
+    )
+    assert ckpts.list_versions() == [1]
+    ckpts.delete_version(1)
+    assert ckpts.store.list(ckpts.version_prefix(1)) == []

@@ -62,7 +62,7 @@ def test_only_verified_versions_are_loaded(stack: StackSettings, unique: str, tm
         store.version_prefix(2) + "model.safetensors",
         perturbed_checkpoint(engine, tmp_path / "v2", 0.02) / "model.safetensors",
     )
-    with WeightFollower(stack.kafka, topics.weights, unique, store, tmp_path / "work") as follower:
+    with WeightFollower(stack.kafka, topics.weights, unique, store) as follower:
         announce(stack, topics.weights, store, 1)
         assert follower.wait_for(1, timeout_s=30).version == 1
         assert not follower.load_newest(engine)

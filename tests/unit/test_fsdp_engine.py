@@ -144,6 +144,7 @@ def crash_run(directory: str) -> None:
         train(engine, range(KILLED_AFTER))
         checkpoints = TrainerCheckpointer(store(where), save_interval=100)
         checkpoints.write(engine, KILLED_AFTER, 0, OFFSETS, final=True)
+        checkpoints.wait_for_state()  # its training state, written in the background, is durable
         engine.train_step(batch(KILLED_AFTER), GrpoObjective(crash=True))
     raise AssertionError("rank 0 should have been killed")
 

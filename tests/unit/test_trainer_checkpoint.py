@@ -1,19 +1,23 @@
 """Trainer checkpoints: a restart with training state continues the same optimisation exactly (also
 when versions are published in bf16: the float32 master copy rides along); one without it keeps
 the weights and the LR schedule but restarts AdamW; the KL reference stays the base model;
-explorers' downloads leave the training state out."""
+explorers' downloads leave the training state out. The training state is a part of the version
+written in the background: a restart from a version whose part never completed resumes without
+it and says so, and a failure of the background write surfaces at the next write."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+import pytest
 import torch
 
-from rft.consumers.trainer.checkpoint import TrainerCheckpointer
+from rft.consumers.trainer.checkpoint import STATE_PART, TrainerCheckpointer
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
-from rft.engines.weights import read_safetensors_dir
+from rft.engines.weights import tensors_of_files
+from rft.errors import CheckpointError
 from rft.storage import CheckpointStore, LocalObjectStore
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR
 from tests.unit.test_engines_trainer import _batch, maximise_logprob
@@ -46,7 +50,9 @@ def test_restart_with_training_state_matches_an_uninterrupted_run(tmp_path: Path
 
     first = engine()
     train(first, range(2))
-    TrainerCheckpointer(store(tmp_path), save_interval=100).write(first, 2, 0, OFFSETS, final=True)
+    writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
+    writer.write(first, 2, 0, OFFSETS, final=True)
+    writer.close()  # the training state, written in the background, is durable
 
     resumed = engine()
     step, offsets = TrainerCheckpointer(store(tmp_path), save_interval=100).restore(resumed)
@@ -86,21 +92,61 @@ def test_version_without_training_state_restarts_adamw_but_not_the_schedule(
 
 
 def test_training_state_rides_along_every_save_interval_steps(tmp_path: Path) -> None:
-    checkpointer = TrainerCheckpointer(store(tmp_path), save_interval=3)
+    checkpoints = store(tmp_path)
+    checkpointer = TrainerCheckpointer(checkpoints, save_interval=3)
     e = engine()
     carried = {}
     for step in range(1, 8):
         train(e, range(step - 1, step))
         manifest = checkpointer.write(e, step, step - 1, OFFSETS, final=step == 7)
-        carried[step] = any(f.name.startswith(TRAINER_STATE_DIR) for f in manifest.files)
+        checkpointer.wait_for_state()
+        # the weights' manifest lists no training state: it is the version's part of its own
+        assert not any(f.name.startswith(TRAINER_STATE_DIR + "optim") for f in manifest.files)
+        carried[step] = checkpoints.read_part(step, STATE_PART) is not None
     assert [s for s, has in carried.items() if has] == [3, 6, 7]
+
+
+def test_a_version_whose_training_state_never_completed_resumes_without_it(
+    tmp_path: Path, caplog
+) -> None:
+    checkpoints = store(tmp_path)
+    first = engine()
+    train(first, range(2))
+    writer = TrainerCheckpointer(checkpoints, save_interval=100)
+    writer.write(first, 2, 0, OFFSETS, final=True)
+    writer.close()
+    # as if the trainer had died before the part's listing was created
+    checkpoints.store.delete(checkpoints.part_key(2, STATE_PART))
+
+    resumed = engine()
+    with caplog.at_level(logging.WARNING):
+        step, _ = TrainerCheckpointer(checkpoints, save_interval=100).restore(resumed)
+    assert step == 2
+    assert "training state was still being written" in caplog.text
+    assert "AdamW moments restart from zero" in caplog.text
+    assert all(torch.equal(weights(first)[k], v) for k, v in weights(resumed).items())
+
+
+def test_a_failed_background_state_write_surfaces_at_the_next_write(tmp_path: Path) -> None:
+    checkpoints = store(tmp_path)
+    e = engine()
+    train(e, range(1))
+    writer = TrainerCheckpointer(checkpoints, save_interval=1)
+    checkpoints.store.put_bytes(checkpoints.part_key(1, STATE_PART), b"{}")  # in the way
+    writer.write(e, 1, 0, OFFSETS, final=False)
+    assert checkpoints.has_manifest(1)  # the weights are announceable before the state fails
+    with pytest.raises(CheckpointError, match="part 'trainer_state' was written already"):
+        writer.write(e, 2, 1, OFFSETS, final=False)
+    assert not checkpoints.has_manifest(2)
 
 
 def test_reference_model_stays_the_base_model_across_a_restart(tmp_path: Path) -> None:
     first = engine()
     base = {k: v.detach().clone() for k, v in first.ref_model.state_dict().items()}
     train(first, range(2))
-    TrainerCheckpointer(store(tmp_path), save_interval=1).write(first, 2, 0, OFFSETS, final=True)
+    writer = TrainerCheckpointer(store(tmp_path), save_interval=1)
+    writer.write(first, 2, 0, OFFSETS, final=True)
+    writer.close()
 
     resumed = engine()
     TrainerCheckpointer(store(tmp_path), save_interval=1).restore(resumed)
@@ -114,14 +160,18 @@ def test_explorer_download_leaves_training_state_out(tmp_path: Path) -> None:
     checkpoints = store(tmp_path)
     e = engine()
     train(e, range(1))
-    TrainerCheckpointer(checkpoints, save_interval=1).write(e, 1, 0, OFFSETS, final=True)
-    full = checkpoints.download(1, tmp_path / "full")
-    lean = checkpoints.download(1, tmp_path / "lean", skip_prefixes=(TRAINER_STATE_DIR,))
-    assert (full / TRAINER_STATE_DIR).is_dir()
-    assert not (lean / TRAINER_STATE_DIR).exists()
-    assert sorted(p.name for p in lean.glob("*.safetensors")) == sorted(
-        p.name for p in full.glob("*.safetensors")
-    )
+    writer = TrainerCheckpointer(checkpoints, save_interval=1)
+    writer.write(e, 1, 0, OFFSETS, final=True, sampler_state={"sampler": {}})
+    writer.close()
+    _, full = checkpoints.read_files(1)
+    _, lean = checkpoints.read_files(1, skip_prefixes=(TRAINER_STATE_DIR,))
+    assert TRAINER_STATE_DIR + "sampler.json" in full
+    assert not any(name.startswith(TRAINER_STATE_DIR) for name in lean)
+    assert "model.safetensors" in lean
+    # the training state is a part of its own, which an explorer never reads
+    listing, state = checkpoints.read_part(1, STATE_PART) or (None, {})
+    assert listing is not None and any(n.startswith(TRAINER_STATE_DIR) for n in state)
+    assert not set(state) & set(full)
 
 
 def test_bf16_versions_are_half_the_bytes_and_resume_exactly_from_the_master_copy(
@@ -141,10 +191,11 @@ def test_bf16_versions_are_half_the_bytes_and_resume_exactly_from_the_master_cop
     )
     fp32_size = {f.name: f.size for f in fp32.files}["model.safetensors"]
     assert sizes["model.safetensors"] < 0.55 * fp32_size
-    published = read_safetensors_dir(checkpoints.download(1, tmp_path / "v1"))
+    published = tensors_of_files(checkpoints.read_files(1)[1], "v1")
     assert {t.dtype for t in published.values()} == {torch.bfloat16}
 
     writer.write(first, 2, 1, OFFSETS, final=True)  # with state: the fp32 master rides along
+    writer.close()
     resumed = engine()
     TrainerCheckpointer(checkpoints, save_interval=100, weights_dtype=torch.bfloat16).restore(
         resumed

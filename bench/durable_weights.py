@@ -1,0 +1,234 @@
+"""The durable weight path, before and after: a version published -> loaded in an explorer's engine,
+beside a raw copy of the same bytes through the same store.
+
+In each checkout's own code (`--roots`, one process per checkout, its directory first on
+sys.path): a `TorchTrainerEngine` holds the model; `TrainerCheckpointer.write` publishes a
+version (the weights durable and verified-to-be: sha256 per file, manifest created), then the
+explorer side's `load_version` (rft.consumers.explorer.weight_follower) fetches it, verifies
+every file and loads it into a running hf rollout engine. Timed per version from the start of
+the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
+ceiling, measured in the same process right after each version: the version's weights file
+through the same store without rft, `put_file` + `get_file` (a file to a file). A version that
+carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
+until its weights are announceable, and until its training state is durable as well.
+
+Models: `smollm2` (SmolLM2-135M-Instruct, float32, 538 MB of weights) or `synthetic-1g`
+(a random Llama of ~1 GiB float32: hidden 1024, 16 layers, MLP 4096). Stores: `file` (a local
+directory) and `s3` (the local stack's MinIO, `rft stack up`). Weights are nudged between
+versions so every version's bytes differ. Medians over `--versions` per process; processes
+alternate between checkouts for `--rounds` rounds.
+
+Run: python bench/durable_weights.py --roots /tmp/rft-main . [--store file s3]
+     [--model smollm2 synthetic-1g] [--versions 3] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+MODELS: dict[str, dict[str, Any]] = {
+    "smollm2": {"name_or_path": "smollm2"},
+    "synthetic-1g": {
+        "name_or_path": "tiny",
+        "options": {
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_hidden_layers": 16,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+        },
+    },
+}
+OFFSETS = [("bench.experiences", 0, 1)]
+
+
+def worker(args: argparse.Namespace) -> None:
+    root = Path(args.root)
+    sys.path.insert(0, str(root))
+    import rft
+
+    imported = Path(rft.__file__).resolve()
+    if root.resolve() not in imported.parents:
+        raise SystemExit(f"rft imported from {imported}, not from {root}")
+    import torch
+
+    from rft.consumers.explorer.weight_follower import load_version
+    from rft.consumers.trainer.checkpoint import TrainerCheckpointer
+    from rft.engines.models import ModelSpec, load_model
+    from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
+    from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
+    from rft.storage import CheckpointStore, open_object_store
+
+    torch.set_num_threads(args.threads)
+    spec = ModelSpec(dtype="float32", device="cpu", **MODELS[args.model])
+    model, tok = load_model(spec)
+    trainer = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-5), tokenizer=tok)
+    # moments exist only after a step: give AdamW its state as a real trainer has it
+    for group in trainer.optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = torch.zeros_like(p)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    explorer = create_rollout_engine("hf", RolloutEngineConfig(model=spec))
+
+    scratch = Path(tempfile.mkdtemp(prefix="rft-dw-"))
+    run = f"dw-{uuid.uuid4().hex[:8]}"
+    uri = f"file://{scratch}/store" if args.store == "file" else f"s3://rft-bench/{run}"
+    objects = open_object_store(uri)
+    objects.ensure_bucket()
+    checkpoints = CheckpointStore(objects, "bench", run)
+    checkpointer = TrainerCheckpointer(checkpoints, save_interval=1_000_000)
+    # before: the follower downloaded into a work directory; after: into memory
+    takes_workdir = "workdir" in inspect.signature(load_version).parameters
+    workdir = [scratch / "explorer"] if takes_workdir else []
+    try:
+        for version in range(1, 2 * args.versions + 2):
+            with torch.no_grad():
+                for p in trainer.model.parameters():
+                    p.add_(torch.randn_like(p) * 1e-4)
+            with_state = version > args.versions + 1  # the last ones carry the training state
+            started = time.perf_counter()
+            manifest = checkpointer.write(trainer, version, version - 1, OFFSETS, final=with_state)
+            published = time.perf_counter()
+            settle = getattr(checkpointer, "wait_for_state", None)
+            if settle is not None:
+                settle()  # the training state durable too (after: written in the background)
+            state_durable = time.perf_counter()
+            if not with_state:
+                load_version(explorer, checkpoints, version, *workdir)
+            loaded = time.perf_counter()
+            if version == 1:
+                continue  # warm-up: lazy imports, the allocator, the store's connections
+            weights = sum(f.size for f in manifest.files if f.name.endswith(".safetensors"))
+            row: dict[str, Any] = {"version": version, "bytes": weights, "state": with_state}
+            if with_state:
+                row["published"] = published - started
+                row["state_durable"] = state_durable - started
+            else:
+                row["published"] = published - started
+                row["loaded"] = loaded - started
+                row["raw"] = _raw_copy(objects, trainer, scratch)
+                got = explorer.model.state_dict()
+                want = trainer.model.state_dict()
+                if not all(torch.equal(got[k], want[k]) for k in want):
+                    raise SystemExit(
+                        f"v{version}: the explorer's weights differ from the trainer's"
+                    )
+            print(json.dumps(row), flush=True)
+    finally:
+        for info in objects.list(f"bench/{run}/"):
+            objects.delete(info.key)
+        objects.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _raw_copy(objects: Any, trainer: Any, scratch: Path) -> float:
+    """The weights file through the same store, without rft: put_file + get_file."""
+    local = scratch / "raw" / "model.safetensors"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    trainer.save_weights(local)  # untimed: the bytes are on the disk before the copy starts
+    key = f"raw/{uuid.uuid4().hex}/model.safetensors"
+    started = time.perf_counter()
+    objects.put_file(key, local)
+    objects.get_file(key, scratch / "raw" / "copy.safetensors")
+    took = time.perf_counter() - started
+    objects.delete(key)
+    shutil.rmtree(local.parent)
+    return took
+
+
+def driver(args: argparse.Namespace) -> None:
+    roots = [Path(r).resolve() for r in args.roots]
+    label = {str(Path(k).resolve()): v for k, v in (i.split("=", 1) for i in args.label)}
+    rows: dict[tuple[str, str, Path], list[dict[str, Any]]] = {}
+    print("| model | store | round | checkout | load avg (1 min) | loaded / raw, each version |")
+    print("|---|---|---|---|---|---|")
+    for model in args.model:
+        for store in args.store:
+            for round_no in range(args.rounds):
+                for root in roots if round_no % 2 == 0 else roots[::-1]:
+                    load = os.getloadavg()[0]
+                    done = subprocess.run(
+                        [sys.executable, str(Path(__file__).resolve()), "--root", str(root)]
+                        + ["--model", model, "--store", store, "--versions", str(args.versions)]
+                        + ["--threads", str(args.threads)],
+                        cwd=root,
+                        env={**os.environ, "PYTHONPATH": str(root)},
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    if done.returncode != 0:
+                        raise SystemExit(f"{root}: exit {done.returncode}\n{done.stderr[-3000:]}")
+                    got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+                    rows.setdefault((model, store, root), []).extend(got)
+                    ratios = " / ".join(
+                        f"{r['loaded'] / r['raw']:.2f}" for r in got if not r["state"]
+                    )
+                    name = label.get(str(root), root.name)
+                    print(
+                        f"| {model} | {store} | {round_no + 1} | {name} | {load:.1f} | {ratios} |",
+                        flush=True,
+                    )
+    print(
+        f"\nmedians of {args.versions} versions x {args.rounds} processes per checkout "
+        f"(torch threads {args.threads}), seconds from the start of the publish\n"
+    )
+    print(
+        "| model | store | checkout | weights MiB | published | loaded in the explorer "
+        "| raw copy (put + get) | loaded / raw | with training state: announceable "
+        "| … state durable too |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (model, store, root), got in rows.items():
+        plain = [r for r in got if not r["state"]]
+        state = [r for r in got if r["state"]]
+
+        def med(key: str, of: list[dict[str, Any]]) -> float:
+            return statistics.median(r[key] for r in of)
+
+        print(
+            f"| {model} | {store} | {label.get(str(root), root.name)} "
+            f"| {plain[0]['bytes'] / 2**20:.0f} | {med('published', plain):.2f} "
+            f"| {med('loaded', plain):.2f} | {med('raw', plain):.2f} "
+            f"| {statistics.median(r['loaded'] / r['raw'] for r in plain):.2f}× "
+            f"| {med('published', state):.2f} | {med('state_durable', state):.2f} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", help="worker: the checkout to import rft from")
+    parser.add_argument("--roots", nargs="+", help="driver: checkouts, before first")
+    parser.add_argument("--model", nargs="+", default=["smollm2"], choices=sorted(MODELS))
+    parser.add_argument("--store", nargs="+", default=["file", "s3"], choices=["file", "s3"])
+    parser.add_argument("--versions", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--label", action="append", default=[], help="ROOT=NAME, a checkout's name in the table"
+    )
+    args = parser.parse_args()
+    if args.root:
+        args.model, args.store = args.model[0], args.store[0]
+        worker(args)
+        return
+    if not args.roots:
+        parser.error("give --roots (driver) or --root (worker)")
+    driver(args)
+
+
+if __name__ == "__main__":
+    main()
