@@ -381,7 +381,8 @@ class CheckpointStore:
             except ObjectSizeError as exc:
                 digest.close()
                 raise CheckpointError(
-                    f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: {exc}"
+                    f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: "
+                    f"expected {exc.expected} bytes, got {exc.held}"
                 ) from exc
             except StorageError as exc:
                 digest.close()

@@ -145,14 +145,12 @@ class LocalObjectStore(ObjectStore):
             try:
                 actual = os.fstat(handle.fileno()).st_size
                 if actual != size:
-                    raise ObjectSizeError(
-                        f"{self.uri(key)} holds {actual} bytes, {size} expected (file {path})"
-                    )
+                    raise ObjectSizeError(self.uri(key), actual, size, f" (file {path})")
                 while done < size:
                     got = handle.readinto(view[done : done + _PIECE])
                     if not got:
                         raise ObjectSizeError(
-                            f"{self.uri(key)} ended after {done} of {size} bytes (file {path})"
+                            self.uri(key), f"{done} readable", size, f" (file {path} ended)"
                         )
                     if sink is not None:
                         sink(view[done : done + got])

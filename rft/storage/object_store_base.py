@@ -38,7 +38,12 @@ PieceSink = Callable[[memoryview], None]
 
 
 class ObjectSizeError(StorageError):
-    """An object is not the size its reader was told to expect."""
+    """An object is not the size its reader was told to expect: it `held` (bytes, or words
+    such as "more than N" when the reader stopped counting) where `expected` bytes were due."""
+
+    def __init__(self, uri: str, held: int | str, expected: int, where: str = "") -> None:
+        super().__init__(f"{uri} holds {held} bytes, {expected} expected{where}")
+        self.held, self.expected = held, expected
 
 
 class ObjectNotFoundError(StorageError):
@@ -171,15 +176,13 @@ class ObjectStore(ABC):
         with contextlib.closing(self.iter_chunks(key)) as chunks:
             for chunk in chunks:
                 if done + len(chunk) > size:
-                    raise ObjectSizeError(
-                        f"{self.uri(key)} holds more than the {size} bytes expected"
-                    )
+                    raise ObjectSizeError(self.uri(key), f"more than {size}", size)
                 view[done : done + len(chunk)] = chunk
                 if sink is not None:
                     sink(view[done : done + len(chunk)])
                 done += len(chunk)
         if done != size:
-            raise ObjectSizeError(f"{self.uri(key)} holds {done} bytes, {size} expected")
+            raise ObjectSizeError(self.uri(key), done, size)
         return view
 
     def get_file(self, key: str, path: Path) -> ObjectInfo:

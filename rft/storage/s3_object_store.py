@@ -303,7 +303,7 @@ class S3ObjectStore(ObjectStore):
         if size == 0:
             actual = self.stat(key).size
             if actual:
-                raise ObjectSizeError(f"{self.uri(key)} holds {actual} bytes, 0 expected")
+                raise ObjectSizeError(self.uri(key), actual, 0)
             return new_buffer(0)
         view = new_buffer(size)
         parts = [(lo, min(size, lo + _PART_SIZE)) for lo in range(0, size, _PART_SIZE)]
@@ -342,15 +342,13 @@ class S3ObjectStore(ObjectStore):
             except StorageError as exc:
                 cause = exc.__cause__
                 if isinstance(cause, S3Error) and cause.code == "InvalidRange":
-                    raise ObjectSizeError(
-                        f"{self.uri(key)} holds fewer than the {size} bytes expected"
-                    ) from exc
+                    raise ObjectSizeError(self.uri(key), f"fewer than {size}", size) from exc
                 raise
             try:
                 total = _CONTENT_RANGE.match(str(response.headers.get("Content-Range", "")))
                 if total is None or int(total.group(1)) != size:
                     shown = total.group(1) if total else "an unknown number of"
-                    raise ObjectSizeError(f"{self.uri(key)} holds {shown} bytes, {size} expected")
+                    raise ObjectSizeError(self.uri(key), shown, size)
                 while at < hi:
                     got = response.readinto(view[at:hi])
                     if not got:

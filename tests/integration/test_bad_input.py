@@ -236,7 +236,6 @@ def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_
         topics.weights,
         unique,
         store,
-        tmp_path / "work",
         dead_letter_topic=topics.dead_letter,
     ) as follower:
         announce(stack, topics.weights, store, 1)
