@@ -159,7 +159,7 @@ class OutageWindow:
         """`attempt()` until it succeeds, retrying failures that `retriable` accepts with
         backoff; other failures propagate at once, and an outage older than the window ends in
         OutageError. `what` names the operation in the log and the error."""
-        tries = 0
+        tries, started = 0, self._clock()
         while True:
             try:
                 result = attempt()
@@ -167,7 +167,18 @@ class OutageWindow:
                 if not retriable(exc):
                     raise
                 self.failed(f"{what}: {exc}")
-                self._sleep(min(backoff_s(tries), max(self.remaining_s(), 0.05)))
+                # The outage is the process's: another client's success closes it, so a call
+                # that keeps failing while others get through (a producer left in a state it
+                # cannot leave) would never see it expire. The call's own time is bounded too.
+                failing_s = self._clock() - started
+                if failing_s >= self.timeout_s:
+                    raise OutageError(
+                        f"{what} against {self.service} at {self.address} failed for "
+                        f"{failing_s:.0f} s (past {self.key} = {self.timeout_s:g} s) while the "
+                        f"{self.service} answered other calls; last error: {exc}"
+                    ) from exc
+                left = min(self.remaining_s(), self.timeout_s - failing_s)
+                self._sleep(min(backoff_s(tries), max(left, 0.05)))
                 tries += 1
                 continue
             self.succeeded()

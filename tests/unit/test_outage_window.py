@@ -170,6 +170,28 @@ def test_call_gives_up_with_outage_error_when_the_window_is_spent() -> None:
     assert 20.0 <= w.down_for() < 20.0 + 2.0 + BACKOFF_MAX_S
 
 
+def test_a_call_failing_while_other_clients_succeed_is_bounded_by_its_own_time() -> None:
+    """Another client's success closes the process's outage after each failure, so the window
+    alone would let this call retry for ever; its own failing time ends it at the limit."""
+    clock = FakeClock()
+    stuck, healthy = window(clock, timeout_s=20.0), window(clock, timeout_s=20.0)
+    attempts = 0
+
+    def attempt() -> None:
+        nonlocal attempts
+        attempts += 1
+        if attempts > 1000:
+            raise RuntimeError("still retrying after 1000 attempts")
+        clock.now += 1.0
+        healthy.succeeded()  # e.g. a consumer of the same broker polling fine meanwhile
+        raise TimeoutError("begin transaction: invalid state")
+
+    with pytest.raises(OutageError, match="answered other calls") as info:
+        stuck.call("begin transaction", attempt, lambda e: isinstance(e, TimeoutError))
+    assert "invalid state" in str(info.value) and "stack.kafka.outage_timeout" in str(info.value)
+    assert attempts < 1000
+
+
 @given(st.integers(min_value=0, max_value=10_000))
 def test_backoff_grows_and_is_capped(attempt: int) -> None:
     assert 0 < backoff_s(attempt) <= BACKOFF_MAX_S
