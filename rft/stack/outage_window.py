@@ -173,9 +173,9 @@ class OutageWindow:
                 failing_s = self._clock() - started
                 if failing_s >= self.timeout_s:
                     raise OutageError(
-                        f"{what} against {self.service} at {self.address} failed for "
-                        f"{failing_s:.0f} s (past {self.key} = {self.timeout_s:g} s) while the "
-                        f"{self.service} answered other calls; last error: {exc}"
+                        f"{self.service} at {self.address} unreachable for {what}: failing for "
+                        f"{failing_s:.0f} s, past {self.key} = {self.timeout_s:g} s, while other "
+                        f"calls of this process succeeded; last error: {exc}"
                     ) from exc
                 left = min(self.remaining_s(), self.timeout_s - failing_s)
                 self._sleep(min(backoff_s(tries), max(left, 0.05)))
