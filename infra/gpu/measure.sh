@@ -4,6 +4,8 @@
 # its output in $OUT (set by the device tool; else $RFT_GPU_HOME/out). See infra/gpu/README.md.
 #   bash infra/gpu/measure.sh engines       # HF generate vs HF compiled (P5)
 #   bash infra/gpu/measure.sh vllm-engine   # vLLM (P5), same prompts
+#   bash infra/gpu/measure.sh vllm-overhead [MODEL] [ARGS...]   # rft's vllm engine against
+#       LLM.generate on the same engine (bench/vllm_overhead.py; MODEL smollm2 or qwen2.5-1.5b-shape)
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
 #       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
@@ -83,6 +85,11 @@ case "$stage" in
   vllm-engine)
     python3 bench/rollout_engines.py --engines vllm --batches 256,1024 \
       --max-tokens 128 --repeats 3 2>&1 | tee "$out/vllm-engine.txt" ;;
+  vllm-overhead)
+    model=${1:-smollm2}; shift || true
+    python3 -m bench.vllm_overhead --model "$model" "$@" 2>&1 \
+      | grep --line-buffered -v -e "^INFO" -e "^(EngineCore" -e "^WARNING" \
+      | tee "$out/vllm-overhead-$model.txt" ;;
   weight-sync)
     kafka_up
     for engine in ${1:-hf vllm}; do

@@ -176,7 +176,7 @@ class ModelConfig:
 
     model_path: str = field(
         metadata=fate(
-            "smollm2 (bundled GGUF), tiny, or a local HF directory",
+            "smollm2 (bundled GGUF), tiny, qwen2.5-1.5b-shape (random weights, Qwen2.5-1.5B's shape: throughput only), or a local HF directory",
             "rft/engines/models.py",
             "tests/integration/test_rft_loop.py",
         )

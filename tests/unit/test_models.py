@@ -88,6 +88,31 @@ def test_smollm2_loads_and_answers() -> None:
     assert "Paris" in tok.decode(out[0, len(ids) :])
 
 
+SMALL_QWEN = {
+    "num_hidden_layers": 1,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+}
+
+
+def test_qwen_shape_has_qwen_layers_smollm2_vocabulary_and_seeded_weights() -> None:
+    a, tok = load_model(ModelSpec("qwen2.5-1.5b-shape", seed=1, options=SMALL_QWEN))
+    b, _ = load_model(ModelSpec("qwen2.5-1.5b-shape", seed=1, options=SMALL_QWEN))
+    _, tiny_tok = load_model(ModelSpec("tiny"))  # a byte tokenizer: the control
+    assert type(a).__name__ == "Qwen2ForCausalLM"
+    assert a.config.vocab_size == len(tok) > len(tiny_tok)
+    assert a.config.num_key_value_heads == 2  # the published shape's GQA, kept under overrides
+    assert _digest(a) == _digest(b)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, return_dict=False
+    )
+    out = a.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)
+    assert out.shape[1] == len(ids) + 4 or int(out[0, -1]) == tok.eos_token_id
+    with pytest.raises(ConfigError, match="unknown keys for 'qwen2.5-1.5b-shape'"):
+        load_model(ModelSpec("qwen2.5-1.5b-shape", options={"hiden_size": 8}))
+
+
 def test_missing_gguf_package_names_the_install(monkeypatch) -> None:
     import importlib.metadata
 

@@ -88,6 +88,12 @@ def test_trinity_vllm_keys_reach_the_engine_options(tmp_path: Path) -> None:
     # the hf engine reads enforce_eager only (its compiled path on a GPU)
     cfg.explorer.rollout_model.engine_type = "hf"
     assert RunPlan(cfg).rollout_engine_config().options == {"enforce_eager": True}
+    # the vllm entry's engine_args: its scheduler and CUDA-graph settings
+    cfg.explorer.rollout_model.engine_type = "vllm"
+    cfg.explorer.rollout_model.engine_args = {"max_num_seqs": 256, "async_scheduling": True}
+    options = RunPlan(cfg).rollout_engine_config().options
+    assert options["max_num_seqs"] == 256
+    assert options["async_scheduling"] is True
 
 
 def test_a_rollout_max_model_len_unlike_the_models_is_refused(tmp_path: Path) -> None:
