@@ -12,9 +12,12 @@ alternating rounds on the same prompts,
 The overhead column is 1 - rft / `LLM.generate` tokens/s (the goal: at most 10%). Medians of
 --repeats rounds; tokens/s counts the tokens returned (eos ends responses early alike).
 
-Variants are engine settings: `max_num_seqs` and `max_cudagraph_capture_size` (vLLM captures
-CUDA graphs for decode batches up to that size, by default min(2 x max_num_seqs, 512); larger
-batches run without them) and `async_scheduling`.
+Variants are engine settings on top of rft's defaults (an empty variant is rft's defaults):
+`max_num_seqs`, `max_cudagraph_capture_size` (vLLM captures CUDA graphs for decode batches up
+to that size; its own default min(2 x max_num_seqs, 512) leaves larger batches without them),
+`async_scheduling`, and `flat_logprobs` (VLLM_FLAT_LOGPROBS: one flat array per request instead
+of a dict and an object per token). The default list starts with vLLM's own defaults, which
+were rft's before they were measured here.
 
 Models: `smollm2` (the real SmolLM2-135M-Instruct weights) and `qwen2.5-1.5b-shape` (random
 weights in Qwen2.5-1.5B's shape, SmolLM2's vocabulary: throughput only, it answers nothing).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -40,20 +44,23 @@ from rft.engines.models import ModelSpec
 from rft.engines.rollout import RolloutEngineConfig, SamplingParams
 from rft.engines.vllm_engine import VLLMRolloutEngine
 
-DEFAULT_VARIANTS = (
-    "max_num_seqs=1024"  # rft's default
-    ";max_num_seqs=1024,max_cudagraph_capture_size=1024"
-    ";max_num_seqs=256"
-    ";max_num_seqs=1024,max_cudagraph_capture_size=1024,async_scheduling=1"
-)
+BEFORE = "max_cudagraph_capture_size=512,async_scheduling=0,flat_logprobs=0"  # vLLM's defaults
+DEFAULT_VARIANTS = f"{BEFORE};flat_logprobs=0;"  # the last one: rft's defaults
 
 
-def parse_variant(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def parse_variant(text: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Engine options and environment of a variant such as `max_num_seqs=256,flat_logprobs=0`."""
+    options: dict[str, Any] = {}
+    env: dict[str, str] = {}
     for item in filter(None, text.split(",")):
-        name, _, value = item.partition("=")
-        out[name.strip()] = bool(int(value)) if name.strip() == "async_scheduling" else int(value)
-    return out
+        name, _, value = (part.strip() for part in item.partition("="))
+        if name == "flat_logprobs":
+            env["VLLM_FLAT_LOGPROBS"] = value
+        elif name == "async_scheduling":
+            options[name] = bool(int(value))
+        else:
+            options[name] = int(value)
+    return options, env
 
 
 def emit(row: dict) -> None:
@@ -69,7 +76,8 @@ def timed(call: Any, batch: list[list[int]]) -> tuple[float, int]:
 
 
 def worker(args: argparse.Namespace) -> None:
-    variant = parse_variant(args.worker)
+    variant, env = parse_variant(args.worker)
+    os.environ.update(env)
     options = {"gpu_memory_utilization": args.gpu_memory_utilization, **variant}
     spec = ModelSpec(args.model, dtype=args.dtype, device="cuda")
     started = time.perf_counter()
@@ -162,11 +170,14 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
             continue
         ours, ceiling, bare = r["rft"], r["LLM.generate"], r["no logprobs"]
         print(
-            f"| {r['variant']} | {r['batch']} | {ours:,.0f} | {ceiling:,.0f} | "
+            f"| {r['variant'] or 'rft defaults'} | {r['batch']} | {ours:,.0f} | {ceiling:,.0f} | "
             f"{1 - ours / ceiling:+.1%} | {bare:,.0f} | {1 - ceiling / bare:+.1%} |"
         )
     starts = [r for r in rows if r["kind"] == "start"]
-    print("\nengine start: " + ", ".join(f"{r['variant']} {r['seconds']:.0f} s" for r in starts))
+    print(
+        "\nengine start: "
+        + ", ".join(f"{r['variant'] or 'defaults'} {r['seconds']:.0f} s" for r in starts)
+    )
 
 
 if __name__ == "__main__":

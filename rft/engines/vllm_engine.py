@@ -58,9 +58,12 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "enable_prefix_caching": True,
     "max_model_len": None,
     "max_num_seqs": 1024,
-    # None leaves vLLM's own choice; decode batches above the capture size run without CUDA graphs
+    # CUDA graphs for every decode batch the scheduler can form (None: max_num_seqs). vLLM's own
+    # default, min(2 x max_num_seqs, 512), left batches above 512 without graphs: at 1024 prompts
+    # a small model ran slower than at 256 (bench/vllm_overhead.py, docs/benchmarks.md)
     "max_cudagraph_capture_size": None,
-    "async_scheduling": None,
+    # the scheduler prepares step k+1 while the GPU runs step k: a host-bound model's gain
+    "async_scheduling": True,
     "seed": 42,
     "temperature": 1.0,  # the configured rollout temperature: picks the logprobs mode
 }
@@ -129,12 +132,16 @@ class VLLMRolloutEngine(RolloutEngine):
 
         model_dir = materialize_model_dir(spec)
         mode = logprobs_mode_for(float(options["temperature"]))
-        optional: dict[str, Any] = {}
-        if options["max_cudagraph_capture_size"] is not None:
-            size = int(options["max_cudagraph_capture_size"])
-            optional["compilation_config"] = {"max_cudagraph_capture_size": size}
-        if options["async_scheduling"] is not None:
-            optional["async_scheduling"] = bool(options["async_scheduling"])
+        capture = options["max_cudagraph_capture_size"] or options["max_num_seqs"]
+        optional: dict[str, Any] = {
+            "async_scheduling": bool(options["async_scheduling"]),
+            "compilation_config": {"max_cudagraph_capture_size": int(capture)},
+        }
+        if options["enforce_eager"]:
+            del optional["compilation_config"]  # no graphs to size
+        # one flat array of logprobs per request instead of a dict and an object per token: the
+        # engine reads only the sampled token's; set before vLLM reads its environment
+        os.environ.setdefault("VLLM_FLAT_LOGPROBS", "1")
         try:
             llm = vllm.LLM(
                 model=str(model_dir),
@@ -316,10 +323,14 @@ def _finished(output: Any) -> bool:
 
 
 def _sampled_logprobs(completion: Any, ids: list[int]) -> list[float]:
-    """log p of each sampled token, from vLLM's per-position {token_id: Logprob} maps."""
-    positions = completion.logprobs or []
+    """log p of each sampled token, from vLLM's per-position {token_id: Logprob} maps, or straight
+    from its flat arrays (VLLM_FLAT_LOGPROBS) when each position holds the sampled token alone."""
+    positions: Any = completion.logprobs or []
     if len(positions) != len(ids):
         raise EngineError(f"vllm returned {len(positions)} logprob positions for {len(ids)} tokens")
+    flat_ids = getattr(positions, "token_ids", None)
+    if flat_ids is not None and list(flat_ids) == ids:  # one entry per position, the sampled one
+        return [float(x) for x in positions.logprobs]
     return [float(pos[token].logprob) for pos, token in zip(positions, ids, strict=True)]
 
 

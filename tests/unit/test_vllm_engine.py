@@ -7,10 +7,12 @@ The engine itself runs on the GPU machine (bench/rollout_engines.py, infra/gpu/)
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,7 @@ from rft.engines.rollout import PrefixCacheCounts, SamplingParams
 from rft.engines.vllm_engine import (
     PROCESSED,
     RAW,
+    _sampled_logprobs,
     _Timeout,
     cached_prompt_tokens,
     inexact_logprobs,
@@ -168,3 +171,44 @@ def test_cached_prompt_tokens_reads_num_cached_tokens_of_finished_and_aborted_re
     aborted = _Timeout(SimpleNamespace(num_cached_tokens=32))
     assert cached_prompt_tokens(aborted) == 32  # aborted at the deadline after its prefill
     assert cached_prompt_tokens(_Timeout(None)) == 0  # aborted before any output
+
+
+class _Logprob:
+    def __init__(self, logprob: float) -> None:
+        self.logprob = logprob
+
+
+class _FlatPositions:
+    """vLLM's flat logprobs layout: every position's entries in one array, sliced by index."""
+
+    def __init__(self, positions: list[list[tuple[int, float]]]) -> None:
+        self.token_ids = [t for pos in positions for t, _ in pos]
+        self.logprobs = [lp for pos in positions for _, lp in pos]
+        self.starts = list(itertools.accumulate([0] + [len(p) for p in positions]))
+
+    def __len__(self) -> int:
+        return len(self.starts) - 1
+
+    def __getitem__(self, i: int) -> dict[int, _Logprob]:
+        span = range(self.starts[i], self.starts[i + 1])
+        return {self.token_ids[j]: _Logprob(self.logprobs[j]) for j in span}
+
+
+class _Completion:
+    def __init__(self, logprobs: Any) -> None:
+        self.logprobs = logprobs
+
+
+def test_sampled_logprobs_read_alike_from_flat_arrays_and_per_position_maps() -> None:
+    ids = [5, 9, 5]
+    sampled = [(5, -0.25), (9, -1.5), (5, -0.75)]
+    maps = [{t: _Logprob(lp)} for t, lp in sampled]
+    flat = _FlatPositions([[entry] for entry in sampled])
+    want = [lp for _, lp in sampled]
+    assert _sampled_logprobs(_Completion(maps), ids) == want
+    assert _sampled_logprobs(_Completion(flat), ids) == want
+    # a position holding more than the sampled token (top-k asked) reads through the maps
+    topk = _FlatPositions([[(5, -0.25), (7, -2.0)], [(9, -1.5)], [(5, -0.75), (1, -3.0)]])
+    assert _sampled_logprobs(_Completion(topk), ids) == want
+    with pytest.raises(EngineError, match="2 logprob positions for 3 tokens"):
+        _sampled_logprobs(_Completion(maps[:2]), ids)
