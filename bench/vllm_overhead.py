@@ -9,8 +9,11 @@ alternating rounds on the same prompts,
   stop ids, no detokenizing): the ceiling rft's engine is measured against;
 - `no logprobs`: `LLM.generate` with the same settings but no logprobs, what asking for the
   sampled token's logprob costs vLLM itself.
-The overhead column is 1 - rft / `LLM.generate` tokens/s (the goal: at most 10%). Medians of
---repeats rounds; tokens/s counts the tokens returned (eos ends responses early alike).
+The overhead column is 1 - rft / `LLM.generate` tokens/s (the goal: at most 10%); the convert
+column is the part of rft's call spent after vLLM returned (outputs into Rollouts: arrays,
+logprobs, decoded text), which `LLM.generate` does not do: the overhead that is rft's by
+construction, measured inside the call rather than as a difference of two noisy rates. Medians
+of --repeats rounds (min-max spread printed per row); tokens/s counts the tokens returned.
 
 Variants are engine settings on top of rft's defaults (an empty variant is rft's defaults):
 `max_num_seqs`, `max_cudagraph_capture_size` (vLLM captures CUDA graphs for decode batches up
@@ -88,8 +91,12 @@ def worker(args: argparse.Namespace) -> None:
     without = with_logprobs.clone()
     without.logprobs = None
 
+    converts: list[float] = []
+
     def rft(batch: list[list[int]]) -> int:
-        return sum(len(r[0].response_ids) for r in engine.generate(batch, params))
+        tokens = sum(len(r[0].response_ids) for r in engine.generate(batch, params))
+        converts.append(engine.last_convert_seconds)
+        return tokens
 
     def raw(batch: list[list[int]], sampling: Any) -> int:
         requests = [{"prompt_token_ids": p} for p in batch]
@@ -106,16 +113,20 @@ def worker(args: argparse.Namespace) -> None:
         for call in calls.values():  # warm-up: first calls at a new batch size are not timed
             call(batch)
         rates: dict[str, list[float]] = {name: [] for name in calls}
+        shares = []
         for _ in range(args.repeats):
             for name, call in calls.items():  # alternated, so drift hits every column alike
                 seconds, tokens = timed(call, batch)
                 rates[name].append(tokens / seconds)
+                if name == "rft":
+                    shares.append(converts[-1] / seconds)
         emit(
             {
                 "variant": args.worker,
                 "kind": "throughput",
                 "batch": size,
                 **{name: statistics.median(values) for name, values in rates.items()},
+                "convert_share": statistics.median(shares),
                 "spread": {name: [min(v), max(v)] for name, v in rates.items()},
             }
         )
@@ -161,17 +172,22 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         f"{args.max_tokens} new tokens, median of {args.repeats} alternated rounds\n"
     )
     print(
-        "| settings | prompts | rft tok/s | LLM.generate tok/s | rft overhead | "
+        "| settings | prompts | rft tok/s | LLM.generate tok/s | rft overhead | rft convert | "
         "no-logprobs tok/s | logprobs cost vLLM |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["kind"] != "throughput":
             continue
         ours, ceiling, bare = r["rft"], r["LLM.generate"], r["no logprobs"]
+        low, high = r["spread"]["rft"]
+        low_c, high_c = r["spread"]["LLM.generate"]
         print(
-            f"| {r['variant'] or 'rft defaults'} | {r['batch']} | {ours:,.0f} | {ceiling:,.0f} | "
-            f"{1 - ours / ceiling:+.1%} | {bare:,.0f} | {1 - ceiling / bare:+.1%} |"
+            f"| {r['variant'] or 'rft defaults'} | {r['batch']} | "
+            f"{ours:,.0f} ({low / 1e3:.1f}k-{high / 1e3:.1f}k) | "
+            f"{ceiling:,.0f} ({low_c / 1e3:.1f}k-{high_c / 1e3:.1f}k) | "
+            f"{1 - ours / ceiling:+.1%} | {r['convert_share']:.1%} | {bare:,.0f} | "
+            f"{1 - ceiling / bare:+.1%} |"
         )
     starts = [r for r in rows if r["kind"] == "start"]
     print(

@@ -113,6 +113,8 @@ class VLLMRolloutEngine(RolloutEngine):
         self._next_request = 0
         self._prefix = PrefixCacheCounts()
         self.last_update_seconds = 0.0
+        # the last generate's own work after vLLM's: outputs into Rollouts (arrays, decoded text)
+        self.last_convert_seconds = 0.0
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -220,9 +222,11 @@ class VLLMRolloutEngine(RolloutEngine):
                 raise EngineError(f"prompt {i} is empty")
         rows = [p for p in prompts for _ in range(params.n)]
         outputs = self._run(rows, params)
+        started = time.perf_counter()
         for row, out in zip(rows, outputs, strict=True):
             self._prefix.add(len(row), cached_prompt_tokens(out))
         flat = [self._to_rollout(rows[i], out, params) for i, out in enumerate(outputs)]
+        self.last_convert_seconds = time.perf_counter() - started
         return [flat[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def vllm_sampling_params(self, params: SamplingParams, deadline: bool) -> Any:
