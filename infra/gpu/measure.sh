@@ -6,6 +6,9 @@
 #   bash infra/gpu/measure.sh vllm-engine   # vLLM (P5), same prompts
 #   bash infra/gpu/measure.sh vllm-overhead [MODEL] [ARGS...]   # rft's vllm engine against
 #       LLM.generate on the same engine (bench/vllm_overhead.py; MODEL smollm2 or qwen2.5-1.5b-shape)
+#   bash infra/gpu/measure.sh scale-loop fixed|fully_async   # the 1.5B-shape loop on two GPUs
+#       (qwen2.5-1.5b-shape: random weights, throughput only): the vLLM explorer and the trainer
+#       placed by the ray launcher, 256-token responses, STEPS (8) steps; needs --vllm --ray
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
 #       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
@@ -90,6 +93,21 @@ case "$stage" in
     python3 -m bench.vllm_overhead --model "$model" "$@" 2>&1 \
       | grep --line-buffered -v -e "^INFO" -e "^(EngineCore" -e "^WARNING" \
       | tee "$out/vllm-overhead-$model.txt" ;;
+  scale-loop)
+    style=$1; shift
+    async=()
+    if [ "$style" = fully_async ]; then
+      async=(--override synchronizer.sync_style=fully_async
+             --override synchronizer.max_head_offpolicyness=2
+             --override buffer.trainer_input.max_staleness=4
+             --override algorithm.policy_loss_fn=decoupled_ppo)
+    fi
+    GPUS=2 STEPS=${STEPS:-8} loop vllm "q15-$style-$(date +%H%M%S)" \
+      --override model.model_path=qwen2.5-1.5b-shape --override cluster.launcher=ray \
+      --override model.max_response_tokens=256 \
+      --override buffer.explorer_input.taskset.rollout_args.max_tokens=256 \
+      --override explorer.eval_interval=1000 --override explorer.rollout_model.gpu_memory_utilization=0.7 \
+      "${async[@]}" "$@" ;;
   weight-sync)
     kafka_up
     for engine in ${1:-hf vllm}; do
