@@ -123,7 +123,8 @@ def _check_dataset(
 ) -> None:
     """An algorithm that trains on a dataset (its preset's `dataset` trait) reads it from a file
     experience buffer and runs no explorer; a file experience buffer needs such an algorithm.
-    Offline (`rft train --from-topic`), the topic is the input and no file is needed."""
+    Offline (`rft train --from-topic`), the topic is the input and no file is needed; mode bench
+    trains nothing and needs none either."""
     buf = cfg.buffer.trainer_input.experience_buffer
     where = "buffer.trainer_input.experience_buffer"
     algorithm = cfg.algorithm.algorithm_type
@@ -137,7 +138,8 @@ def _check_dataset(
                 )
             )
         return
-    if not trains_offline and (buf.storage_type != "file" or not buf.path):
+    needs_file = not trains_offline and cfg.mode != "bench"
+    if needs_file and (buf.storage_type != "file" or not buf.path):
         c.issues.append(
             Issue(
                 f"{where}.storage_type",
