@@ -8,11 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rft.buffer.sft_rows import SFT_ROW_RENDERERS, RenderContext
+from rft.catalog import load_config
 from rft.config.schema import ExperienceBufferConfig, FormatConfig
 from rft.engines.models import build_byte_tokenizer
-from rft.errors import TasksetError
+from rft.errors import ConfigError, TasksetError
 from rft.producers.dataset_publisher import dataset_events, render_dataset
 
 PLAIN = FormatConfig(prompt_key="question", chosen_key="good", rejected_key="bad")
@@ -104,3 +106,48 @@ def test_a_bad_pair_row_publishes_nothing_and_names_its_line(
     buffer = ExperienceBufferConfig(name="prefs", storage_type="file", path=str(data), format=PLAIN)
     with pytest.raises(TasksetError, match=r"pairs.jsonl.*2.*'bad' missing"):
         render_dataset(buffer, "pair", context)
+
+
+def dpo_config(tmp_path: Path, **trainer: object) -> Path:
+    raw = {
+        "project": "p",
+        "name": "n",
+        "mode": "train",
+        "algorithm": {"algorithm_type": "dpo"},
+        "model": {"model_path": "tiny"},
+        "buffer": {
+            "train_batch_size": trainer.pop("train_batch_size", 4),
+            "trainer_input": {
+                "experience_buffer": {
+                    "name": "prefs",
+                    "storage_type": "file",
+                    "path": str(tmp_path / "prefs.jsonl"),
+                    "format": {"chosen_key": "yes", "rejected_key": "no"},
+                }
+            },
+        },
+        "trainer": {"micro_batch_size": 2, **trainer},
+    }
+    path = tmp_path / "dpo.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_a_dpo_config_loads_with_its_pair_keys(tmp_path: Path) -> None:
+    cfg = load_config(dpo_config(tmp_path))
+    fmt = cfg.buffer.trainer_input.experience_buffer.format
+    assert (fmt.chosen_key, fmt.rejected_key) == ("yes", "no")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"micro_batch_size": 3}, "trainer.micro_batch_size"),
+        ({"train_batch_size": 5}, "buffer.train_batch_size"),
+    ],
+)
+def test_a_batch_that_would_split_a_pair_is_refused_at_load(
+    tmp_path: Path, changes: dict, key: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"{key}.*even"):
+        load_config(dpo_config(tmp_path, **changes))
