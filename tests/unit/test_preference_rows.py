@@ -151,3 +151,12 @@ def test_a_batch_that_would_split_a_pair_is_refused_at_load(
 ) -> None:
     with pytest.raises(ConfigError, match=f"{key}.*even"):
         load_config(dpo_config(tmp_path, **changes))
+
+
+def test_sides_answering_different_prompts_are_refused(context: RenderContext) -> None:
+    row = {
+        "chosen": [{"role": "user", "content": "A?"}, {"role": "assistant", "content": "a"}],
+        "rejected": [{"role": "user", "content": "B?"}, {"role": "assistant", "content": "b"}],
+    }
+    with pytest.raises(TasksetError, match="x:3: 'chosen' and 'rejected' do not answer the same"):
+        SFT_ROW_RENDERERS.get("pair")(row, "x:3", MESSAGES, context)

@@ -99,3 +99,12 @@ def test_a_group_answering_two_prompts_is_refused() -> None:
     other = rollout("g", 1, 1.0, size=2, prompt_ids=np.array([9, 9], dtype=np.int32))
     with pytest.raises(ReplayError, match="t\\[0\\]@1: .*another prompt than t\\[0\\]@0"):
         builder.add(other, "t[0]@1")
+
+
+def test_a_reward_filter_is_refused_before_anything_is_read() -> None:
+    from rft.consumers.replay.filter import ExperienceFilter
+    from rft.consumers.replay.pairs import build_pairs
+    from rft.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--min-reward/--max-reward"):
+        build_pairs(None, None, "t", ExperienceFilter(min_reward=0.5))  # type: ignore[arg-type]
