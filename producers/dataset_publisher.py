@@ -1,5 +1,5 @@
 """Publishing a training dataset as Experience events, for the algorithms that train on one (sft,
-cpt: the preset's `dataset` trait names the renderer).
+cpt, dpo: the preset's `dataset` trait names the renderer).
 
 The dataset of `buffer.trainer_input.experience_buffer` (storage_type file) is read with
 rft.datasets, every row rendered by rft.buffer.sft_rows with the model's tokenizer and chat
@@ -11,7 +11,10 @@ anything is sent; with on_bad_rows "fail" one bad row publishes nothing.
 
 Each event: experience_id `<name>:<epoch>:<row>` (`.<window>` appended for a long text's later
 windows), a group of its own (size 1, keyed by its id), explorer_id `dataset:<name>`, model
-version 0, reward 0 and zero logprobs (the supervised loss reads neither).
+version 0, reward 0 and zero logprobs (the supervised loss reads neither). A preference pair (a
+renderer with the trait `grouped`) is one group `<name>:<epoch>:<row>` of two events `.0` (the
+chosen response, reward 1) and `.1` (the rejected one, reward 0), keyed by the group, so both
+land in one partition, next to each other.
 """
 
 from __future__ import annotations
@@ -35,11 +38,14 @@ BAD_ROW_POLICIES = ("fail", "skip-and-report")
 
 @dataclass
 class RenderedDataset:
-    """A dataset's rows, each rendered to its sequences (a long text gives several)."""
+    """A dataset's rows, each rendered to its sequences (a long text gives several). `grouped`
+    (the renderer's trait): a row's sequences form one group (a preference pair), instead of
+    each being a group of its own."""
 
     name: str
     rows: list[list[RenderedRow]]
     bad_rows: list[str] = field(default_factory=list)
+    grouped: bool = False
 
     @property
     def sequences(self) -> int:
@@ -88,7 +94,8 @@ def render_dataset(
     source = TasksetConfig(
         name=buffer.name, path=buffer.path, split=buffer.split, subset_name=buffer.subset_name
     )
-    rendered = RenderedDataset(buffer.name, [])
+    grouped = bool(SFT_ROW_RENDERERS.trait(renderer, "grouped", False))
+    rendered = RenderedDataset(buffer.name, [], grouped=grouped)
     for row in file_rows(source):
         if isinstance(row, BadRow):
             rendered.bad_rows.append(str(row))
@@ -109,29 +116,40 @@ def render_dataset(
 
 
 def dataset_experience(
-    name: str, epoch: int, index: int, window: int, row: RenderedRow
+    name: str, epoch: int, index: int, window: int, row: RenderedRow, group_size: int = 0
 ) -> Experience:
-    """The event of one rendered sequence (see the module docstring for its fields)."""
-    ident = f"{name}:{epoch}:{index}" + (f".{window}" if window else "")
+    """The event of one rendered sequence (see the module docstring for its fields); with
+    `group_size` > 0 it is member `window` of the row's group of that size (a pair)."""
+    row_id = f"{name}:{epoch}:{index}"
+    ident = row_id + (f".{window}" if window or group_size else "")
+    group = row_id if group_size else ident
     n = len(row.response_ids)
     return Experience(
         experience_id=ident,
-        task_id=ident,
-        group_id=ident,
-        group_size=1,
+        task_id=group,
+        group_id=group,
+        group_size=group_size or 1,
         explorer_id=f"dataset:{name}",
         model_version=0,
         prompt_ids=np.asarray(row.prompt_ids, dtype=np.int32),
         response_ids=np.asarray(row.response_ids, dtype=np.int32),
         logprobs=np.zeros(n, dtype=np.float32),
         action_mask=np.asarray(row.mask, dtype=bool),
+        reward=row.reward,
     )
 
 
 def dataset_events(dataset: RenderedDataset, epochs: int, seed: int) -> list[Experience]:
     """The events of `epochs` epochs, each in its seeded shuffle of the rows."""
     return [
-        dataset_experience(dataset.name, epoch, index, window, seq)
+        dataset_experience(
+            dataset.name,
+            epoch,
+            index,
+            window,
+            seq,
+            len(dataset.rows[index]) if dataset.grouped else 0,
+        )
         for epoch in range(epochs)
         for index in shuffle(len(dataset.rows), epoch, seed)
         for window, seq in enumerate(dataset.rows[index])

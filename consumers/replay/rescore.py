@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -173,6 +173,30 @@ def source_of(env: Envelope) -> str:
     return f"{env.topic}[{env.partition}]@{env.offset}"
 
 
+class ReadCounts(Protocol):
+    events: int
+    other_events: int
+
+
+def kept_experiences(
+    reader: RangeReader,
+    keep: ExperienceFilter,
+    counts: ReadCounts,
+    progress: Progress | None = None,
+) -> Iterator[tuple[Envelope, Experience]]:
+    """The experiences of `reader`'s range that `keep` accepts, with their envelopes; every
+    event read and every event that is not an Experience counted in `counts`."""
+    for batch in reader.batches():
+        counts.events += len(batch)
+        for env in batch:
+            if not isinstance(env.event, Experience):
+                counts.other_events += 1
+            elif keep.accepts(env.event):
+                yield env, env.event
+        if progress is not None:
+            progress.update(reader.done)
+
+
 def rescore_experiences(
     reader: RangeReader,
     tasks: TaskIndex,
@@ -188,33 +212,23 @@ def rescore_experiences(
     keep = keep or ExperienceFilter()
     summary = RescoreSummary()
     started = time.monotonic()
-    for batch in reader.batches():
-        summary.events += len(batch)
-        for env in batch:
-            exp = env.event
-            if not isinstance(exp, Experience):
-                summary.other_events += 1
+    for env, exp in kept_experiences(reader, keep, summary, progress):
+        task = tasks.get(exp.task_id)
+        if task is None:
+            if skip_missing_tasks:
+                summary.missing_tasks += 1
                 continue
-            if not keep.accepts(exp):
-                continue
-            task = tasks.get(exp.task_id)
-            if task is None:
-                if skip_missing_tasks:
-                    summary.missing_tasks += 1
-                    continue
-                raise ReplayError(
-                    f"{source_of(env)}: task {exp.task_id!r} is in none of "
-                    f"{', '.join(tasks.topics)} (name the run's task topic with --tasks-topic, "
-                    "or pass --skip-missing-tasks)"
-                )
-            scored = rescorer.rescore(exp, task, source_of(env))
-            writer.send(target, scored, key=exp.task_id)
-            summary.written += 1
-            summary.changed += scored.reward != exp.reward
-            summary.reward_before += exp.reward
-            summary.reward_after += scored.reward
-        if progress is not None:
-            progress.update(reader.done)
+            raise ReplayError(
+                f"{source_of(env)}: task {exp.task_id!r} is in none of "
+                f"{', '.join(tasks.topics)} (name the run's task topic with --tasks-topic, "
+                "or pass --skip-missing-tasks)"
+            )
+        scored = rescorer.rescore(exp, task, source_of(env))
+        writer.send(target, scored, key=exp.task_id)
+        summary.written += 1
+        summary.changed += scored.reward != exp.reward
+        summary.reward_before += exp.reward
+        summary.reward_after += scored.reward
     writer.flush()
     summary.seconds = time.monotonic() - started
     return summary

@@ -250,6 +250,7 @@ def opmd_advantage(
 
 
 # Step-wise experiences (one per turn): declared here so every user of the registry sees them
+ADVANTAGE_FN.lazy("preference", "rft.algorithms.preference_losses:preference_advantage")
 ADVANTAGE_FN.lazy(
     "step_wise_grpo", "rft.algorithms.step_advantages:step_wise_grpo_advantage", steps=True
 )

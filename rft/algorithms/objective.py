@@ -79,7 +79,9 @@ class AlgorithmLoss:
         validate_spec(spec)
         self.spec = spec
         self.loss_agg_mode = spec.effective_loss_agg_mode
-        self.needs_reference = spec.uses_kl_loss
+        # the KL term, or a policy loss that reads the reference itself (dpo)
+        self._policy_reads_reference = spec.policy_reads_reference
+        self.needs_reference = spec.uses_kl_loss or self._policy_reads_reference
         self.needs_entropy = spec.use_entropy
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
@@ -130,6 +132,12 @@ class AlgorithmLoss:
         """The algorithm's own terms over `batch.action_mask` (no demonstration rows)."""
         mode = self.loss_agg_mode
         extra = {"prox_logprob": batch.prox_logprob} if self._takes_prox else {}
+        if self._policy_reads_reference:
+            if batch.ref_logprob is None:
+                raise AlgorithmInputError(
+                    f"policy_loss_fn {self.spec.policy_loss_fn!r} needs batch.ref_logprob"
+                )
+            extra["ref_logprob"] = batch.ref_logprob
         loss, metrics = self._policy_fn(
             logprob,
             batch.old_logprob,
@@ -139,7 +147,7 @@ class AlgorithmLoss:
             **extra,
             **self._policy_args,
         )
-        if self.needs_reference:
+        if self.spec.uses_kl_loss:
             if batch.ref_logprob is None:
                 raise AlgorithmInputError(
                     f"kl_loss_fn {self.spec.kl_loss_fn!r} with kl_coef {self._kl_coef} "

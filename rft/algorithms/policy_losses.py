@@ -245,3 +245,8 @@ for _name, _target in (
     ("sapo", "surrogate_losses:sapo_loss"),
 ):
     POLICY_LOSS_FN.lazy(_name, f"rft.algorithms.{_target}")
+# DPO reads the reference model's logprobs (AlgorithmLoss passes `ref_logprob`) and pairs
+# adjacent rows, so a micro-batch must hold whole pairs
+POLICY_LOSS_FN.lazy(
+    "dpo", "rft.algorithms.preference_losses:dpo_loss", reads_reference=True, paired=True
+)

@@ -5,7 +5,7 @@ default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config sect
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
 
 Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
-(a critic, a preference dataset, a teacher) are registered with the reason, so selecting
+(a critic, a teacher) are registered with the reason, so selecting
 one fails when the config loads, saying what is missing, instead of training something else.
 """
 
@@ -110,9 +110,15 @@ class AlgorithmSpec:
         return not zero and self.kl_penalty_coef != 0.0
 
     @property
+    def policy_reads_reference(self) -> bool:
+        """Whether the policy loss itself reads the reference logprobs (its entry's trait: dpo)."""
+        return bool(POLICY_LOSS_FN.trait(self.policy_loss_fn, "reads_reference", False))
+
+    @property
     def use_reference(self) -> bool:
-        """Whether reference-model log-probabilities are needed (a KL term with nonzero coef)."""
-        return self.uses_kl_loss or self.uses_kl_penalty
+        """Whether reference-model log-probabilities are needed (a KL term with nonzero coef,
+        or a policy loss that reads them)."""
+        return self.uses_kl_loss or self.uses_kl_penalty or self.policy_reads_reference
 
     @property
     def use_entropy(self) -> bool:
@@ -223,13 +229,10 @@ for _spec in (
         "environment state (its anchor states), and rft's step-wise experiences do not carry an "
         "environment state key yet; for step-wise training use multi_step_grpo",
     ),
-    _unavailable(
-        "dpo",
-        "dpo",
-        "trains on chosen/rejected response pairs from a preference dataset (a file or topic "
-        "of pairs as buffer.trainer_input.experience_buffer), which rft's trainer cannot read "
-        "yet: it reads rollout experiences only",
-    ),
+    # DPO: pairs of a chosen and a rejected response (groups of two; the higher reward is the
+    # chosen one), against the reference model (the base weights); a preference dataset is
+    # published as experiences like an SFT one, or pairs come from a topic (rft replay pairs)
+    AlgorithmSpec("dpo", policy_loss_fn="dpo", advantage_fn="preference", dataset="pair"),
     # SFT: -log p of the assistant's tokens of a chat dataset; CPT: of every token of a text one.
     # Both datasets are published as experiences (rft.producers.dataset_publisher) and trained
     # without an explorer
@@ -289,9 +292,18 @@ def _read(cfg: Any, key: str) -> Any:
 _FIXED_PARAMS: dict[str, frozenset[str]] = {
     # trajectory_index / turn: filled for step-wise advantage fns (trait `steps`), never config
     "advantage_fn": frozenset({"rewards", "group_index", "trajectory_index", "turn"}),
-    # prox_logprob: filled by AlgorithmLoss for the losses that declare it, never a config arg
+    # prox_logprob / ref_logprob: filled by AlgorithmLoss for the losses that declare them (the
+    # latter by the trait reads_reference), never config args
     "policy_loss_fn": frozenset(
-        {"logprob", "old_logprob", "advantages", "action_mask", "loss_agg_mode", "prox_logprob"}
+        {
+            "logprob",
+            "old_logprob",
+            "advantages",
+            "action_mask",
+            "loss_agg_mode",
+            "prox_logprob",
+            "ref_logprob",
+        }
     ),
     "kl_loss_fn": frozenset({"logprob", "ref_logprob", "action_mask", "loss_agg_mode"}),
     "entropy_loss_fn": frozenset({"entropy", "action_mask", "loss_agg_mode"}),

@@ -1,6 +1,6 @@
 """Dataset rows rendered into what the trainer trains: prompt ids, response ids and a train mask.
 
-The algorithms that train on a dataset (`sft`, `cpt`) name a renderer here by their preset's
+The algorithms that train on a dataset (`sft`, `cpt`, `dpo`) name a renderer here by their preset's
 `dataset` trait (the SFT_ROW_RENDERERS registry). A renderer turns one row into one or more
 RenderedRows; a row it cannot use raises TasksetError naming the row's origin.
 
@@ -13,6 +13,11 @@ RenderedRows; a row it cannot use raises TasksetError naming the row's origin.
   generation prompt of the turns before it (its text and end-of-turn tokens). The prompt is
   everything before the first assistant token; user and tool turns after it stay in the
   response with mask 0, as a multi-turn rollout's environment tokens do.
+- `pair` (dpo): a preference pair, the prompt (`prompt_key` text, or the `messages_key` list
+  with prompt_type messages) and two responses under `chosen_key` and `rejected_key`, each a
+  text or a list of messages (the whole conversation, prompt included, is accepted too). Each
+  side is rendered as a `chat` row; the two rows form one group (the entry's trait `grouped`),
+  the chosen one with reward 1 and the rejected one with reward 0.
 - `text` (cpt): the row's `text_key`, tokenized (the tokenizer's special tokens, then EOS), cut
   into windows of max_response_tokens + 1 tokens that overlap by one: a window's first token is
   its prompt, so every token but the text's first is trained exactly once.
@@ -45,12 +50,14 @@ class RenderContext:
 
 @dataclass(frozen=True)
 class RenderedRow:
-    """One trainable sequence: `mask` has one 0/1 per response id (1: the loss covers it)."""
+    """One trainable sequence: `mask` has one 0/1 per response id (1: the loss covers it).
+    `reward` is what its event carries (a pair's chosen response 1, its rejected one 0)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     mask: list[int]
     truncated: bool = False
+    reward: float = 0.0
 
 
 Renderer = Callable[[Mapping[str, Any], str, FormatConfig, RenderContext], list[RenderedRow]]
@@ -139,12 +146,11 @@ def assistant_mask(
     return full, mask
 
 
-@SFT_ROW_RENDERERS.register("chat")
-def render_chat(
-    payload: Mapping[str, Any], origin: str, fmt: FormatConfig, context: RenderContext
-) -> list[RenderedRow]:
-    """One row: prompt = the tokens before the first assistant token; mask = assistant tokens."""
-    ids, mask = assistant_mask(conversation(payload, origin, fmt), origin, context)
+def rendered_conversation(
+    messages: list[dict[str, str]], origin: str, context: RenderContext, reward: float = 0.0
+) -> RenderedRow:
+    """prompt = the tokens before the first assistant token; mask = the assistant's tokens."""
+    ids, mask = assistant_mask(messages, origin, context)
     if 1 not in mask:
         raise TasksetError(f"{origin}: the assistant's turns render to no tokens")
     first = mask.index(1)
@@ -152,7 +158,87 @@ def render_chat(
     limit_p, limit_r = context.max_prompt_tokens, context.max_response_tokens
     truncated = len(prompt) > limit_p or len(response) > limit_r
     prompt, response, kept = prompt[-limit_p:], response[:limit_r], kept[:limit_r]
-    return [RenderedRow(prompt, response, kept, truncated)]
+    return RenderedRow(prompt, response, kept, truncated, reward)
+
+
+@SFT_ROW_RENDERERS.register("chat")
+def render_chat(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig, context: RenderContext
+) -> list[RenderedRow]:
+    """One row: the conversation with its assistant tokens trained."""
+    return [rendered_conversation(conversation(payload, origin, fmt), origin, context)]
+
+
+def preference_prompt(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig
+) -> list[dict[str, str]]:
+    """The messages both responses of a pair answer: the `messages_key` list (prompt_type
+    messages; None or absent when chosen and rejected are whole conversations), or the
+    `prompt_key` text as a user message after the system prompt."""
+    if fmt.prompt_type == "messages":
+        chat = payload.get(fmt.messages_key)
+        if chat is None:
+            return []
+        if not isinstance(chat, list) or not all(
+            isinstance(m, Mapping) and isinstance(m.get("content"), str) for m in chat
+        ):
+            raise TasksetError(f"{origin}: {fmt.messages_key!r} must be a list of messages")
+        return [{"role": str(m["role"]), "content": str(m["content"])} for m in chat]
+    question = payload.get(fmt.prompt_key)
+    if not isinstance(question, str) or not question.strip():
+        raise TasksetError(f"{origin}: prompt_key {fmt.prompt_key!r} missing or empty")
+    system = payload.get(fmt.system_prompt_key) if fmt.system_prompt_key else fmt.system_prompt
+    head = [{"role": "system", "content": str(system)}] if system else []
+    return [*head, {"role": "user", "content": question}]
+
+
+def preference_reply(
+    payload: Mapping[str, Any], key: str, prompt: list[dict[str, str]], origin: str
+) -> list[dict[str, str]]:
+    """The conversation of one side of a pair: `prompt` and the `key` column, a text (the
+    assistant's reply) or a list of messages (the reply's turns, or the whole conversation when
+    it starts with the prompt's messages)."""
+    value = payload.get(key)
+    where = f"{origin}: {key!r}"
+    if isinstance(value, str):
+        if not value.strip():
+            raise TasksetError(f"{where} is empty")
+        return [*prompt, {"role": "assistant", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise TasksetError(f"{where} missing or empty (a text or a list of messages)")
+    if not all(isinstance(m, Mapping) and isinstance(m.get("content"), str) for m in value):
+        raise TasksetError(f"{where} must be a list of messages with text content")
+    turns = [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+    if turns[: len(prompt)] == prompt:
+        turns = turns[len(prompt) :]
+    if not prompt and turns[0]["role"] == "assistant":
+        raise TasksetError(f"{where}: there is no prompt before the assistant's reply")
+    if not any(t["role"] == "assistant" and t["content"].strip() for t in turns):
+        raise TasksetError(f"{where} has no non-empty assistant message")
+    return [*prompt, *turns]
+
+
+@SFT_ROW_RENDERERS.register("pair", grouped=True)
+def render_pair(
+    payload: Mapping[str, Any], origin: str, fmt: FormatConfig, context: RenderContext
+) -> list[RenderedRow]:
+    """A preference pair: the chosen response (reward 1) and the rejected one (reward 0), each
+    with the prompt before it and its assistant tokens trained; both must share the prompt."""
+    prompt = preference_prompt(payload, origin, fmt)
+    chosen = preference_reply(payload, fmt.chosen_key, prompt, origin)
+    rejected = preference_reply(payload, fmt.rejected_key, prompt, origin)
+    if chosen == rejected:
+        raise TasksetError(f"{origin}: the chosen and the rejected response are the same")
+    rows = [
+        rendered_conversation(chosen, f"{origin} ({fmt.chosen_key})", context, reward=1.0),
+        rendered_conversation(rejected, f"{origin} ({fmt.rejected_key})", context, reward=0.0),
+    ]
+    if rows[0].prompt_ids != rows[1].prompt_ids:
+        raise TasksetError(
+            f"{origin}: {fmt.chosen_key!r} and {fmt.rejected_key!r} do not answer the same "
+            "prompt (their tokens before the first assistant token differ)"
+        )
+    return rows
 
 
 @SFT_ROW_RENDERERS.register("text")

@@ -8,6 +8,7 @@ launcher's word on placement, and the run-length rules (the taskset's task count
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ from rft.config.schema import RftConfig
 def load_stages(*, trains_offline: bool = False) -> list[LoadStage]:
     """The stages after binding. `trains_offline` (`rft train --from-topic`) leaves out the
     run-length rules: an offline trainer reads an existing topic, so neither the taskset nor the
-    staleness bound applies."""
-    return [parts_stage] if trains_offline else [parts_stage, run_length_stage]
+    staleness bound applies (nor a dataset file: the topic is the input)."""
+    if trains_offline:
+        return [functools.partial(parts_stage, trains_offline=True)]
+    return [parts_stage, run_length_stage]
 
 
 def load_config(

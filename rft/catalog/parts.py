@@ -97,9 +97,34 @@ def _check_mix(c: _Checker, cfg: RftConfig, args: Mapping[str, Any]) -> None:
         )
 
 
-def _check_dataset(c: _Checker, cfg: RftConfig, dataset: str | None) -> None:
+def _check_pairs(c: _Checker, cfg: RftConfig, policy_loss_fn: str) -> None:
+    """A loss over adjacent pairs of rows (its trait `paired`: dpo) needs micro-batches and
+    batches of whole pairs."""
+    from rft.algorithms.policy_losses import POLICY_LOSS_FN
+
+    if not POLICY_LOSS_FN.trait(policy_loss_fn, "paired", False):
+        return
+    for where, size in (
+        ("trainer.micro_batch_size", cfg.trainer.micro_batch_size),
+        ("buffer.train_batch_size", cfg.buffer.train_batch_size),
+    ):
+        if size is not None and size % 2:
+            c.issues.append(
+                Issue(
+                    where,
+                    f"{size}: policy_loss_fn {policy_loss_fn!r} trains pairs of a chosen and a "
+                    "rejected response (two experiences each); use an even number",
+                )
+            )
+
+
+def _check_dataset(
+    c: _Checker, cfg: RftConfig, dataset: str | None, trains_offline: bool = False
+) -> None:
     """An algorithm that trains on a dataset (its preset's `dataset` trait) reads it from a file
-    experience buffer and runs no explorer; a file experience buffer needs such an algorithm."""
+    experience buffer and runs no explorer; a file experience buffer needs such an algorithm.
+    Offline (`rft train --from-topic`), the topic is the input and no file is needed; mode bench
+    trains nothing and needs none either."""
     buf = cfg.buffer.trainer_input.experience_buffer
     where = "buffer.trainer_input.experience_buffer"
     algorithm = cfg.algorithm.algorithm_type
@@ -109,11 +134,12 @@ def _check_dataset(c: _Checker, cfg: RftConfig, dataset: str | None) -> None:
                 Issue(
                     f"{where}.storage_type",
                     f"file: algorithm {algorithm!r} trains on rollouts, not on a dataset "
-                    "(a dataset file is trained by algorithm_type sft or cpt)",
+                    "(a dataset file is trained by algorithm_type sft, cpt or dpo)",
                 )
             )
         return
-    if buf.storage_type != "file" or not buf.path:
+    needs_file = not trains_offline and cfg.mode != "bench"
+    if needs_file and (buf.storage_type != "file" or not buf.path):
         c.issues.append(
             Issue(
                 f"{where}.storage_type",
@@ -291,8 +317,9 @@ def _unread_settings(
             )
 
 
-def check_parts(cfg: RftConfig) -> list[Issue]:
-    """Every registry name in `cfg` looked up (and the args of parts that take them checked)."""
+def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
+    """Every registry name in `cfg` looked up (and the args of parts that take them checked).
+    `trains_offline`: the config trains from a topic (`rft train --from-topic`)."""
     from rft.algorithms.advantages import ADVANTAGE_FN
     from rft.algorithms.aggregation import LOSS_AGG_MODES
     from rft.algorithms.entropy import ENTROPY_LOSS_FN
@@ -349,7 +376,8 @@ def check_parts(cfg: RftConfig) -> list[Issue]:
             c.args("algorithm.sample_strategy_args", strategy, args, frozenset({"setup"}))
             if chosen == "mix":
                 _check_mix(c, cfg, args)
-            _check_dataset(c, cfg, spec.dataset)
+            _check_dataset(c, cfg, spec.dataset, trains_offline)
+            _check_pairs(c, cfg, spec.policy_loss_fn)
 
     trainer_input = cfg.buffer.trainer_input
     replay = trainer_input.experience_buffer.replay_buffer
@@ -527,9 +555,11 @@ def launcher_notices(cfg: RftConfig) -> list[Notice]:
     return launcher().notices(cfg)
 
 
-def parts_stage(cfg: RftConfig, base_dir: Path | None) -> tuple[list[Issue], list[Notice]]:
+def parts_stage(
+    cfg: RftConfig, base_dir: Path | None, trains_offline: bool = False
+) -> tuple[list[Issue], list[Notice]]:
     """The load stage of the parts: plugins imported, entry defaults filled, entries checked."""
     issues = import_plugins(cfg, base_dir)
     fill_parts(cfg)
-    issues += check_parts(cfg)
+    issues += check_parts(cfg, trains_offline)
     return issues, ([] if issues else launcher_notices(cfg))

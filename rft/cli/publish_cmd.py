@@ -3,7 +3,7 @@
 Two forms: `rft publish PATH` for one JSONL/Parquet file or Hugging Face dataset directory, and
 `rft publish --config RUN.yaml` for every taskset of a run (train taskset for `total_epochs`,
 eval tasksets once). Everything is read and checked before anything is sent.
-For a run whose algorithm trains on a dataset (sft, cpt), `--config` publishes that dataset
+For a run whose algorithm trains on a dataset (sft, cpt, dpo), `--config` publishes that dataset
 (`buffer.trainer_input.experience_buffer`, storage_type file) instead: each row rendered with
 the model's tokenizer and chat template, as Experience events on the run's experience topic.
 Exit status: 0 all published; 1 error (with "fail", any bad row: nothing published);

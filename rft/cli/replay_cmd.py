@@ -1,4 +1,4 @@
-"""`rft replay export | import | rescore`: the experience topic as a dataset.
+"""`rft replay export | import | rescore | pairs`: the experience topic as a dataset.
 
 Source topic: a full name, a short name (`experiences`) with --project/--name, or nothing with
 --config (the run's experience buffer) or with --project/--name (their `experiences`).
@@ -18,6 +18,9 @@ Filters: --min-version/--max-version (model version), --explorer ID|GROUP (repea
   rescore  experiences scored again by another REWARD_FUNCTIONS entry -> a new topic, each with
            `rescore.source` (topic[partition]@offset of the original) in its info. The payloads
            come from the run's task topics (--tasks-topic names others). No model is loaded.
+  pairs    preference pairs -> a new topic: the best and the worst response of each rollout
+           group (groups whose rewards are all equal are skipped), each pair a group of two
+           experiences, for `algorithm_type: dpo` (`rft train --from-topic TARGET`).
 
 On a terminal a progress bar shows rate and ETA; otherwise a line is printed every 10 seconds.
 """
@@ -38,7 +41,7 @@ from rft.errors import ConfigError
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "replay",
-        help="export, import or re-score an experience topic",
+        help="export, import, re-score or pair an experience topic",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -97,6 +100,14 @@ def register(subparsers: Any) -> None:
     )
     rescore.add_argument("--append", action="store_true", help="write into a topic with records")
     rescore.set_defaults(func=run_rescore)
+
+    pairs = actions.add_parser(
+        "pairs", help="each group's best and worst response -> a topic of preference pairs"
+    )
+    _add_source(pairs)
+    pairs.add_argument("-o", "--output", required=True, help="target topic")
+    pairs.add_argument("--append", action="store_true", help="write into a topic with records")
+    pairs.set_defaults(func=run_pairs)
 
 
 def _add_config(parser: argparse.ArgumentParser) -> None:
@@ -326,5 +337,40 @@ def run_rescore(args: argparse.Namespace) -> int:
         f"{summary.written:,} experience(s) written to {target} in {summary.seconds:.1f}s; "
         f"mean reward {before:.4f} -> {after:.4f}, {summary.changed:,} changed"
         + (f"; {summary.missing_tasks} without a task skipped" if summary.missing_tasks else "")
+    )
+    return 0
+
+
+def run_pairs(args: argparse.Namespace) -> int:
+    from rft.consumers.replay.pairs import build_pairs
+    from rft.consumers.replay.progress import ReplayProgress
+    from rft.consumers.replay.topic_range import RangeReader
+    from rft.events.writer import EventWriter
+    from rft.producers.experience_import import prepare_target_topic
+
+    run = _resolve_run(args)
+    topic = _source_topic(args, run)
+    target = run.topics.resolve(args.output) if run.topics else args.output
+    if target == topic:
+        raise ConfigError(f"--output {target} is the source topic: write to a new one")
+    start, end, keep = range_and_filter(args)
+    prepare_target_topic(run.kafka, target, append=args.append)
+    with (
+        RangeReader.open(run.kafka, [topic], start, end) as reader,
+        EventWriter.open(run.kafka) as writer,
+    ):
+        _say(f"pairing {topic} ({reader.total:,} offsets) into {target}")
+        with ReplayProgress(reader.total, "pairs") as progress:
+            summary = build_pairs(reader, writer, target, keep, progress=progress)
+    _say(
+        f"{summary.pairs:,} pair(s) written to {target} from {summary.groups:,} complete "
+        f"group(s) in {summary.seconds:.1f}s; {summary.no_spread:,} group(s) without a reward "
+        "spread skipped"
+        + (
+            f"; {summary.incomplete_groups:,} incomplete group(s) "
+            f"({summary.incomplete_experiences:,} experience(s)) at the range's end not paired"
+            if summary.incomplete_groups
+            else ""
+        )
     )
     return 0

@@ -8,7 +8,7 @@ short name or any full topic name, another run's included), with no explorer, th
 algorithm and sampler, and the same range and filter options as `rft replay`. It checkpoints and
 resumes like an online trainer, publishes into the config's run, and ends when the range is read.
 
-An algorithm that trains on a dataset (sft, cpt) trains the same way, without --from-topic, on
+An algorithm that trains on a dataset (sft, cpt, dpo) trains the same way, without --from-topic, on
 the dataset `rft publish` put on the run's own experience topic (docs/sft.md).
 """
 

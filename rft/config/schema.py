@@ -361,10 +361,18 @@ class FormatConfig:
         shown_by="tests/unit/test_multi_turn_workflow.py",
     )
 
-    IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "chosen_key": "DPO is not built yet; preference pairs are not read",
-        "rejected_key": "DPO is not built yet; preference pairs are not read",
-    }
+    chosen_key: str = key(
+        "chosen",
+        does="row field of a preference pair's chosen response (`algorithm_type: dpo`): a text or a list of messages",
+        acts_in="rft/buffer/sft_rows.py",
+        shown_by="tests/unit/test_preference_rows.py",
+    )
+    rejected_key: str = key(
+        "rejected",
+        does="row field of a preference pair's rejected response (`algorithm_type: dpo`): a text or a list of messages",
+        acts_in="rft/buffer/sft_rows.py",
+        shown_by="tests/unit/test_preference_rows.py",
+    )
 
     def as_task_format(self) -> dict[str, str]:
         """The string map carried by Task events (unset entries left out)."""

@@ -45,7 +45,6 @@ RUNNABLE = {
 
 MISSING = {
     "ppo": "critic",
-    "dpo": "preference dataset",
     "mix_chord": "CHORD",
     "chord": "CHORD",
     "on_policy_distill": "teacher",
