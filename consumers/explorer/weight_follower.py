@@ -156,6 +156,10 @@ class WeightFollower:
         """Wait until each of `versions` loaded from the group is durable: announced, with a
         manifest that holds the token the weights came with. None when all are (or none came
         from the group); else why not, and the step that sampled with them must not commit."""
+        # versions older than the step's oldest were replaced before any step sampled with them
+        oldest = min(versions, default=0)
+        for stale in [v for v in self.unconfirmed if v < oldest]:
+            del self.unconfirmed[stale]
         for version in sorted(v for v in versions if v in self.unconfirmed):
             deadline = time.monotonic() + timeout_s
             while self.latest is None or self.latest.version < version:
