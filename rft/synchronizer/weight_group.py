@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -58,6 +59,14 @@ def split_address(
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError(f"{where}: {address!r} is not host:port")
     return host, int(port)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=2.0):
+            return True
+    except OSError:
+        return False
 
 
 def backend_for(device: torch.device) -> str:
@@ -282,7 +291,22 @@ class WeightGroupMember:
         self._thread.join(timeout=self.timeout.total_seconds() + 1.0)
 
     def _run(self) -> None:
+        quiet = False  # said once that no trainer answers, until one does
         while not self._stop.is_set():
+            # a plain connect first: TCPStore logs each failed attempt with a C++ stack trace
+            if not _answers(self.host, self.port):
+                if not quiet:
+                    log.info(
+                        "explorer %s: no trainer at %s:%d (synchronizer.weight_group_address) "
+                        "yet; versions come from the store until it answers",
+                        self.member_id,
+                        self.host,
+                        self.port,
+                    )
+                    quiet = True
+                self._stop.wait(_REJOIN_S)
+                continue
+            quiet = False
             try:
                 store = dist.TCPStore(self.host, self.port, is_master=False, timeout=self.timeout)
                 self._serve(store)
