@@ -134,9 +134,15 @@ class WeightGroupHost:
         self.timeout = timedelta(seconds=timeout_s)
         self.device = torch.device(device)
         self.backend = backend_for(self.device)
-        self._store = dist.TCPStore(
-            host, port, is_master=True, wait_for_workers=False, timeout=self.timeout
-        )
+        try:
+            self._store = dist.TCPStore(
+                host, port, is_master=True, wait_for_workers=False, timeout=self.timeout
+            )
+        except RuntimeError as exc:  # the port is taken (another run's trainer?) or not ours
+            raise ConfigError(
+                f"synchronizer.weight_group_address: cannot host the weight-sync group at "
+                f"{address}: {str(exc).splitlines()[0]}"
+            ) from exc
         self._store.set(_GENERATION, "0")
         self._store.add(_JOINS, 0)
         self.generation = 0

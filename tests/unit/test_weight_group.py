@@ -197,7 +197,9 @@ def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fau
         b.stop()
 
 
-def test_an_address_that_is_not_host_port_names_its_key() -> None:
+def test_an_address_taken_or_not_host_port_names_its_key(host: WeightGroupHost) -> None:
+    with pytest.raises(ConfigError, match="synchronizer.weight_group_address: cannot host"):
+        WeightGroupHost(address_of(host), TIMEOUT_S)
     assert split_address("10.0.0.5:29517") == ("10.0.0.5", 29517)
     for bad in ("10.0.0.5", "host:port", ":29517", "h:70000"):
         with pytest.raises(ConfigError, match="synchronizer.weight_group_address"):
