@@ -90,6 +90,12 @@ def _broadcast(group: Any, tensor: torch.Tensor, timeout: timedelta) -> None:
     group.broadcast([tensor], options).wait(timeout)
 
 
+def _settle(device: torch.device) -> None:
+    """Until the device has done what was queued (NCCL's wait only orders streams)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @dataclass(frozen=True)
 class Layout:
     """The weights a generation carries, in broadcast order."""
@@ -170,6 +176,7 @@ class WeightGroupHost:
             self._message({"kind": "weights", "version": version, "token": str(token)})
             for name in layout.names:
                 _broadcast(self._group, tensors[name].to(self.device).contiguous(), self.timeout)
+            _settle(self.device)
         except RuntimeError as exc:
             log.warning(
                 "weight-sync group generation %d: version %d did not reach every member (%s); "
@@ -377,6 +384,7 @@ class WeightGroupMember:
             tensors = layout.empty(self.device)
             for name in layout.names:
                 _broadcast(group, tensors[name], self.timeout)
+            _settle(self.device)  # the engine reads them on another stream
             received = Received(int(body["version"]), int(body["token"]), tensors)
             with self._lock:
                 if self._newest is None or received.version > self._newest.version:
