@@ -183,7 +183,7 @@ def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fau
         # 8 MiB per tensor: more than the socket buffers hold, so a send to b blocks
         version = joined + 1
         reached = host.send(version, 1, weights(version, mib=8))
-        assert "b" not in reached or fault == "killed", reached
+        assert "b" not in reached, reached  # the trainer knows it did not reach b
         # the trainer goes on: the next versions reach the living member alone
         after, more = send_until(host, {"a"}, version + 1)
         assert a.expect(after) == (1000 + after, digest(weights(after)))
