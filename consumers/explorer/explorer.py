@@ -87,6 +87,7 @@ from rft.producers.metric_emitter import MetricEmitter
 from rft.producers.status_announcer import StatusAnnouncer
 from rft.producers.task_selectors import is_online
 from rft.synchronizer import build_sync_style
+from rft.synchronizer.fast_path import explorer_end
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
@@ -308,6 +309,11 @@ class Explorer:
                     consumer_config=self.plan.consumer_config,
                     explorer_id=self.explorer_id,
                     dead_letter_topic=topics.dead_letter,
+                    fast=explorer_end(
+                        self.cfg.synchronizer, self.explorer_id, self.plan.explorer_device
+                    )
+                    if self._loads_weights
+                    else None,
                 )
             )
             self._claim(tx, tasks)
@@ -370,7 +376,7 @@ class Explorer:
         (a restart replaces this explorer's earlier `finished` before it does anything)."""
         io.follower.poll(timeout_s=1.0)
         if self.cfg.continue_from_checkpoint and self._loads_weights:
-            io.follower.load_newest(io.engine)
+            io.follower.load_newest(io.engine, from_group=False)  # a restart starts durable
         if not self._loads_weights:
             log.info(
                 "explorer %s: engine %s answers with its server's weights: no version is loaded "
@@ -566,7 +572,7 @@ class Explorer:
         with self._step_trace(work, io.engine) as span:
             self._roll_out(work, io)
             self._make_experiences(work, io.sync)
-            if not self._commit(work, io):
+            if not self._durable(work, io) or not self._commit(work, io):
                 return False
             span.set_attribute("rft.experiences", work.sent)
         self._record_step(work, io)
@@ -630,6 +636,25 @@ class Explorer:
             )
             for result in work.outcome.results
         ]
+
+    def _durable(self, work: StepWork, io: ExplorerIO) -> bool:
+        """Whether every version the step sampled with is durable (received over the weight-sync
+        group: announced, its manifest holding the token it came with). If one never becomes
+        so, the step is not committed: its tasks are read again and explored on weights from
+        the store."""
+        versions = {exps[0].model_version for _, exps in work.groups if exps}
+        why = io.follower.confirm(versions, self.cfg.synchronizer.sync_timeout)
+        if why is None:
+            return True
+        log.warning(
+            "step %d not committed: %s; its %d tasks are read again on weights from the store",
+            work.number,
+            why,
+            len(work.batch),
+        )
+        self._read_again(io.tasks, work.batch)
+        io.follower.fall_back(io.engine)
+        return False
 
     def _commit(self, work: StepWork, io: ExplorerIO) -> bool:
         """Commit the step (`_commit_step`), again after a rebalance refused its offsets; False

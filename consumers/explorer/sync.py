@@ -183,8 +183,7 @@ class ExplorerSync:
             target = max([need, *(v + 1 for v in refused)])
             # in slices, so a long wait says what it waits on
             slice_s = max(0.0, min(deadline - time.monotonic(), FIRST_WAIT_LINE_S))
-            latest = self.follower.wait_for(target, slice_s)
-            if latest is not None and latest.version >= target:
+            if self.follower.wait_for(target, slice_s) >= target:
                 self._load_newest(engine)
                 if engine.model_version >= need:
                     return
@@ -227,15 +226,15 @@ class ExplorerSync:
         deadline = time.monotonic() + timeout
         while True:
             slice_s = max(0.0, min(deadline - time.monotonic(), FIRST_WAIT_LINE_S))
-            latest = self.follower.wait_for(engine.model_version + 1, slice_s)
-            answered = latest is not None and latest.version > engine.model_version
+            newest = self.follower.wait_for(engine.model_version + 1, slice_s)
+            answered = newest > engine.model_version
             if answered or time.monotonic() >= deadline:
                 break
             notice.still(
                 "an answer to its sync request: "
                 + self._version_wait(step, engine.model_version + 1, engine)
             )
-        if latest is None or latest.version <= engine.model_version:
+        if not answered:
             self.counters.request_timeouts += 1
             log.info(
                 "step %d: no newer weights within %.0fs of the request, going on with version %d",

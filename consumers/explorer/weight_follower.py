@@ -11,6 +11,17 @@ an `explorer.load_weights` span linked to the trainer's `trainer.announce` span 
 bytes, an unknown schema fingerprint) is parked in the dead-letter topic when one is given, and
 the follower reads on; its group never commits, so a restarted follower parks it again (the
 letters name the same topic, partition and offset).
+
+With a weight-sync group (`synchronizer.sync_method: nccl`) the follower also holds the explorer's
+member of it (rft.synchronizer.weight_group): a version received over the group may be loaded
+before it is announced, and is then *unconfirmed*. The log's promise stays exact through
+`confirm`: a step that sampled with an unconfirmed version commits only once that version is
+announced and its manifest carries the token the weights came with; a manifest that is missing
+or holds another token (a trainer died after the broadcast and its successor wrote that version
+number again) makes the step's tasks run again on weights loaded from the store (`fall_back`).
+A restarted explorer starts from the store (`load_newest(..., from_group=False)`), and one that
+missed a broadcast (it joined late, or its group broke) loads announced versions from the store
+as without a group.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from rft.errors import CheckpointError, EngineError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
+from rft.synchronizer.fast_path import FAST_TOKEN
+from rft.synchronizer.weight_group import WeightGroupMember
 from rft.tracing.spans import LOAD_WEIGHTS, link_to, new_trace
 
 log = logging.getLogger(__name__)
@@ -59,8 +72,12 @@ class WeightFollower:
         consumer_config: Mapping[str, Any] | None = None,
         explorer_id: str = "",
         dead_letter_topic: str | None = None,
+        fast: WeightGroupMember | None = None,
     ) -> None:
         self.checkpoints = checkpoints
+        self.fast = fast  # this explorer's member of the weight-sync group, if there is one
+        self.unconfirmed: dict[int, int] = {}  # version loaded from the group -> its token
+        self.fast_loads = 0
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
         self.explorer_id = explorer_id
@@ -99,24 +116,78 @@ class WeightFollower:
                 self._announced = (event.version, env.trace_context)
         return self.latest
 
-    def wait_for(self, min_version: int, timeout_s: float) -> WeightVersion | None:
-        """Poll until a version >= `min_version` is announced, or `timeout_s` passes."""
+    def newest_available(self) -> int:
+        """The newest version this explorer could load now: announced, or received over the
+        weight-sync group (0: none)."""
+        announced = 0 if self.latest is None else self.latest.version
+        received = 0 if self.fast is None else self.fast.peek_version()
+        return max(announced, received)
+
+    def wait_for(self, min_version: int, timeout_s: float) -> int:
+        """Poll until a version >= `min_version` is available (announced, or received over the
+        group), or `timeout_s` passes; the newest available version."""
         deadline = time.monotonic() + timeout_s
         while True:
-            latest = self.poll(timeout_s=0.5)
-            if latest is not None and latest.version >= min_version:
-                return latest
-            if time.monotonic() >= deadline:
-                return latest
+            self.poll(timeout_s=0.05 if self.fast is not None else 0.5)
+            newest = self.newest_available()
+            if newest >= min_version or time.monotonic() >= deadline:
+                return newest
 
-    def load_newest(self, engine: RolloutEngine) -> bool:
-        """Load the newest announced version into `engine` if it is newer; True if loaded."""
+    def load_newest(self, engine: RolloutEngine, *, from_group: bool = True) -> bool:
+        """Load the newest version into `engine` if it is newer: one received over the group
+        when it is at least as new as the newest announced (and `from_group`), else the newest
+        announced from the store; True if loaded."""
+        received = self.fast.take() if self.fast is not None and from_group else None
         latest = self.latest
+        announced = 0 if latest is None else latest.version
+        if received is not None and received.version > max(engine.model_version, announced - 1):
+            engine.load_state_dict(received.tensors, received.version)
+            self.unconfirmed[received.version] = received.token
+            self.fast_loads += 1
+            log.info("loaded weight version %d from the weight-sync group", received.version)
+            return True
         if latest is None or latest.version <= engine.model_version:
             return False
         if latest.version in self.refused:
             return False
         return self.load(engine, latest.version)
+
+    def confirm(self, versions: set[int], timeout_s: float) -> str | None:
+        """Wait until each of `versions` loaded from the group is durable: announced, with a
+        manifest that holds the token the weights came with. None when all are (or none came
+        from the group); else why not, and the step that sampled with them must not commit."""
+        # versions older than the step's oldest were replaced before any step sampled with them
+        oldest = min(versions, default=0)
+        for stale in [v for v in self.unconfirmed if v < oldest]:
+            del self.unconfirmed[stale]
+        for version in sorted(v for v in versions if v in self.unconfirmed):
+            deadline = time.monotonic() + timeout_s
+            while self.latest is None or self.latest.version < version:
+                if time.monotonic() >= deadline:
+                    return (
+                        f"weight version {version}, received over the weight-sync group, was not "
+                        f"announced within {timeout_s:.0f}s (synchronizer.sync_timeout)"
+                    )
+                self.poll(timeout_s=0.5)
+            if not self.checkpoints.has_manifest(version):
+                return f"weight version {version} has no manifest in the store"
+            stored = self.checkpoints.read_manifest(version).extra.get(FAST_TOKEN)
+            token = self.unconfirmed.pop(version)
+            if stored != str(token):
+                return (
+                    f"weight version {version} in the store ({self.checkpoints.uri(version)}) "
+                    "is not the one received over the weight-sync group (another token: a "
+                    "trainer wrote that version again)"
+                )
+        return None
+
+    def fall_back(self, engine: RolloutEngine) -> None:
+        """Replace weights received over the group that did not become durable by the newest
+        announced version, from the store."""
+        self.unconfirmed.clear()
+        latest = self.latest
+        if latest is not None and latest.version not in self.refused:
+            self.load(engine, latest.version)
 
     def load(self, engine: RolloutEngine, version: int) -> bool:
         started = time.monotonic()
@@ -149,6 +220,8 @@ class WeightFollower:
         return True
 
     def close(self) -> None:
+        if self.fast is not None:
+            self.fast.close()
         self._reader.close()
 
     def __enter__(self) -> WeightFollower:

@@ -5,7 +5,10 @@ Every published version holds the weights in HF layout, in the dtype explorers r
 engine's tensors to the store (no local file; sha256 taken as they go), and the sampler's state
 (`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
 counters), so a restarted trainer's batches continue too. Its manifest is created, and the
-version announced, as soon as these are durable.
+version announced, as soon as these are durable. With a weight-sync group (`sync_method: nccl`)
+the weights are broadcast to its explorers first, and the manifest keeps the token they came
+with (`fast_sync_token`): an explorer commits what it sampled with them only once it finds that
+manifest (docs/weight-sync.md).
 
 Every `trainer.save_interval` steps, in the final step's version and in one a stop publishes, the
 version also gets the training state: AdamW moments, LR schedule and step, plus the float32
@@ -32,6 +35,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -49,6 +53,8 @@ from rft.storage.checkpoint_store import (
     OffsetLike,
 )
 from rft.storage.payload import BytesPayload, Payload
+from rft.synchronizer.fast_path import FAST_TOKEN, new_token
+from rft.synchronizer.weight_group import WeightGroupHost
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +84,14 @@ class TrainerCheckpointer:
         store: CheckpointStore,
         save_interval: int,
         weights_dtype: torch.dtype | None = None,
+        fast: WeightGroupHost | None = None,
     ) -> None:
         self.store = store
         self.save_interval = save_interval
         self.weights_dtype = weights_dtype
+        # the weight-sync group (sync_method: nccl): each version goes to it before the store
+        self.fast = fast
+        self._token: tuple[int, int] | None = None  # (version, its token) sent last
         self._state_saved_at = 0  # train step of the newest version that carries training state
         self._background = ThreadPoolExecutor(1, thread_name_prefix="training-state")
         self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
@@ -104,6 +114,8 @@ class TrainerCheckpointer:
         with_state = final or step - self._state_saved_at >= self.save_interval
         extra: dict[str, str] = {"writer": writer_identity()}
         weights = engine.export_weights(self.weights_dtype)
+        if self.fast is not None:
+            extra[FAST_TOKEN] = str(self._send_fast(step, weights))
         payloads: dict[str, Payload] = {
             SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)
         }
@@ -138,6 +150,22 @@ class TrainerCheckpointer:
             self._state_write = (step, future)
             self._state_saved_at = step
         return manifest
+
+    def _send_fast(self, step: int, weights: dict[str, torch.Tensor]) -> int:
+        """Broadcast version `step` to the weight-sync group; its token. A version written
+        again (its announcement failed) keeps its token: the weights are the same."""
+        assert self.fast is not None
+        if self._token is None or self._token[0] != step:
+            self._token = (step, new_token())
+        started = time.monotonic()
+        reached = self.fast.send(step, self._token[1], weights)
+        log.info(
+            "version %d sent over the weight-sync group to %d explorers in %.2fs",
+            step,
+            len(reached),
+            time.monotonic() - started,
+        )
+        return self._token[1]
 
     def _snapshot(self, engine: TrainerEngine) -> tuple[dict[str, Payload], dict[str, str]]:
         """The training state as it is now, in memory (the next step changes the engine's):
@@ -175,6 +203,8 @@ class TrainerCheckpointer:
         except Exception as exc:  # noqa: BLE001 - shutting down; the next resume says it too
             log.error("the training state written in the background failed: %s", exc)
         self._background.shutdown(wait=True)
+        if self.fast is not None:
+            self.fast.close()
 
     def restore(self, engine: TrainerEngine) -> tuple[int, dict[tuple[str, int], int]]:
         """Load the newest version into `engine`: (train step, consumed offsets per partition).

@@ -71,6 +71,7 @@ from rft.producers.metric_emitter import MetricEmitter
 from rft.producers.status_announcer import StatusAnnouncer
 from rft.producers.task_selectors import is_online
 from rft.synchronizer import build_sync_style
+from rft.synchronizer.fast_path import trainer_end
 
 __all__ = ["Trainer", "TrainerSummary", "master_dtype", "trainer_engine_config"]
 
@@ -164,6 +165,7 @@ class Trainer:
             self.plan.checkpoint_store(),
             self.cfg.trainer.save_interval,
             weights_dtype=torch_dtype(self.plan.rollout_dtype),
+            fast=trainer_end(self.cfg.synchronizer, self.plan.trainer_device),
         )
         control_group = f"{self.plan.run_id}.trainer-control.{self.cfg.trainer.name}"
         with contextlib.ExitStack() as stack:

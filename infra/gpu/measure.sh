@@ -10,6 +10,8 @@
 #       (qwen2.5-1.5b-shape: random weights, throughput only): the vLLM explorer and the trainer
 #       placed by the ray launcher, 256-token responses, STEPS (8) steps; needs --vllm --ray
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
+#   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
+#       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
 #       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
 #       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
@@ -113,6 +115,12 @@ case "$stage" in
     for engine in ${1:-hf vllm}; do
       python3 bench/weight_sync.py --engine "$engine" --store "file://$home/ws" --versions 5 \
         2>&1 | grep --line-buffered -v "^INFO" | tee "$out/weight-sync-$engine.txt"
+    done ;;
+  fast-weights)
+    for engine in ${1:-hf vllm}; do
+      python3 bench/fast_weights.py --engine "$engine" --store file --model smollm2 \
+        --device cuda:0 --explorer-device cuda:1 --dtype bfloat16 --versions 5 \
+        2>&1 | grep --line-buffered -v "^INFO" | tee "$out/fast-weights-$engine.txt"
     done ;;
   loop)
     loop "$@" ;;

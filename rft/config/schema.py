@@ -28,7 +28,7 @@ TasksetStorage = Literal["file", "generator"]
 # kafka/queue: the Kafka topic; sql: the topic plus a SQL mirror that the trainer writes
 ExperienceStorage = Literal["kafka", "queue", "sql", "file"]
 PromptType = Literal["plaintext", "messages"]
-SyncMethod = Literal["checkpoint"]
+SyncMethod = Literal["checkpoint", "nccl"]
 SyncTimeoutAction = Literal["wait", "stop"]
 TrainerStrategy = Literal["fsdp2"]
 Implementation = Literal["rft", "verl"]
@@ -1271,9 +1271,21 @@ class SynchronizerConfig:
 
     sync_method: SyncMethod = key(
         "checkpoint",
-        does="checkpoint, the one method: versions through the object store (nccl/memory read as it)",
-        acts_in="rft/config/schema.py",
-        shown_by="tests/unit/test_config_validation.py",
+        does="checkpoint: versions reach explorers through the object store only; nccl: the trainer also broadcasts each version's weights to the explorers of its weight-sync group (NCCL between GPUs, gloo on the CPU) before writing it to the store, and an explorer samples with them at once but commits a step only once that version's manifest is announced (docs/weight-sync.md)",
+        acts_in="rft/synchronizer/fast_path.py",
+        shown_by="tests/integration/test_fast_weights.py",
+    )
+    weight_group_address: str = key(
+        "127.0.0.1:29517",
+        does="host:port of the weight-sync group's rendezvous, which the trainer hosts (sync_method: nccl); explorers on other hosts need the trainer host's address here",
+        acts_in="rft/synchronizer/fast_path.py",
+        shown_by="tests/unit/test_weight_group.py",
+    )
+    weight_group_timeout: float = key(
+        bounded(30.0, gt=0),
+        does="seconds the trainer waits for one group formation or one version's broadcasts before it drops the group (a dead or hung explorer) and that version goes by the store only (sync_method: nccl)",
+        acts_in="rft/synchronizer/weight_group.py",
+        shown_by="tests/unit/test_weight_group.py",
     )
     sync_style: str = key(
         "fixed",
@@ -1318,12 +1330,12 @@ class SynchronizerConfig:
             "dynamic_by_trainer": Alias("trainer_driven"),
         },
         "sync_method": {
-            name: Alias(
-                "checkpoint",
-                "weights reach explorers as verified checkpoint versions through the object "
-                "store, announced on the weights topic",
-            )
-            for name in ("nccl", "memory")
+            "memory": Alias(
+                "nccl",
+                "rft has no CUDA IPC or shared-memory transport: explorers on the trainer's host "
+                "receive versions through the weight-sync group (gloo over loopback on the CPU, "
+                "NCCL between GPUs), with the durable copy in the object store",
+            ),
         },
     }
 

@@ -7,7 +7,9 @@ vLLM). What it owns:
   into `Rollout`s under the house logprob convention (see `Rollout`);
 - in-place weight updates: `load_state_dict` hands the HF-named tensors to the running model's
   `load_weights` (vLLM maps them onto its fused layers) and drops the prefix cache, whose KV
-  entries were computed by the old weights; no restart, no new CUDA graphs;
+  entries were computed by the old weights; no restart, no new CUDA graphs. A version from the
+  store (CPU tensors viewed in the downloaded buffer) and one received over the weight-sync group
+  (tensors already on the explorer's GPU, `sync_method: nccl`) take the same path;
 - the per-call deadline: requests still running when `timeout_s` runs out are aborted and end
   with finish_reason "timeout", keeping the tokens they had.
 - the prefix cache's counts (`prefix_cache`): each request's prompt tokens and how many of them

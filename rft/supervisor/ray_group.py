@@ -2,9 +2,10 @@
 
 It sizes the placement group from the config (`ray_placement`), connects to Ray (`ray_cluster`),
 starts one `ComponentHost` actor per slot (trainer ranks told rank 0's address for the
-torch.distributed rendezvous) and watches them for the supervisor. A component that exits with a
-code other than 0, or whose actor dies, is a failure named with its component and the last lines
-of its log; the supervisor then stops the rest. Nothing of the run's data passes through Ray.
+torch.distributed rendezvous; with `synchronizer.sync_method: nccl` every component told the
+weight-sync group's rendezvous on the trainer's node) and watches them for the supervisor. A
+component that exits with a code other than 0, or whose actor dies, is a failure named with its
+component and the last lines of its log; the supervisor then stops the rest. Nothing of the run's data passes through Ray.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import psutil
 
 from rft.config import RftConfig
+from rft.config.schema import SynchronizerConfig
 from rft.consumers.run_plan import PLACED_DEVICE_ENV
 from rft.errors import LaunchError
 from rft.supervisor.failure import Failure, exited, last_lines
@@ -27,6 +29,7 @@ from rft.supervisor.launchers import RunCommand
 from rft.supervisor.ray_cluster import RayCluster, first_line
 from rft.supervisor.ray_host import STOP_GRACE_S, ChildSpec, ComponentHost, HostStatus
 from rft.supervisor.ray_placement import TRAIN_VERB, Placement, Slot, plan_placement
+from rft.synchronizer.fast_path import has_fast_path
 
 READY_TIMEOUT_S = 120.0  # for the placement group and the actors to come up
 POLL_S = 0.5  # between checks of the components' exit
@@ -135,7 +138,7 @@ class RayGroup:
         ]
         rendezvous = self._rendezvous()
         text = command.config_path.read_text(encoding="utf-8")
-        overrides = command.overrides + self._pinned_endpoints(cfg)
+        overrides = command.overrides + self._pinned_endpoints(cfg) + self._weight_group(cfg)
         # the trainer first, as the local launcher does: its consumer group is there when the
         # first experiences are
         for m in sorted(self.members, key=lambda m: m.slot.verb != TRAIN_VERB):
@@ -163,6 +166,16 @@ class RayGroup:
             return {}
         port = ray.get(rank0.actor.free_port.remote(), timeout=READY_TIMEOUT_S)
         return {"MASTER_ADDR": rank0.where["node"], "MASTER_PORT": str(port)}
+
+    def _weight_group(self, cfg: RftConfig) -> tuple[str, ...]:
+        """With a fast weight path, the rendezvous on the trainer's node (a free port there)."""
+        import ray
+
+        if not needs_weight_group_address(cfg.synchronizer):
+            return ()
+        rank0 = next(m for m in self.members if m.slot.verb == TRAIN_VERB and m.slot.rank == 0)
+        port = ray.get(rank0.actor.free_port.remote(), timeout=READY_TIMEOUT_S)
+        return (weight_group_override(rank0.where["node"], port),)
 
     def _pinned_endpoints(self, cfg: RftConfig) -> tuple[str, ...]:
         """On a cluster of other machines, every component talks to the Kafka and object store
@@ -329,6 +342,18 @@ def _check_capacity(cluster: RayCluster, placement: Placement) -> None:
             f"it needs {' and '.join(short)}, one bundle per process "
             f"(cluster.node_num × cluster.gpu_per_node)"
         )
+
+
+def needs_weight_group_address(sync: SynchronizerConfig) -> bool:
+    """Whether the launcher places the weight-sync rendezvous: a fast path whose address is
+    this host's loopback (the default), which explorers on other nodes could not reach. An
+    address the config names is kept."""
+    host = sync.weight_group_address.rpartition(":")[0]
+    return has_fast_path(sync) and host in {"127.0.0.1", "localhost", "::1"}
+
+
+def weight_group_override(node: str, port: int) -> str:
+    return f"synchronizer.weight_group_address={node}:{port}"
 
 
 def child_env(slot: Slot, placement: Placement, rendezvous: dict[str, str]) -> dict[str, str]:

@@ -239,12 +239,12 @@ def test_truncated_and_flipped_checkpoints_are_refused_and_the_previous_version_
         dead_letter_topic=topics.dead_letter,
     ) as follower:
         announce(stack, topics.weights, store, 1)
-        assert follower.wait_for(1, timeout_s=30).version == 1
+        assert follower.wait_for(1, timeout_s=30) == 1
         assert follower.load_newest(engine) and engine.model_version == 1
         served = {k: v.clone() for k, v in engine.state_dict().items()}
         for version in (2, 3):
             announce(stack, topics.weights, store, version)
-            assert follower.wait_for(version, timeout_s=30).version == version
+            assert follower.wait_for(version, timeout_s=30) == version
             assert not follower.load_newest(engine)
             assert engine.model_version == 1
             for name, tensor in engine.state_dict().items():

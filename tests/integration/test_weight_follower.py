@@ -64,13 +64,13 @@ def test_only_verified_versions_are_loaded(stack: StackSettings, unique: str, tm
     )
     with WeightFollower(stack.kafka, topics.weights, unique, store) as follower:
         announce(stack, topics.weights, store, 1)
-        assert follower.wait_for(1, timeout_s=30).version == 1
+        assert follower.wait_for(1, timeout_s=30) == 1
         assert not follower.load_newest(engine)
         assert engine.model_version == 0
         assert "sha256" in follower.refused[1] or "size" in follower.refused[1]
 
         announce(stack, topics.weights, store, 2)
-        assert follower.wait_for(2, timeout_s=30).version == 2
+        assert follower.wait_for(2, timeout_s=30) == 2
         assert not follower.load_newest(engine)
         assert "manifest" in follower.refused[2]
         assert engine.model_version == 0
@@ -80,7 +80,7 @@ def test_only_verified_versions_are_loaded(stack: StackSettings, unique: str, tm
         # v3: a good version is loaded, and changes the weights
         store.write(3, 3, perturbed_checkpoint(engine, tmp_path / "v3", 0.03))
         announce(stack, topics.weights, store, 3)
-        assert follower.wait_for(3, timeout_s=30).version == 3
+        assert follower.wait_for(3, timeout_s=30) == 3
         assert follower.load_newest(engine)
         assert engine.model_version == 3
         name = next(iter(before))

@@ -152,13 +152,18 @@ def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     assert str(err).startswith("3 problems in the config")
 
 
-def test_nccl_and_memory_sync_read_as_checkpoint_with_what_happens(tmp_path: Path) -> None:
-    for method in ("nccl", "memory"):
-        path = tmp_path / f"{method}.yaml"
-        path.write_text(MINIMAL, encoding="utf-8")
-        with pytest.warns(ConfigWarning, match="verified checkpoint versions through the object"):
-            cfg = load_config(path, [f"synchronizer.sync_method={method}"])
-        assert cfg.synchronizer.sync_method == "checkpoint"
+def test_nccl_is_the_weight_group_and_memory_reads_as_it_with_what_happens(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "sync.yaml"
+    path.write_text(MINIMAL, encoding="utf-8")
+    cfg = load_config(path, ["synchronizer.sync_method=nccl"])
+    assert cfg.synchronizer.sync_method == "nccl"
+    with pytest.warns(ConfigWarning, match="no CUDA IPC or shared-memory transport"):
+        cfg = load_config(path, ["synchronizer.sync_method=memory"])
+    assert cfg.synchronizer.sync_method == "nccl"
+    with pytest.raises(ConfigError, match="synchronizer.weight_group_timeout"):
+        load_config(path, ["synchronizer.weight_group_timeout=0"])
 
 
 def test_serve_mode_loads_with_its_section_and_checks_what_the_server_acts_on(

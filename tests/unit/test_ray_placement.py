@@ -177,3 +177,17 @@ def test_ray_is_imported_only_to_launch(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_the_ray_launcher_places_the_weight_group_rendezvous_on_the_trainers_node() -> None:
+    from rft.config.schema import SynchronizerConfig
+    from rft.supervisor.ray_group import needs_weight_group_address, weight_group_override
+
+    assert not needs_weight_group_address(SynchronizerConfig())  # checkpoint: no group
+    fast = SynchronizerConfig(sync_method="nccl")
+    assert needs_weight_group_address(fast)  # the loopback default reaches no other node
+    named = SynchronizerConfig(sync_method="nccl", weight_group_address="10.1.2.3:4000")
+    assert not needs_weight_group_address(named)  # what the config names is kept
+    assert weight_group_override("10.0.0.7", 41000) == (
+        "synchronizer.weight_group_address=10.0.0.7:41000"
+    )

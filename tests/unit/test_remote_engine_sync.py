@@ -22,8 +22,8 @@ class NoWeightsYet:
     def poll(self, timeout_s: float = 0.0) -> None:
         return None
 
-    def wait_for(self, version: int, timeout_s: float) -> None:
-        return None
+    def wait_for(self, version: int, timeout_s: float) -> int:
+        return 0  # the newest version available: none
 
     def load_newest(self, engine: Any) -> bool:
         raise AssertionError("a version was loaded into an engine that cannot load one")

@@ -1,0 +1,206 @@
+"""The weight-sync group over gloo, with explorers' ends as processes of their own.
+
+The trainer's end (`WeightGroupHost`, rank 0) runs in the test; each explorer's end
+(`WeightGroupMember`) in a `tests.unit.weight_group_peer` process on localhost. What a member
+receives is what was sent (sha256 of every tensor's bytes, and the version's token); a member
+gets exactly the versions whose `send` names it; one that joins late starts at the next version;
+a member that dies or hangs costs the trainer one bounded `synchronizer.weight_group_timeout`,
+after which the group goes on with the living. `synchronizer.weight_group_address` is where the
+trainer hosts the rendezvous.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from rft.engines.fsdp_ranks import free_port
+from rft.errors import ConfigError
+from rft.synchronizer.weight_group import WeightGroupHost, split_address
+from tests.unit.weight_group_peer import digest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 5.0
+# a few seconds of sends in a loop: plenty for a process to start and join on a loaded machine
+JOIN_DEADLINE_S = 120.0
+
+
+class Peer:
+    """A member process and the versions it reported."""
+
+    def __init__(self, address: str, member_id: str) -> None:
+        self.member_id = member_id
+        self.proc = subprocess.Popen(  # noqa: S603 - our own module
+            [
+                sys.executable,
+                "-m",
+                "tests.unit.weight_group_peer",
+                address,
+                str(TIMEOUT_S),
+                member_id,
+            ],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.got: dict[int, tuple[int, str]] = {}  # version -> (token, digest)
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.strip())
+
+    def expect(self, version: int) -> tuple[int, str]:
+        """Wait for this member's report of `version` (it was sent to it)."""
+        while version not in self.got:
+            line = self.lines.get(timeout=JOIN_DEADLINE_S)
+            if line.startswith("got "):
+                _, v, token, sha = line.split()
+                self.got[int(v)] = (int(token), sha)
+        return self.got[version]
+
+    def drain(self) -> None:
+        """Read what it reported so far."""
+        while True:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                return
+            if line.startswith("got "):
+                _, v, token, sha = line.split()
+                self.got[int(v)] = (int(token), sha)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def weights(version: int, mib: int = 1) -> dict[str, torch.Tensor]:
+    """HF-like tensors of two dtypes, different for each version."""
+    g = torch.Generator().manual_seed(version)
+    n = mib * 2**18
+    return {
+        "model.embed_tokens.weight": torch.randn(n // 64, 64, generator=g),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(n // 32, 32, generator=g).to(
+            torch.bfloat16
+        ),
+        "model.norm.weight": torch.randn(64, generator=g),
+    }
+
+
+@pytest.fixture
+def host() -> Iterator[WeightGroupHost]:
+    group = WeightGroupHost(f"127.0.0.1:{free_port()}", TIMEOUT_S)
+    yield group
+    group.close()
+
+
+def address_of(host: WeightGroupHost) -> str:
+    return f"127.0.0.1:{host.port}"
+
+
+def send_until(host: WeightGroupHost, members: set[str], first: int) -> tuple[int, dict]:
+    """Send versions first, first+1, ... until one reaches exactly `members`; returns that
+    version and every version's reached list."""
+    reached: dict[int, list[str]] = {}
+    deadline = time.monotonic() + JOIN_DEADLINE_S
+    version = first
+    while time.monotonic() < deadline:
+        reached[version] = host.send(version, 1000 + version, weights(version))
+        if set(reached[version]) == members:
+            return version, reached
+        version += 1
+        time.sleep(0.3)
+    raise AssertionError(f"no version reached {members} in {JOIN_DEADLINE_S}s: {reached}")
+
+
+def test_members_receive_each_version_as_sent(host: WeightGroupHost) -> None:
+    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
+    try:
+        first, reached = send_until(host, {"a", "b"}, 1)
+        second = first + 1
+        assert sorted(host.send(second, 7, weights(second))) == ["a", "b"]
+        for peer in (a, b):
+            assert peer.expect(first) == (1000 + first, digest(weights(first)))
+            assert peer.expect(second) == (7, digest(weights(second)))
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_a_late_joiner_gets_only_versions_sent_to_it(host: WeightGroupHost) -> None:
+    a = Peer(address_of(host), "a")
+    b = None
+    try:
+        joined_a, reached = send_until(host, {"a"}, 1)
+        b = Peer(address_of(host), "b")
+        joined_b, later = send_until(host, {"a", "b"}, joined_a + 1)
+        reached.update(later)
+        b.expect(joined_b)
+        a.expect(joined_b)
+        a.drain()
+        b.drain()
+        # a member receives a version exactly when the trainer's send names it
+        for peer in (a, b):
+            sent_to = {v for v, names in reached.items() if peer.member_id in names}
+            assert set(peer.got) == sent_to, (peer.member_id, peer.got.keys(), reached)
+        assert min(b.got) == joined_b > joined_a  # what it missed comes from the store
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fault: str) -> None:
+    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
+    try:
+        joined, _ = send_until(host, {"a", "b"}, 1)
+        b.expect(joined)
+        # killed: its sockets close; hung: it holds them open and reads nothing
+        os.kill(b.proc.pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
+        # 8 MiB per tensor: more than the socket buffers hold, so a send to b blocks
+        version = joined + 1
+        reached = host.send(version, 1, weights(version, mib=8))
+        assert "b" not in reached, reached  # the trainer knows it did not reach b
+        # the trainer goes on: the next versions reach the living member alone
+        after, more = send_until(host, {"a"}, version + 1)
+        assert a.expect(after) == (1000 + after, digest(weights(after)))
+        a.drain()
+        sent_to_a = {v for v, names in {version: reached, **more}.items() if "a" in names}
+        assert sent_to_a <= set(a.got)
+    finally:
+        if fault == "hung":
+            os.kill(b.proc.pid, signal.SIGKILL)
+        a.stop()
+        b.stop()
+
+
+def test_an_address_taken_or_not_host_port_names_its_key(host: WeightGroupHost) -> None:
+    with pytest.raises(ConfigError, match="synchronizer.weight_group_address: cannot host"):
+        WeightGroupHost(address_of(host), TIMEOUT_S)
+    assert split_address("10.0.0.5:29517") == ("10.0.0.5", 29517)
+    for bad in ("10.0.0.5", "host:port", ":29517", "h:70000"):
+        with pytest.raises(ConfigError, match="synchronizer.weight_group_address"):
+            split_address(bad)

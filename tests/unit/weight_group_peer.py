@@ -1,0 +1,44 @@
+"""An explorer's end of the weight-sync group as a process of its own, for the tests.
+
+`python -m tests.unit.weight_group_peer ADDRESS TIMEOUT_S ID` joins the group and prints one line
+per version it receives whole: `got VERSION TOKEN SHA256` (the sha256 of the tensors' bytes in
+the layout's order), until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import threading
+import time
+
+import torch
+
+from rft.synchronizer.weight_group import WeightGroupMember
+
+
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over names and raw bytes, in the mapping's order."""
+    h = hashlib.sha256()
+    for name, tensor in tensors.items():
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def main() -> None:
+    address, timeout_s, member_id = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+    member = WeightGroupMember(address, timeout_s, member_id)
+    closed = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+    print("joining", flush=True)
+    while not closed.is_set():
+        received = member.take()
+        if received is not None:
+            print(f"got {received.version} {received.token} {digest(received.tensors)}", flush=True)
+        time.sleep(0.02)
+    member.close()
+
+
+if __name__ == "__main__":
+    main()
