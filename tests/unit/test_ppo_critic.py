@@ -20,7 +20,7 @@ from rft.algorithms.presets import resolve_algorithm
 from rft.algorithms.tensor_checks import AlgorithmInputError
 from rft.algorithms.value_loss import clipped_value_loss, explained_variance
 from rft.catalog import load_config
-from rft.config import ConfigValidationError
+from rft.config import ConfigValidationError, ConfigWarning
 from rft.consumers.trainer.trainer import critic_settings
 from rft.engines.critic import Critic, CriticSettings
 from rft.engines.models import ModelSpec, load_model
@@ -359,3 +359,9 @@ def test_the_critic_state_round_trips() -> None:
         torch.equal(other.optimizer.state_dict()["state"][i]["exp_avg"], s["exp_avg"])
         for i, s in moments.items()
     )
+
+
+def test_verls_worker_plumbing_in_the_critic_section_loads_with_a_warning(tmp_path: Path) -> None:
+    with pytest.warns(ConfigWarning, match=r"critic\.strategy` is accepted but ignored"):
+        cfg = _config(tmp_path, PPO + "critic:\n  strategy: fsdp\n  cliprange_value: 0.3\n")
+    assert cfg.critic.cliprange_value == 0.3
