@@ -13,7 +13,8 @@ How rft's inputs reach verl's functions:
 - Advantages: rft's are per sequence (`rewards[N]`); verl's take token-level rewards and a response
   mask. Each reward goes in as a one-token response (`[N, 1]`, mask 1), which for outcome rewards
   is what verl's trainer computes too; verl's REINFORCE++ whitening then weighs every response
-  once (in verl's own trainer a response weighs by its token count).
+  once (in verl's own trainer a response weighs by its token count). GAE (`verl/ppo`) takes
+  token rewards, values and the mask as verl does, with rft's critic-fn signature.
 - Policy losses: `old_logprob` / `logprob` swap places (verl takes the old first), the clip ranges
   travel in a verl `ActorConfig` (clip_range -> clip_ratio, ..._low / _high alike, clip_ratio_c),
   verl's metric names lose their `actor/` prefix, and a loss's `pg_loss` is added.

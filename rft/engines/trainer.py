@@ -14,7 +14,10 @@ pass when a reward KL penalty needs one), then for each micro-batch the padded t
 policy's (and the reference's) logprobs and entropy over the response positions (each row at the
 temperature its old logprobs were recorded at), the `LossBatch` and the algorithm's loss called
 on it (`rft.algorithms.objective.LossFn`), gradients accumulated, clipped, and AdamW plus the LR
-schedule stepped. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
+schedule stepped. With a critic attached (`attach_critic`, PPO), the advantage fn that reads it
+gets the critic's values of the batch first (`critic_values`), and the critic takes its own
+update on the clipped value loss after the policy's (`rft.engines.critic`). The FSDP2 engine
+(`rft.engines.fsdp_engine`) reuses these pieces on each rank; it carries no critic.
 """
 
 from __future__ import annotations
