@@ -98,6 +98,8 @@ _CONSOLE_KEYS = (
     "kl",
     "entropy",
     "grad_norm",
+    "critic/vf_loss",  # PPO's critic
+    "critic/explained_variance",
     "staleness_mean",
     "response_length_mean",
     "rollout_tokens_per_s",

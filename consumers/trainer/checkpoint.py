@@ -22,6 +22,10 @@ in the seconds it was being written) it resumes the weights, the log position an
 schedule, with fresh AdamW moments, and says so. Explorers never read `trainer_state/` nor the
 part.
 
+A critic trained beside the policy (PPO) is saved with it: its weights in every version
+(`trainer_state/critic/`, float32, never read by explorers), its AdamW state with the training
+state; a resume restores both, as it does the policy's.
+
 It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
 engine hands it consolidated weights and state, written here once.
 """
@@ -43,6 +47,7 @@ from typing import Any
 
 import torch
 
+from rft.engines.critic import Critic
 from rft.engines.trainer import TrainerEngine
 from rft.engines.weights import SAFETENSORS, SafetensorsPayload, tensors_of_files
 from rft.storage.checkpoint_manifest import CheckpointManifest
@@ -61,9 +66,18 @@ log = logging.getLogger(__name__)
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
 _SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
+# a critic's weights (every version, in the master dtype) and AdamW state (with the training state)
+_CRITIC_DIR = TRAINER_STATE_DIR + "critic"
+_CRITIC_OPTIMIZER_FILE = TRAINER_STATE_DIR + "critic_optimizer.pt"
 #: The part of a version that holds its training state, written after the version.
 STATE_PART = "trainer_state"
 _SAFETENSORS_METADATA = {"format": "pt"}
+
+
+def critic_of(engine: TrainerEngine) -> Critic | None:
+    """The critic an engine trains beside its policy, if any (engines without one have none)."""
+    critic: Critic | None = getattr(engine, "critic", None)
+    return critic
 
 
 def writer_identity() -> str:
@@ -119,6 +133,14 @@ class TrainerCheckpointer:
         payloads: dict[str, Payload] = {
             SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)
         }
+        critic = critic_of(engine)
+        if critic is not None:
+            # every version: a resume from any version continues with the critic it trained
+            # with, and the version's fenced manifest commits both together
+            payloads[f"{_CRITIC_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
+                critic.state_dict(), _SAFETENSORS_METADATA
+            )
+            extra["critic_weights"] = _CRITIC_DIR
         if sampler_state is not None:
             payloads[_SAMPLER_FILE] = BytesPayload(
                 json.dumps(sampler_state, sort_keys=True).encode()
@@ -175,6 +197,12 @@ class TrainerCheckpointer:
         engine.save_optimizer(optimizer)
         files: dict[str, Payload] = {_OPTIMIZER_FILE: BytesPayload(optimizer.getbuffer())}
         extra = {"trainer_state": _OPTIMIZER_FILE}
+        critic = critic_of(engine)
+        if critic is not None:
+            critic_optimizer = io.BytesIO()
+            critic.save_optimizer(critic_optimizer)
+            files[_CRITIC_OPTIMIZER_FILE] = BytesPayload(critic_optimizer.getbuffer())
+            extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
             master = {k: v.clone() for k, v in engine.export_weights().items()}
             files[f"{_MASTER_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
@@ -254,6 +282,7 @@ class TrainerCheckpointer:
                 version,
                 self.save_interval,
             )
+        self._restore_critic(engine, version, manifest.extra, files, state, state_files, source)
         self._state_saved_at = manifest.train_step if state.get("trainer_state") else 0
         offsets = {(o.topic, o.partition): o.offset for o in manifest.consumed_offsets}
         log.info(
@@ -264,6 +293,43 @@ class TrainerCheckpointer:
             offsets,
         )
         return manifest.train_step, offsets
+
+    @staticmethod
+    def _restore_critic(
+        engine: TrainerEngine,
+        version: int,
+        extra: Mapping[str, Any],
+        files: Mapping[str, memoryview],
+        state: Mapping[str, Any],
+        state_files: Mapping[str, memoryview],
+        source: str,
+    ) -> None:
+        """The critic's weights from the version and its AdamW state from the training state."""
+        critic = critic_of(engine)
+        if critic is None:
+            return
+        if not extra.get("critic_weights"):
+            log.warning(
+                "checkpoint v%d holds no critic (its run trained none): the critic starts "
+                "from critic_model_path with a fresh value head",
+                version,
+            )
+            return
+        prefix = f"{extra['critic_weights']}/"
+        critic.load_state_dict(
+            tensors_of_files(
+                {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)},
+                f"{source}{prefix}",
+            )
+        )
+        if state.get("critic_state"):
+            critic.load_optimizer(io.BytesIO(state_files[str(state["critic_state"])]))
+        else:
+            log.warning(
+                "checkpoint v%d has no critic optimizer state: the critic's AdamW moments "
+                "restart from zero",
+                version,
+            )
 
     def read_sampler_state(self, version: int) -> dict[str, Any] | None:
         """The sampler state saved with `version` (sha256-verified), or None if it has none."""

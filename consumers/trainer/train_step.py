@@ -84,6 +84,13 @@ def train_batch_of(rows: Sequence[BatchRow]) -> TrainBatch:
         # each row is recomputed at the temperature its logprobs were sampled at
         temperatures=[e.logprob_temperature for e in exps],
         expert=torch.tensor([r.expert for r in rows]) if any(r.expert for r in rows) else None,
+        # read by an advantage fn that reads a critic (GAE); an empty response has none
+        token_rewards=cast(
+            list[Sequence[float] | None],
+            [e.token_rewards if n else None for e, n in zip(exps, lengths, strict=True)],
+        )
+        if any(e.token_rewards is not None for e in exps)
+        else None,
     )
 
 

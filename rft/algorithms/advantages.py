@@ -254,3 +254,7 @@ ADVANTAGE_FN.lazy("preference", "rft.algorithms.preference_losses:preference_adv
 ADVANTAGE_FN.lazy(
     "step_wise_grpo", "rft.algorithms.step_advantages:step_wise_grpo_advantage", steps=True
 )
+# GAE from a critic's values (algorithm_type ppo): the trait `critic` says the entry takes token
+# rewards, the critic's values and the action mask, and returns the critic's targets too
+ADVANTAGE_FN.lazy("ppo", "rft.algorithms.gae:gae_advantage", critic=True)
+ADVANTAGE_FN.lazy("gae", "rft.algorithms.gae:gae_advantage", critic=True)

@@ -21,6 +21,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
 from rft.algorithms.aggregation import masked_mean
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.expert_rows import BatchUnits, expert_row_loss, mixed_loss
+from rft.algorithms.gae import ValueTargets
 from rft.algorithms.kl import KL_FN, apply_kl_penalty
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
@@ -262,6 +263,8 @@ class Advantages:
         self._steps = spec.advantage_fn is not None and bool(
             ADVANTAGE_FN.trait(spec.advantage_fn, "steps", False)
         )
+        # the advantage fn reads a critic's values: the engine calls `targets`, not this
+        self.needs_values = spec.use_critic
 
     def __call__(
         self,
@@ -276,12 +279,67 @@ class Advantages:
         turn: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """A [B, T] (T = action_mask's width) and the shaping's and advantage_fn's metrics."""
-        spec = self.spec
-        metrics: dict[str, float] = {}
         if self._advantage_fn is None:
             return torch.zeros(
                 action_mask.shape, dtype=torch.float32, device=action_mask.device
             ), {}
+        if self.needs_values:
+            raise AlgorithmInputError(
+                f"advantage_fn {self.spec.advantage_fn!r} reads a critic's values: use "
+                "Advantages.targets with the batch's token rewards and values"
+            )
+        rewards, metrics = self._shaped(
+            rewards, action_mask, logprob, ref_logprob, response_lengths
+        )
+        adv, adv_metrics = self._advantage_fn(
+            rewards, group_index, **self._step_args(trajectory_index, turn), **self._advantage_args
+        )
+        metrics.update(adv_metrics)
+        return broadcast_advantages(adv, action_mask), metrics
+
+    def targets(
+        self,
+        rewards: torch.Tensor,
+        token_rewards: torch.Tensor,
+        values: torch.Tensor,
+        action_mask: torch.Tensor,
+        logprob: torch.Tensor | None = None,
+        ref_logprob: torch.Tensor | None = None,
+        *,
+        response_lengths: torch.Tensor | None = None,
+    ) -> tuple[ValueTargets, dict[str, float]]:
+        """Advantages and returns [B, T] of a critic advantage fn (`needs_values`).
+
+        token_rewards [B, T] are the rows' token-level rewards and `rewards` [B] their sequence
+        rewards; the sequence shaping (overlong penalty, KL penalty) is computed on `rewards`
+        as in `__call__` and what it adds to a row lands on its last mask-1 token. `values`
+        [B, T] are the critic's, taken before this step.
+        """
+        if not self.needs_values:
+            raise AlgorithmInputError(
+                f"advantage_fn {self.spec.advantage_fn!r} reads no critic's values"
+            )
+        assert self._advantage_fn is not None
+        shaped, metrics = self._shaped(rewards, action_mask, logprob, ref_logprob, response_lengths)
+        delta = (shaped.to(torch.float64) - rewards.to(torch.float64)).to(token_rewards.dtype)
+        token_rewards = token_rewards + at_last_token(delta, action_mask)
+        targets, adv_metrics = self._advantage_fn(
+            token_rewards, values, action_mask, **self._advantage_args
+        )
+        metrics.update(adv_metrics)
+        return ValueTargets(*targets), metrics
+
+    def _shaped(
+        self,
+        rewards: torch.Tensor,
+        action_mask: torch.Tensor,
+        logprob: torch.Tensor | None,
+        ref_logprob: torch.Tensor | None,
+        response_lengths: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The sequence rewards after the overlong and KL penalties, and their metrics."""
+        spec = self.spec
+        metrics: dict[str, float] = {}
         if self._overlong:
             rewards, metrics = _with_overlong_penalty(
                 spec, rewards, response_lengths, self.max_response_length
@@ -295,11 +353,7 @@ class Advantages:
                 rewards, logprob, ref_logprob, action_mask, spec.kl_penalty_fn, spec.kl_penalty_coef
             )
             metrics.update(kl_metrics)
-        adv, adv_metrics = self._advantage_fn(
-            rewards, group_index, **self._step_args(trajectory_index, turn), **self._advantage_args
-        )
-        metrics.update(adv_metrics)
-        return broadcast_advantages(adv, action_mask), metrics
+        return rewards, metrics
 
     def _step_args(
         self, trajectory_index: torch.Tensor | None, turn: torch.Tensor | None
@@ -320,6 +374,18 @@ class Advantages:
                 "(advantage_fn step_wise_grpo)"
             )
         return {}
+
+
+def at_last_token(per_row: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T]: each row's value `per_row[b]` on its last mask-1 token, 0 elsewhere (a row
+    without one gets nothing). Where an outcome reward sits among token rewards."""
+    m = action_mask > 0
+    t = torch.arange(m.shape[1], device=m.device).expand_as(m)
+    last = torch.where(m, t, torch.full_like(t, -1)).amax(dim=1)
+    out = torch.zeros(m.shape, dtype=per_row.dtype, device=per_row.device)
+    rows = torch.nonzero(last >= 0).flatten()
+    out[rows, last[rows]] = per_row[rows]
+    return out
 
 
 def compute_advantages(

@@ -5,7 +5,7 @@ default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config sect
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
 
 Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
-(a critic, a teacher) are registered with the reason, so selecting
+(a teacher) are registered with the reason, so selecting
 one fails when the config loads, saying what is missing, instead of training something else.
 """
 
@@ -127,6 +127,13 @@ class AlgorithmSpec:
         return bool(reads) and self.entropy_coef != 0.0
 
     @property
+    def use_critic(self) -> bool:
+        """Whether the advantage fn reads a critic's values (its trait `critic`, e.g. GAE)."""
+        return self.advantage_fn is not None and bool(
+            ADVANTAGE_FN.trait(self.advantage_fn, "critic", False)
+        )
+
+    @property
     def use_advantage(self) -> bool:
         return self.advantage_fn is not None
 
@@ -216,12 +223,9 @@ for _spec in (
     AlgorithmSpec("asymre", policy_loss_fn="opmd", advantage_fn="asymre"),
     # RAFT: supervised loss on the explorer's own rollouts
     AlgorithmSpec("raft", policy_loss_fn="sft"),
-    _unavailable(
-        "ppo",
-        "ppo",
-        "needs a critic (a value model trained beside the policy, for GAE advantages), which "
-        "rft does not have yet; critic-free choices: grpo, rloo, reinforceplusplus, dapo",
-    ),
+    # PPO with a critic: GAE advantages from a value model trained beside the policy
+    # (rft.algorithms.gae; Trinity-RFT's defaults gamma = lam = 1), the clipped surrogate
+    _policy_gradient_preset("ppo", "ppo", advantage_fn_args={"gamma": 1.0, "lam": 1.0}),
     _unavailable(
         "gigpo",
         "ppo",
@@ -291,7 +295,18 @@ def _read(cfg: Any, key: str) -> Any:
 # Positional parameters each registry's functions take before their configurable args.
 _FIXED_PARAMS: dict[str, frozenset[str]] = {
     # trajectory_index / turn: filled for step-wise advantage fns (trait `steps`), never config
-    "advantage_fn": frozenset({"rewards", "group_index", "trajectory_index", "turn"}),
+    # token_rewards / values / action_mask: filled for advantage fns that read a critic (`critic`)
+    "advantage_fn": frozenset(
+        {
+            "rewards",
+            "group_index",
+            "trajectory_index",
+            "turn",
+            "token_rewards",
+            "values",
+            "action_mask",
+        }
+    ),
     # prox_logprob / ref_logprob: filled by AlgorithmLoss for the losses that declare them (the
     # latter by the trait reads_reference), never config args
     "policy_loss_fn": frozenset(
@@ -329,9 +344,8 @@ def resolve_algorithm(
 
     Keys read: algorithm_type, advantage_fn, policy_loss_fn, kl_loss_fn, kl_penalty_fn,
     entropy_loss_fn, sample_strategy, loss_agg_mode and the matching *_args dicts (with
-    sample_strategy_args), and
-    implementation. A key that is None/absent keeps the preset's value; a given *_args dict is
-    merged over the preset's args. With implementation "verl" the advantage fn and policy loss
+    sample_strategy_args), implementation, and use_critic (checked against the advantage fn).
+    A key that is None/absent keeps the preset's value; a given *_args dict is merged over the preset's args. With implementation "verl" the advantage fn and policy loss
     become their verl-backed entries (rft.algorithms.verl_library), same args.
     Every name is looked up in its registry and every arg checked against the function's
     signature, so a typo fails here with a ConfigError naming the key. `repeat_times` (default:
@@ -372,6 +386,7 @@ def resolve_algorithm(
         advantage_fn, policy_loss_fn = verl_counterparts(spec.advantage_fn, spec.policy_loss_fn)
         spec = replace(spec, advantage_fn=advantage_fn, policy_loss_fn=policy_loss_fn)
     validate_spec(spec)
+    _check_use_critic(_read(cfg, "use_critic"), spec)
     if repeat_times is None:
         repeat_times = _read(cfg, "repeat_times")
     if check_repeat_times and repeat_times is not None and repeat_times < spec.min_repeat_times:
@@ -380,6 +395,24 @@ def resolve_algorithm(
             f"{spec.min_repeat_times} rollouts per task, got {repeat_times}"
         )
     return spec
+
+
+def _check_use_critic(use_critic: bool | None, spec: AlgorithmSpec) -> None:
+    """`algorithm.use_critic` (Trinity-RFT's key) must agree with the advantage fn: a critic is
+    trained exactly when the advantages read its values; None follows the advantage fn."""
+    if use_critic is None or bool(use_critic) == spec.use_critic:
+        return
+    if use_critic:
+        raise ConfigError(
+            f"algorithm.use_critic: true, but advantage_fn {spec.advantage_fn!r} reads no "
+            "critic's values, so a critic would be trained for nothing; use algorithm_type ppo "
+            "(advantage_fn ppo: GAE) or leave use_critic out"
+        )
+    raise ConfigError(
+        f"algorithm.use_critic: false, but advantage_fn {spec.advantage_fn!r} computes "
+        "advantages from a critic's values; choose a critic-free advantage_fn (grpo, rloo, "
+        "reinforceplusplus) or leave use_critic out"
+    )
 
 
 def validate_spec(spec: AlgorithmSpec) -> None:

@@ -13,7 +13,8 @@ How rft's inputs reach verl's functions:
 - Advantages: rft's are per sequence (`rewards[N]`); verl's take token-level rewards and a response
   mask. Each reward goes in as a one-token response (`[N, 1]`, mask 1), which for outcome rewards
   is what verl's trainer computes too; verl's REINFORCE++ whitening then weighs every response
-  once (in verl's own trainer a response weighs by its token count).
+  once (in verl's own trainer a response weighs by its token count). GAE (`verl/ppo`) takes
+  token rewards, values and the mask as verl does, with rft's critic-fn signature.
 - Policy losses: `old_logprob` / `logprob` swap places (verl takes the old first), the clip ranges
   travel in a verl `ActorConfig` (clip_range -> clip_ratio, ..._low / _high alike, clip_ratio_c),
   verl's metric names lose their `actor/` prefix, and a loss's `pg_loss` is added.
@@ -48,7 +49,9 @@ PREFIX = "verl/"
 
 # rft part -> its verl-backed entry, per registry (what `implementation: verl` swaps)
 COUNTERPARTS: dict[str, dict[str, str]] = {
-    "advantage_fn": {name: PREFIX + name for name in ("grpo", "rloo", "reinforce_plus_plus")},
+    "advantage_fn": {
+        name: PREFIX + name for name in ("grpo", "rloo", "reinforce_plus_plus", "ppo", "gae")
+    },
     "policy_loss_fn": {name: PREFIX + name for name in ("ppo", "gspo", "cispo", "sapo")},
 }
 
@@ -184,6 +187,33 @@ def verl_reinforce_plus_plus_advantage(
         return result
 
     return _outcome_advantage(whitened, rewards, group_index)
+
+
+def verl_gae_advantage(
+    token_rewards: torch.Tensor,
+    values: torch.Tensor,
+    action_mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+) -> tuple[Any, dict[str, float]]:
+    """verl's `compute_gae_advantage_return`: GAE over the mask-1 tokens, advantages whitened
+    over the batch (rft's `gae_advantage` with whiten=True; verl always whitens)."""
+    from rft.algorithms.gae import ValueTargets
+
+    mask = action_mask.to(torch.float64)
+    adv, returns = _core_algos().compute_gae_advantage_return(
+        token_level_rewards=token_rewards.to(torch.float64) * mask,
+        values=values.to(torch.float64) * mask,
+        response_mask=mask,
+        gamma=gamma,
+        lam=lam,
+    )
+    dtype = token_rewards.dtype if token_rewards.dtype.is_floating_point else torch.float32
+    return ValueTargets((adv * mask).to(dtype), (returns * mask).to(dtype)), {}
+
+
+ADVANTAGE_FN.add(PREFIX + "ppo", verl_gae_advantage, critic=True)
+ADVANTAGE_FN.add(PREFIX + "gae", verl_gae_advantage, critic=True)
 
 
 # -- policy losses -----------------------------------------------------------------------------

@@ -378,6 +378,8 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
                 _check_mix(c, cfg, args)
             _check_dataset(c, cfg, spec.dataset, trains_offline)
             _check_pairs(c, cfg, spec.policy_loss_fn)
+            if spec.use_critic:
+                _check_critic(c, cfg)
 
     trainer_input = cfg.buffer.trainer_input
     replay = trainer_input.experience_buffer.replay_buffer
@@ -496,6 +498,35 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
     if uri is not None:
         c.name("stack.object_store.uri", OBJECT_STORES, urlparse(uri).scheme)
     return c.issues
+
+
+def _check_critic(c: _Checker, cfg: RftConfig) -> None:
+    """A critic is trained: the trainer engine must carry one (its entry's trait `critic`), its
+    model must be one rft can load, and its loss's aggregation must exist."""
+    from rft.algorithms.aggregation import LOSS_AGG_MODES
+    from rft.engines.models import MODEL_SOURCES
+    from rft.engines.trainer import TRAINER_ENGINES
+
+    engine = cfg.trainer.engine_name
+    if engine in TRAINER_ENGINES and not TRAINER_ENGINES.trait(engine, "critic", False):
+        c.issues.append(
+            Issue(
+                "trainer.trainer_type",
+                f"the {engine} engine cannot train a critic beside the policy yet, and "
+                f"algorithm_type {cfg.algorithm.algorithm_type!r} needs one (its advantage fn "
+                "reads a critic's values); use trainer_type: torch (one process)",
+            )
+        )
+    path = cfg.model.critic_model_path
+    if path is not None and path not in MODEL_SOURCES and not Path(path).expanduser().is_dir():
+        c.issues.append(
+            Issue(
+                "model.critic_model_path",
+                f"{path!r} is neither a model source ({', '.join(MODEL_SOURCES.names())}) nor "
+                "an existing local directory",
+            )
+        )
+    c.name("critic.loss_agg_mode", LOSS_AGG_MODES, cfg.critic.loss_agg_mode)
 
 
 def fill_parts(cfg: RftConfig) -> None:

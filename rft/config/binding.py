@@ -3,7 +3,8 @@
 `ConfigBinder` walks a dataclass's type hints and converts, checks and collects problems with their
 dotted key paths (`buffer.batch_size`). It knows the config conventions that the dataclasses declare:
 bounds in field metadata (`bounded`), Trinity-RFT keys accepted but ignored (`IGNORED_KEYS`), and
-value aliases (`VALUE_ALIASES`) and values refused with a reason (`REFUSED_VALUES`). It raises nothing
+value aliases (`VALUE_ALIASES`), values refused with a reason (`REFUSED_VALUES`) and keys refused
+with a reason (`REFUSED_KEYS`: Trinity-RFT / veRL keys asking for what rft does not do). It raises nothing
 itself; the loader turns issues into ConfigError.
 """
 
@@ -164,13 +165,19 @@ class ConfigBinder:
         ignored: Mapping[str, str] = getattr(cls, "IGNORED_KEYS", {})
         aliases: Mapping[str, Mapping[str, Alias]] = getattr(cls, "VALUE_ALIASES", {})
         refused: Mapping[str, Mapping[str, str]] = getattr(cls, "REFUSED_VALUES", {})
+        refused_keys: Mapping[str, str] = getattr(cls, "REFUSED_KEYS", {})
         kwargs: dict[str, Any] = {}
+        failed = False
         for key in data:
             if not isinstance(key, str):
                 self.issues.append(Issue(join(path, str(key)), "keys must be strings"))
                 continue
             key_path = join(path, key)
             if key in fields:
+                continue
+            if key in refused_keys:
+                self.issues.append(Issue(key_path, f"is refused: {refused_keys[key]}"))
+                failed = True
                 continue
             if key in ignored:
                 self.notices.append(
@@ -180,7 +187,6 @@ class ConfigBinder:
             suggestion = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
             hint = f"; did you mean `{suggestion[0]}`?" if suggestion else ""
             self.notices.append(Notice(key_path, f"unknown key `{key_path}` is ignored{hint}"))
-        failed = False
         for name, f in fields.items():
             key_path = join(path, name)
             if name not in data:

@@ -113,6 +113,11 @@ def _section(paths: list[str], cls: type[Any]) -> str:
         ]
     lines += _values_read_as_others(cls)
     lines += _refused_values(cls)
+    refused_keys: dict[str, str] = getattr(cls, "REFUSED_KEYS", {})
+    if refused_keys:
+        lines += ["Keys refused at load (rft does not do what they ask):", ""]
+        lines += [f"- `{name}`: {_escape_html(why)}" for name, why in refused_keys.items()]
+        lines.append("")
     ignored: dict[str, str] = getattr(cls, "IGNORED_KEYS", {})
     if ignored:
         lines += ["Accepted from Trinity-RFT and ignored, with this warning:", ""]

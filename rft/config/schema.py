@@ -164,8 +164,14 @@ class AlgorithmConfig:
         shown_by="tests/unit/test_verl_differential.py",
     )
 
+    use_critic: bool | None = key(
+        None,
+        does="train a critic (a value model) beside the policy; it must agree with the advantage fn: true only with one that reads values (ppo / gae), false refuses them; unset follows the advantage fn",
+        acts_in=_PRESETS,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "use_critic": "rft has no critic model",
         "add_strategy": "experiences are written to Kafka as they are made",
     }
 
@@ -238,8 +244,14 @@ class ModelConfig:
         shown_by="tests/unit/test_run_plan.py",
     )
 
+    critic_model_path: str | None = key(
+        None,
+        does="the critic's model (smollm2, tiny, or a local HF directory), a value head on its decoder; default: model_path. Read only when a critic is trained (algorithm.use_critic)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "critic_model_path": "rft has no critic model",
         "lora_configs": "LoRA is not supported yet; the full model is trained",
         "rope_scaling": "the model's own config decides RoPE",
         "rope_theta": "the model's own config decides RoPE",
@@ -1168,6 +1180,97 @@ class OptimizerConfig:
 
 
 @dataclass
+class CriticOptimConfig:
+    """`critic.optim`: the critic's AdamW (veRL's key names; its own, apart from the policy's)."""
+
+    lr: float = key(
+        bounded(1e-5, gt=0),
+        does="the critic's AdamW learning rate (constant)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+    betas: list[float] = key(
+        bounded([0.9, 0.999], ge=0, lt=1),
+        does="the critic's AdamW betas (two numbers)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+    weight_decay: float = key(
+        bounded(0.01, ge=0),
+        does="the critic's AdamW weight decay",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+
+    REFUSED_KEYS: ClassVar[dict[str, str]] = {
+        name: "the critic's learning rate is constant in rft (critic.optim.lr)"
+        for name in (
+            "lr_warmup_steps",
+            "lr_warmup_steps_ratio",
+            "warmup_style",
+            "lr_scheduler_type",
+            "min_lr_ratio",
+            "num_cycles",
+            "total_training_steps",
+        )
+    } | {"optimizer": "the critic's optimizer is AdamW"}
+
+
+@dataclass
+class CriticConfig:
+    """`critic`: the critic of PPO (veRL's section and key names), read when a critic is
+    trained (`algorithm.use_critic`, or an advantage fn that reads values: algorithm_type ppo).
+    Its model is `model.critic_model_path`; it runs on the trainer's device, micro-batched as
+    the policy (`trainer.micro_batch_size`), one update per train step."""
+
+    optim: CriticOptimConfig = field(default_factory=CriticOptimConfig)
+    cliprange_value: float = key(
+        bounded(0.5, gt=0),
+        does="clip range of the value loss: a value moving more than this from the one the advantages used gains nothing (rft.algorithms.value_loss)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+    grad_clip: float = key(
+        bounded(1.0, gt=0),
+        does="gradient norm clip of the critic's update",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+    loss_agg_mode: str = key(
+        "token-mean",
+        does="a name in LOSS_AGG_MODES: how the value loss's tokens become the batch loss",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_ppo_critic.py",
+    )
+
+    REFUSED_KEYS: ClassVar[dict[str, str]] = {
+        "ppo_epochs": "rft takes one critic update per train step (one pass over the batch)",
+        "ppo_mini_batch_size": "rft takes one critic update per train step over the whole batch",
+        "model": "the critic's model is model.critic_model_path",
+        "critic_warmup": "the policy trains from the first step",
+        "ppo_micro_batch_size": "the critic is micro-batched as the policy: trainer.micro_batch_size",
+        "ppo_micro_batch_size_per_gpu": "the critic is micro-batched as the policy: trainer.micro_batch_size",
+        "forward_micro_batch_size": "the critic is micro-batched as the policy: trainer.micro_batch_size",
+        "forward_micro_batch_size_per_gpu": "the critic is micro-batched as the policy: trainer.micro_batch_size",
+        "shuffle": "rft takes one critic update per train step over the whole batch",
+    }
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        name: _VERL
+        for name in (
+            "strategy",
+            "rollout_n",
+            "use_dynamic_bsz",
+            "ppo_max_token_len_per_gpu",
+            "forward_max_token_len_per_gpu",
+            "ulysses_sequence_parallel_size",
+            "checkpoint",
+            "profiler",
+            "enable",
+        )
+    }
+
+
+@dataclass
 class TrainerConfig:
     """`trainer`: the trainer engine, checkpointing and optimisation."""
 
@@ -1477,6 +1580,7 @@ class RftConfig:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     explorer: ExplorerConfig = field(default_factory=ExplorerConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     synchronizer: SynchronizerConfig = field(default_factory=SynchronizerConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     data_processor: DataProcessorConfig = field(default_factory=DataProcessorConfig)
@@ -1494,7 +1598,6 @@ class RftConfig:
         "log": "rft logs through Python logging; set the level with RFT_LOG_LEVEL",
         "stages": "multi-stage runs are not supported yet; run one config per stage",
         "actor_rollout_ref": _VERL,
-        "critic": _VERL,
         "hf_checkpoint_dir": "checkpoints live in the object store",
     }
 
@@ -1541,6 +1644,7 @@ _TOP_LEVEL_ORDER = (
     "buffer",
     "explorer",
     "trainer",
+    "critic",
     "synchronizer",
     "monitor",
     "data_processor",

@@ -14,7 +14,10 @@ pass when a reward KL penalty needs one), then for each micro-batch the padded t
 policy's (and the reference's) logprobs and entropy over the response positions (each row at the
 temperature its old logprobs were recorded at), the `LossBatch` and the algorithm's loss called
 on it (`rft.algorithms.objective.LossFn`), gradients accumulated, clipped, and AdamW plus the LR
-schedule stepped. The FSDP2 engine (`rft.engines.fsdp_engine`) reuses these pieces on each rank.
+schedule stepped. With a critic attached (`attach_critic`, PPO), the advantage fn that reads it
+gets the critic's values of the batch first (`critic_values`), and the critic takes its own
+update on the clipped value loss after the policy's (`rft.engines.critic`). The FSDP2 engine
+(`rft.engines.fsdp_engine`) reuses these pieces on each rank; it carries no critic.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ import numpy as np
 import torch
 
 from rft.algorithms.expert_rows import BatchUnits
-from rft.algorithms.objective import Advantages, LossBatch, LossFn
+from rft.algorithms.objective import Advantages, LossBatch, LossFn, at_last_token
+from rft.algorithms.value_loss import clipped_value_loss, explained_variance
+from rft.engines.critic import Critic
 from rft.engines.logprobs import token_logprobs
 from rft.engines.weights import (
     export_state_dict,
@@ -154,6 +159,17 @@ class RowRewards:
 
 
 @dataclass
+class CriticTargets:
+    """What the critic's update of one step regresses on: for the batch's rows `rows` (the
+    learner rows, in order), the values it predicted before the step and the returns, [n, W]
+    (W the batch's longest response; columns past a row's response are 0)."""
+
+    rows: list[int]
+    old_values: torch.Tensor
+    returns: torch.Tensor
+
+
+@dataclass
 class TrainBatch:
     """One optimizer step's sequences: token columns as python lists / numpy arrays (one entry
     per sequence), per-row numbers as tensors.
@@ -165,6 +181,10 @@ class TrainBatch:
     engine recomputes that row's logprobs, entropy and reference logprobs at the same T, so the
     ratio exp(logprob - old_logprob) is 1 on-policy. None: every row at T = 1.0.
     expert: [B] bool, True on demonstration rows (zero advantage, the SFT loss). None: none.
+    token_rewards: per row, its reward of each response token, or None where the row has only
+    its sequence reward (`rewards.values`); read by an advantage fn that reads a critic's values.
+    critic_targets: set by `fill_advantages` for such an advantage fn: what the critic's update
+    regresses on.
     """
 
     prompt_ids: list[Sequence[int]]
@@ -175,6 +195,8 @@ class TrainBatch:
     rewards: RowRewards | None = None
     temperatures: list[float] | None = None
     expert: torch.Tensor | None = None
+    token_rewards: list[Sequence[float] | None] | None = None
+    critic_targets: CriticTargets | None = None
 
     def __len__(self) -> int:
         return len(self.prompt_ids)
@@ -205,6 +227,7 @@ class TrainBatch:
             ),
             temperatures=None if self.temperatures is None else cut(self.temperatures),
             expert=None if self.expert is None else self.expert[index],
+            token_rewards=None if self.token_rewards is None else cut(self.token_rewards),
         )
 
     def validate(self) -> None:
@@ -216,6 +239,7 @@ class TrainBatch:
             **({"advantages": self.advantages} if self.advantages is not None else {}),
             **({"temperatures": self.temperatures} if self.temperatures is not None else {}),
             **({"expert": self.expert} if self.expert is not None else {}),
+            **({"token_rewards": self.token_rewards} if self.token_rewards is not None else {}),
             **(
                 {
                     "rewards.values": self.rewards.values,
@@ -250,7 +274,10 @@ class TrainBatch:
             r = len(self.response_ids[i])
             if r == 0 or len(self.prompt_ids[i]) == 0:
                 raise EngineError(f"TrainBatch row {i}: empty prompt or response")
-            for name in ("old_logprobs", "action_mask"):
+            names = ["old_logprobs", "action_mask"]
+            if self.token_rewards is not None and self.token_rewards[i] is not None:
+                names.append("token_rewards")
+            for name in names:
                 if len(columns[name][i]) != r:
                     raise EngineError(
                         f"TrainBatch row {i}: {name} has {len(columns[name][i])} entries, "
@@ -266,13 +293,16 @@ def fill_advantages(
     batch: TrainBatch,
     advantages: Advantages,
     reference: Callable[[TrainBatch], dict[str, torch.Tensor]],
+    values: Callable[[TrainBatch], dict[str, torch.Tensor]] | None = None,
 ) -> dict[str, float]:
     """Set `batch.advantages` from `batch.rewards`, the learner rows' by `advantages` (over the
     learner rows alone: demonstrations keep 0 and join no group); metrics named adv/<name>.
 
     Without a reward KL penalty they are one per sequence ([B, 1]); with one, the learner rows'
     reference logprobs come first (`reference`, the engine's reference_logprobs) and the
-    advantages are per token ([B, R], the action mask applied).
+    advantages are per token ([B, R], the action mask applied). An advantage fn that reads a
+    critic (`advantages.needs_values`) gets the learner rows' values from `values` (the
+    engine's critic_values) and their token rewards, and `batch.critic_targets` is set.
     """
     rewards = batch.rewards
     if rewards is None:
@@ -280,10 +310,13 @@ def fill_advantages(
     expert = batch.expert
     learner = [i for i in range(len(batch)) if expert is None or not bool(expert[i])]
     batch.advantages = torch.zeros((len(batch), 1), dtype=torch.float32)
+    batch.critic_targets = None
     if not learner:
         return {}
     sub = batch if len(learner) == len(batch) else batch.select(learner)
     assert sub.rewards is not None
+    if advantages.needs_values:
+        return _fill_from_values(batch, sub, learner, advantages, reference, values)
     if advantages.needs_reference:
         padded = reference(sub)
         adv, metrics = advantages(
@@ -309,6 +342,64 @@ def fill_advantages(
     full[torch.tensor(learner, dtype=torch.long)] = adv.detach().cpu()
     batch.advantages = full
     return {f"adv/{k}": v for k, v in metrics.items()}
+
+
+def _fill_from_values(
+    batch: TrainBatch,
+    sub: TrainBatch,
+    learner: list[int],
+    advantages: Advantages,
+    reference: Callable[[TrainBatch], dict[str, torch.Tensor]],
+    values: Callable[[TrainBatch], dict[str, torch.Tensor]] | None,
+) -> dict[str, float]:
+    """`fill_advantages` for an advantage fn that reads a critic: GAE and the critic's targets.
+
+    A row's token rewards are its `token_rewards` when it has them, else its sequence reward
+    on its last mask-1 token (an outcome reward, as verl places it)."""
+    if values is None:
+        raise EngineError(
+            f"advantage_fn {advantages.spec.advantage_fn!r} reads a critic's values, and this "
+            "trainer engine has no critic"
+        )
+    assert sub.rewards is not None
+    padded = values(sub)
+    mask, old_values = padded["action_mask"], padded["values"]
+    width = max(len(r) for r in batch.response_ids)
+    token_rewards = torch.zeros_like(old_values)
+    outcome = sub.rewards.values.to(old_values.dtype).clone()
+    for row, given in enumerate(sub.token_rewards or [None] * len(sub)):
+        if given is not None:
+            r = np.asarray(given, dtype=np.float64)
+            token_rewards[row, : len(r)] = torch.from_numpy(r).to(old_values.dtype)
+            outcome[row] = 0.0
+    token_rewards = token_rewards * mask
+    ref: dict[str, torch.Tensor] = {}
+    if advantages.needs_reference:
+        ref = reference(sub)
+    targets, metrics = advantages.targets(
+        sub.rewards.values.to(old_values.dtype),
+        token_rewards + at_last_token(outcome, mask),
+        old_values,
+        mask,
+        ref.get("old_logprobs"),
+        ref.get("ref_logprobs"),
+        response_lengths=sub.rewards.response_lengths,
+    )
+    index = torch.tensor(learner, dtype=torch.long)
+    cols = targets.advantages.shape[1]
+    full = torch.zeros((len(batch), width), dtype=targets.advantages.dtype)
+    full[index, :cols] = targets.advantages.detach().cpu()
+    batch.advantages = full
+
+    def widened(t: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros((len(learner), width), dtype=t.dtype)
+        out[:, : t.shape[1]] = t.detach().cpu()
+        return out
+
+    batch.critic_targets = CriticTargets(learner, widened(old_values), widened(targets.returns))
+    out = {f"adv/{k}": v for k, v in metrics.items()}
+    out["critic/explained_variance"] = explained_variance(old_values, targets.returns, mask)
+    return out
 
 
 class TrainerEngine(Protocol):
@@ -399,8 +490,10 @@ class TorchTrainerEngine:
         *,
         tokenizer: Any = None,
         ref_model: Any = None,
+        critic: Critic | None = None,
     ) -> None:
         self.model = model
+        self.critic = critic
         self.config = config
         self.tokenizer = tokenizer
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -428,6 +521,11 @@ class TorchTrainerEngine:
             self.optimizer, lambda s: schedule(s, config)
         )
 
+    def attach_critic(self, critic: Critic) -> None:
+        """Train `critic` (its value model on this engine's device) beside the policy: its values
+        feed an advantage fn that reads them, and it takes one update per train_step."""
+        self.critic = critic
+
     @property
     def device(self) -> torch.device:
         return self._params[0].device
@@ -453,7 +551,12 @@ class TorchTrainerEngine:
         values = (
             {}
             if advantages is None
-            else fill_advantages(batch, advantages, self.reference_logprobs)
+            else fill_advantages(
+                batch,
+                advantages,
+                self.reference_logprobs,
+                None if self.critic is None else self.critic_values,
+            )
         )
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
@@ -469,6 +572,8 @@ class TorchTrainerEngine:
             BatchUnits.of(batch.action_mask, batch.expert),
         )
         grad_norm, skipped = self._apply_gradients()
+        if batch.critic_targets is not None:
+            values |= self._critic_update(batch, batch.critic_targets)
         return {
             **values,
             **sums,
@@ -609,6 +714,71 @@ class TorchTrainerEngine:
             for name in ("old_logprobs", "action_mask"):
                 out[name][lo : lo + len(idx), :r] = tensors[name].float().cpu()
         return out
+
+    @torch.no_grad()
+    def critic_values(self, batch: TrainBatch) -> dict[str, torch.Tensor]:
+        """The critic's value of every response token: [B, R] CPU tensors `values` and
+        `action_mask` (R the longest response, zero-padded)."""
+        if self.critic is None:
+            raise EngineError("critic_values needs a critic (algorithm.use_critic)")
+        width = max(len(r) for r in batch.response_ids)
+        dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        out = {
+            name: torch.zeros((len(batch), width), dtype=dtype)
+            for name in ("values", "action_mask")
+        }
+        for idx in self._micro_batches(batch):
+            lo = idx[0]
+            t = self._collate(batch, idx)
+            r = t["action_mask"].shape[1]
+            with self._autocast():
+                v = self.critic.model(
+                    t["input_ids"], t["attention_mask"], int(t["response_start"].item()), r
+                )
+            out["values"][lo : lo + len(idx), :r] = (v.to(dtype) * t["response_mask"]).cpu()
+            out["action_mask"][lo : lo + len(idx), :r] = t["action_mask"].to(dtype).cpu()
+        return out
+
+    def _critic_update(self, batch: TrainBatch, targets: CriticTargets) -> dict[str, float]:
+        """One AdamW step of the critic on the clipped value loss over the learner rows,
+        micro-batched and weighted as the policy's loss; metrics named critic/<name>."""
+        critic = self.critic
+        assert critic is not None
+        rows = batch if len(targets.rows) == len(batch) else batch.select(targets.rows)
+        groups = self._micro_batches(rows)
+        counts = [sum(int(np.sum(rows.action_mask[i])) for i in g) for g in groups]
+        if self.config.accumulation != "token" or sum(counts) == 0:
+            counts = [len(g) for g in groups]
+        critic.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        for k, idx in enumerate(groups):
+            t = self._collate(rows, idx)
+            mask = t["action_mask"]
+            r = mask.shape[1]
+            index = torch.tensor(idx, dtype=torch.long)
+            with self._autocast():
+                v = critic.model(
+                    t["input_ids"], t["attention_mask"], int(t["response_start"].item()), r
+                )
+            loss, metrics = clipped_value_loss(
+                v.to(mask.dtype),
+                targets.returns[index, :r].to(device=mask.device, dtype=mask.dtype),
+                targets.old_values[index, :r].to(device=mask.device, dtype=mask.dtype),
+                mask,
+                critic.config.cliprange_value,
+                critic.config.loss_agg_mode,
+            )
+            weight = counts[k] / sum(counts)
+            (loss * weight).backward()
+            for name, value in metrics.items():
+                sums[name] = sums.get(name, 0.0) + value * weight
+        norm, skipped = critic.apply_gradients()
+        return {
+            **{f"critic/{k}": v for k, v in sums.items()},
+            "critic/grad_norm": norm,
+            "critic/skipped": float(skipped),
+            "critic/lr": critic.config.lr,
+        }
 
     def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
         """Row indices of each micro-batch, in order."""
@@ -765,7 +935,8 @@ TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type
 
 
 # `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
-@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"})
+# `critic`: the engine can train a critic beside the policy (`attach_critic`)
+@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True)
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:

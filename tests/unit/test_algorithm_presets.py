@@ -44,7 +44,6 @@ RUNNABLE = {
 }
 
 MISSING = {
-    "ppo": "critic",
     "mix_chord": "CHORD",
     "chord": "CHORD",
     "on_policy_distill": "teacher",
@@ -97,11 +96,11 @@ def test_selecting_one_fails_when_the_config_loads(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text(
         "project: p\nname: n\nmode: train\nmodel: {model_path: tiny}\nbuffer: {batch_size: 2}\n"
-        "algorithm:\n  algorithm_type: ppo\n  repeat_times: 2\n"
+        "algorithm:\n  algorithm_type: gigpo\n  repeat_times: 2\n"
     )
     with pytest.raises(ConfigValidationError) as err:
         load_config(path)
-    assert "run.yaml:7: `algorithm.algorithm_type` 'ppo' needs a critic" in str(err.value)
+    assert "run.yaml:7: `algorithm.algorithm_type` 'gigpo' GiGPO's step-level" in str(err.value)
 
 
 # -- advantages and reward shaping, float64 references ----------------------------------------
