@@ -9,6 +9,8 @@
 #   bash infra/gpu/measure.sh scale-loop fixed|fully_async   # the 1.5B-shape loop on two GPUs
 #       (qwen2.5-1.5b-shape: random weights, throughput only): the vLLM explorer and the trainer
 #       placed by the ray launcher, 256-token responses, STEPS (8) steps; needs --vllm --ray
+#   bash infra/gpu/measure.sh learn NAME=CONFIG ...   # several runs of the loop at once on one GPU
+#       (hf engine, STEPS steps each, the loop's sizes): learning curves side by side, not speed
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
@@ -124,6 +126,21 @@ case "$stage" in
     done ;;
   loop)
     loop "$@" ;;
+  learn)
+    kafka_up
+    pids=()
+    for spec in "$@"; do
+      name=${spec%%=*}
+      loop hf "$name" --config "${spec#*=}" > "$out/learn-$name.log" 2>&1 &
+      pids+=($!)
+    done
+    rc=0
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+    for spec in "$@"; do
+      name=${spec%%=*}
+      echo "--- $name"; grep -E "eval|trainer steps|wall" "$out/loop-$name.txt" | tail -12
+    done
+    exit $rc ;;
   shared-gpu)
     engine=$1; shift
     steps=${STEPS:-15}
