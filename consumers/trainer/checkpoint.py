@@ -40,7 +40,13 @@ from typing import Any
 import torch
 
 from rft.engines.trainer import TrainerEngine
-from rft.engines.weights import SAFETENSORS, SafetensorsPayload, tensors_of_files
+from rft.engines.weights import (
+    ADAPTER_SAFETENSORS,
+    SAFETENSORS,
+    SafetensorsPayload,
+    tensors_of_files,
+)
+from rft.errors import CheckpointError
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
@@ -58,6 +64,27 @@ _SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
 #: The part of a version that holds its training state, written after the version.
 STATE_PART = "trainer_state"
 _SAFETENSORS_METADATA = {"format": "pt"}
+
+
+def _weights_file(form: Mapping[str, str]) -> str:
+    """Where a version's weights go: peft's file name for an adapter, else the model's."""
+    return ADAPTER_SAFETENSORS if form else SAFETENSORS
+
+
+def _check_form(engine: TrainerEngine, manifest: CheckpointManifest, source: str) -> None:
+    """CheckpointError unless the version's weights are of the form this engine trains (full
+    weights, or an adapter of the same kind on the same base)."""
+    own = engine.version_extra()
+    keys = set(own) | {k for k in manifest.extra if k.startswith("adapter")}
+    differ = sorted(k for k in keys if str(manifest.extra.get(k, "")) != own.get(k, ""))
+    if differ:
+        theirs = {k: manifest.extra.get(k, "") for k in differ}
+        mine = {k: own.get(k, "") for k in differ}
+        raise CheckpointError(
+            f"{source}: this version's weights are {theirs or 'full weights'}, but this trainer "
+            f"trains {mine} (model.lora_configs or the base model changed since it was written); "
+            "start a new run, or set continue_from_checkpoint: false"
+        )
 
 
 def writer_identity() -> str:
@@ -102,10 +129,11 @@ class TrainerCheckpointer:
         state, when due or `final`, follows in the background (`wait_for_state`)."""
         self.wait_for_state()
         with_state = final or step - self._state_saved_at >= self.save_interval
-        extra: dict[str, str] = {"writer": writer_identity()}
+        form = engine.version_extra()
+        extra: dict[str, str] = {"writer": writer_identity(), **form}
         weights = engine.export_weights(self.weights_dtype)
         payloads: dict[str, Payload] = {
-            SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)
+            _weights_file(form): SafetensorsPayload(weights, _SAFETENSORS_METADATA)
         }
         if sampler_state is not None:
             payloads[_SAMPLER_FILE] = BytesPayload(
@@ -187,6 +215,7 @@ class TrainerCheckpointer:
             return 0, {}
         manifest, files = self.store.read_files(version)
         source = self.store.uri(version)
+        _check_form(engine, manifest, source)
         # versions written before the state became a part of its own list its files inline
         state_files, state = files, manifest.extra
         part = manifest.extra.get("trainer_state_part")

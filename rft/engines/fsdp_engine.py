@@ -20,7 +20,6 @@ this process already belongs to a process group (a launcher such as Ray called
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +44,7 @@ from rft.engines.trainer import (
     TrainBatch,
     TrainerPlacement,
     fill_advantages,
+    split_micro_batches,
 )
 from rft.engines.weights import file_or_path
 from rft.errors import EngineError
@@ -156,7 +156,7 @@ class Fsdp2TrainerEngine:
         total = tokens if unit == "token" else len(batch)
         units = BatchUnits.of(batch.action_mask, batch.expert)  # of the whole batch
         shards = [take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size)]
-        passes = max(math.ceil(len(s) / self.config.micro_batch_size) for s in shards)
+        passes = max(len(split_micro_batches(s, self.config)) for s in shards)
         results = self._call(
             "train_shard",
             [
@@ -195,7 +195,7 @@ class Fsdp2TrainerEngine:
         batch.validate()
         rows = shard_rows(len(batch), self.world_size)
         shards = [take_rows(batch, r) for r in rows]
-        passes = max(math.ceil(len(s) / self.config.micro_batch_size) for s in shards)
+        passes = max(len(split_micro_batches(s, self.config)) for s in shards)
         results = self._call("reference_shard", [{"shard": s, "passes": passes} for s in shards])
         width = max(len(r) for r in batch.response_ids)
         out = {
@@ -257,6 +257,10 @@ class Fsdp2TrainerEngine:
             [{"tensors": tensors}] + [{"tensors": None}] * (self.world_size - 1),
         )
         self._full_weights = None
+
+    def version_extra(self) -> dict[str, str]:
+        """Full weights (the fsdp2 engine trains no adapters): nothing to add to a manifest."""
+        return {}
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """The consolidated training state as one file: any world size can load it."""
