@@ -187,3 +187,19 @@ def test_the_keys_load_and_those_that_cannot_be_honoured_are_refused(tmp_path: P
             load_config(_config(tmp_path, value))
     with pytest.raises(ConfigError, match="fsdp2 trainer engine trains full models only"):
         load_config(_config(tmp_path, [entry], trainer={"trainer_type": "fsdp2"}))
+
+
+def test_the_lora_example_is_the_arithmetic_example_with_an_adapter() -> None:
+    examples = Path(__file__).resolve().parents[2] / "examples" / "arithmetic"
+    full = load_config(examples / "arithmetic.yaml")
+    lora = load_config(examples / "arithmetic_lora.yaml")
+    assert lora_spec(full) is None
+    spec = lora_spec(lora)
+    assert spec is not None and (spec.rank, spec.alpha, spec.name) == (32, 64, "arithmetic")
+    # the same task, algorithm and evaluation: only the adapter, the lr and the sizes differ
+    assert lora.algorithm == full.algorithm
+    assert lora.buffer.explorer_input.eval_tasksets == full.buffer.explorer_input.eval_tasksets
+    assert lora.buffer.explorer_input.taskset.generator_args == (
+        full.buffer.explorer_input.taskset.generator_args
+    )
+    assert lora.cluster.gpu_per_node == 1 and lora.trainer.optim.lr == 10 * full.trainer.optim.lr
