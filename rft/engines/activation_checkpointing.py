@@ -26,7 +26,8 @@ def checkpoint_decoder_layers(model: Any) -> int:
     layer_classes = {
         name for m in model.modules() for name in (getattr(m, "_no_split_modules", None) or ())
     }
-    layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+    # fully_shard swaps a module's class for an `FSDP<name>` subclass
+    layers = [m for m in model.modules() if type(m).__name__.removeprefix("FSDP") in layer_classes]
     if not layers:
         raise EngineError(
             "trainer.enable_gradient_checkpointing: the model names no decoder layer classes "
