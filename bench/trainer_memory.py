@@ -7,14 +7,14 @@ Settings (each in a fresh child process, so peaks do not leak from one into the 
 (param_offload + optimizer_offload) and `lora` (a rank-16 adapter on every linear layer).
 
 The model is randomly initialised with a published architecture's shape (bench.fsdp_step's
-SHAPES: `qwen2.5-1.5b` or `tiny`), weights and AdamW in float32; prompts of --prompt tokens and
+SHAPES: `qwen2.5-1.5b` or `tiny`; or `small`, below), weights and AdamW in float32; prompts of --prompt tokens and
 responses of 1..--response tokens (random lengths, so a token budget packs differently than a
 row count); a token-mean policy-gradient loss. A throughput and memory measurement: no learning
 claim. Peak memory: torch.cuda.max_memory_allocated on a GPU (--device cuda), the process's peak
 resident set on the CPU (which includes the Python and torch runtime, the same in every row).
 
 Run (GPU): python -m bench.trainer_memory --device cuda --bf16
-Run (CPU): python -m bench.trainer_memory --model tiny --sequences 16 --prompt 32 --response 64
+Run (CPU): python -m bench.trainer_memory --device cpu --model small --sequences 16 --prompt 128 --response 256
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ from typing import Any
 
 import numpy as np
 import torch
+
+# a shape between bench.fsdp_step's tiny and 1.5B ones, whose activations outweigh the runtime
+# on a CPU: 8 layers, hidden 256, vocab 8192 (about 10M parameters)
+LOCAL_SHAPES = {
+    "small": {
+        "hidden_size": 256,
+        "intermediate_size": 1024,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "vocab_size": 8192,
+        "tie_word_embeddings": True,
+    },
+}
 
 SETTINGS = (
     "base",
@@ -65,7 +79,7 @@ def engine_for(setting: str, args: argparse.Namespace) -> tuple[Any, dict[str, A
     from rft.engines.lora import LoraSpec
     from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainerPlacement
 
-    shape = SHAPES[args.model]
+    shape = {**SHAPES, **LOCAL_SHAPES}[args.model]
     device = "cuda:0" if args.device == "cuda" else "cpu"
     with torch.random.fork_rng(devices=[]), torch.device(device):
         torch.manual_seed(0)

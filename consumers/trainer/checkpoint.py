@@ -20,7 +20,10 @@ schedule, with fresh AdamW moments, and says so. Explorers never read `trainer_s
 part.
 
 It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
-engine hands it consolidated weights and state, written here once.
+engine hands it consolidated weights and state, written here once. An engine that trains a LoRA
+adapter (`model.lora_configs`) hands it the adapter: the version's weights file is then peft's
+`adapter_model.safetensors`, and the manifest carries what the engine's `version_extra` says (an
+adapter, on which base). A restart loads a version only into an engine of the same form.
 """
 
 from __future__ import annotations
