@@ -33,6 +33,7 @@ import os
 import shutil
 import tempfile
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,21 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 
 def lora_args(max_rank: int | None) -> dict[str, Any]:
     """vLLM's LoRA settings for adapters up to `max_rank` (None: no adapters). vLLM accepts
-    only some ranks as its maximum: the next power of two from 8 up covers the adapter's."""
+    only some ranks as its maximum (its `MaxLoRARanks`): the smallest that covers the adapter's.
+    Two adapters fit at once: the newest version's and, while it loads, the previous one."""
     if max_rank is None:
         return {}
-    bound = 8
-    while bound < int(max_rank):
-        bound *= 2
+    try:
+        from vllm.config.lora import MaxLoRARanks
+
+        allowed = sorted(int(r) for r in typing.get_args(MaxLoRARanks))
+    except ImportError:  # another vLLM layout: the ranks it has long accepted
+        allowed = [8, 16, 32, 64, 128, 256, 512]
+    bound = next((r for r in allowed if r >= int(max_rank)), None)
+    if bound is None:
+        raise ConfigError(
+            f"model.lora_configs[0].lora_rank: {max_rank} is above vLLM's largest ({allowed[-1]})"
+        )
     return {"enable_lora": True, "max_lora_rank": bound, "max_loras": 2}
 
 

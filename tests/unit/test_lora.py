@@ -203,3 +203,17 @@ def test_the_lora_example_is_the_arithmetic_example_with_an_adapter() -> None:
         full.buffer.explorer_input.taskset.generator_args
     )
     assert lora.cluster.gpu_per_node == 1 and lora.trainer.optim.lr == 10 * full.trainer.optim.lr
+
+
+def test_the_vllm_engine_is_sized_for_the_adapter(tmp_path: Path) -> None:
+    """vLLM itself runs on the GPU machine (infra/gpu/measure.sh lora vllm); here: the plan hands
+    the adapter's rank to the engine, which asks vLLM for the smallest maximum that covers it."""
+    from rft.consumers.run_plan import RunPlan
+    from rft.engines.vllm_engine import lora_args
+
+    plan = RunPlan(load_config(_config(tmp_path, [{"lora_rank": 24}])))
+    assert plan.rollout_engine_config().options["max_lora_rank"] == 24
+    assert lora_args(24) == {"enable_lora": True, "max_lora_rank": 32, "max_loras": 2}
+    assert lora_args(None) == {}
+    with pytest.raises(ConfigError, match="lora_rank: 100000"):
+        lora_args(100000)
