@@ -47,7 +47,7 @@ from rft.engines.trainer import (
     split_micro_batches,
 )
 from rft.engines.weights import file_or_path
-from rft.errors import EngineError
+from rft.errors import ConfigError, EngineError
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +330,8 @@ def build_fsdp2_engine(
     Joins the process group this process already belongs to (another launcher started the
     ranks), or starts ranks 1..N-1 on this machine, on placement.devices[1:].
     """
+    if config.lora is not None:  # the load refuses it; a direct caller hears it here
+        raise ConfigError("model.lora_configs: the fsdp2 engine trains full models only")
     device = placement.devices[0]
     followers: list[Any] = []
     threads = torch.get_num_threads()

@@ -185,8 +185,17 @@ def test_the_keys_load_and_those_that_cannot_be_honoured_are_refused(tmp_path: P
     for where, value in refusals.items():
         with pytest.raises(ConfigError, match=where.replace("[", r"\[").replace("]", r"\]")):
             load_config(_config(tmp_path, value))
-    with pytest.raises(ConfigError, match="fsdp2 trainer engine trains full models only"):
-        load_config(_config(tmp_path, [entry], trainer={"trainer_type": "fsdp2"}))
+    for trainer in ({"trainer_type": "fsdp2"}, {"trainer_strategy": "fsdp2"}):
+        with pytest.raises(ConfigError, match="fsdp2 trainer engine trains full models only"):
+            load_config(_config(tmp_path, [entry], trainer=trainer))
+    with pytest.raises(ConfigError, match="rollout engine 'replay' cannot apply adapter"):
+        load_config(
+            _config(
+                tmp_path,
+                [entry],
+                explorer={"rollout_model": {"engine_type": "replay", "engine_args": {"path": "x"}}},
+            )
+        )
 
 
 def test_the_lora_example_is_the_arithmetic_example_with_an_adapter() -> None:
