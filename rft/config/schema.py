@@ -1284,7 +1284,7 @@ class TrainerConfig:
     )
     micro_batch_size: int = key(
         bounded(4, ge=1),
-        does="experiences per forward pass on one device (gradient accumulation)",
+        does="experiences per forward pass on one device (gradient accumulation); with use_dynamic_bsz the token budget decides instead",
         acts_in=_TRAINER,
         shown_by="tests/unit/test_engines_trainer.py",
     )
