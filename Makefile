@@ -10,7 +10,7 @@ CONFIG ?= examples/arithmetic/arithmetic.yaml
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,scale,math,serve,traces]'
+	$(BIN)/pip install -q -e '.[dev,scale,math,serve,traces,lora]'
 	# headless Chromium and its driver (Debian packages) for the tests that look at the trace UI
 	bash infra/browser/install.sh
 	# verl as the reference library of algorithm functions, without the deps its metadata names:

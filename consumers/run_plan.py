@@ -250,6 +250,8 @@ class RunPlan:
             key: settings[key] if key in settings else getattr(rm, key) for key in reads
         }
         options |= rm.engine_args  # checked at load against the keys the engine's entry reads
+        if self.cfg.model.lora_configs:  # an engine that serves adapters sizes itself for this one
+            options["max_lora_rank"] = self.cfg.model.lora_configs[0].lora_rank
         return RolloutEngineConfig(
             model=self.model_spec(dtype=self.rollout_dtype, device=self.explorer_device),
             num_threads=threads,

@@ -3,7 +3,9 @@
 Every explorer reads every WeightVersion (its own consumer group, never committed, read from the
 start) and keeps the newest announcement. Loading downloads the version from the checkpoint store
 into memory, hashing each file as it arrives and checking its size and sha256 against the
-manifest, and loads the weights into the engine from the downloaded buffers (no local file); a
+manifest, and loads the weights into the engine from the downloaded buffers (no local file), or
+for a LoRA version puts the adapter on the engine's base model (after checking the manifest's base
+fingerprint against the engine's); a
 version that is incomplete or corrupt is refused with the reason logged, and the engine keeps
 the weights it has. Each load is
 an `explorer.load_weights` span linked to the trainer's `trainer.announce` span of that version
@@ -36,6 +38,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from rft.config.connections import KafkaSettings
+from rft.engines.lora import AdapterVersion, is_adapter
 from rft.engines.rollout import RolloutEngine
 from rft.engines.weights import tensors_of_files
 from rft.errors import CheckpointError, EngineError
@@ -54,9 +57,15 @@ def load_version(engine: RolloutEngine, checkpoints: CheckpointStore, version: i
     """Download `version` into memory (every file's size and sha256 verified as it arrives, the
     trainer state left out) and load it into `engine` from those buffers; CheckpointError if
     it is refused."""
-    _, files = checkpoints.read_files(version, skip_prefixes=(TRAINER_STATE_DIR,))
+    manifest, files = checkpoints.read_files(version, skip_prefixes=(TRAINER_STATE_DIR,))
+    source = checkpoints.uri(version)
     try:
-        tensors = tensors_of_files(files, checkpoints.uri(version))
+        tensors = tensors_of_files(files, source)
+        if is_adapter(manifest.extra):
+            # a LoRA version: the adapter goes on the base, whose fingerprint it must match
+            adapter = AdapterVersion.of_files(manifest.extra, files, tensors, source)
+            engine.load_adapter(adapter, version)
+            return
     except EngineError as exc:
         raise CheckpointError(f"checkpoint v{version}: {exc}") from exc
     engine.load_state_dict(tensors, version)

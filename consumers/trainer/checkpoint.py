@@ -27,7 +27,10 @@ A critic trained beside the policy (PPO) is saved with it: its weights in every 
 state; a resume restores both, as it does the policy's.
 
 It works through the `TrainerEngine` protocol only, so every engine checkpoints alike; a sharded
-engine hands it consolidated weights and state, written here once.
+engine hands it consolidated weights and state, written here once. An engine that trains a LoRA
+adapter (`model.lora_configs`) hands it the adapter: the version's weights file is then peft's
+`adapter_model.safetensors`, and the manifest carries what the engine's `version_extra` says (an
+adapter, on which base). A restart loads a version only into an engine of the same form.
 """
 
 from __future__ import annotations
@@ -49,7 +52,13 @@ import torch
 
 from rft.engines.critic import Critic
 from rft.engines.trainer import TrainerEngine
-from rft.engines.weights import SAFETENSORS, SafetensorsPayload, tensors_of_files
+from rft.engines.weights import (
+    ADAPTER_SAFETENSORS,
+    SAFETENSORS,
+    SafetensorsPayload,
+    tensors_of_files,
+)
+from rft.errors import CheckpointError
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
@@ -78,6 +87,27 @@ def critic_of(engine: TrainerEngine) -> Critic | None:
     """The critic an engine trains beside its policy, if any (engines without one have none)."""
     critic: Critic | None = getattr(engine, "critic", None)
     return critic
+
+
+def _weights_file(form: Mapping[str, str]) -> str:
+    """Where a version's weights go: peft's file name for an adapter, else the model's."""
+    return ADAPTER_SAFETENSORS if form else SAFETENSORS
+
+
+def _check_form(engine: TrainerEngine, manifest: CheckpointManifest, source: str) -> None:
+    """CheckpointError unless the version's weights are of the form this engine trains (full
+    weights, or an adapter of the same kind on the same base)."""
+    own = engine.version_extra()
+    keys = set(own) | {k for k in manifest.extra if k.startswith("adapter")}
+    differ = sorted(k for k in keys if str(manifest.extra.get(k, "")) != own.get(k, ""))
+    if differ:
+        theirs = {k: manifest.extra.get(k, "") for k in differ}
+        mine = {k: own.get(k, "") for k in differ}
+        raise CheckpointError(
+            f"{source}: this version's weights are {theirs or 'full weights'}, but this trainer "
+            f"trains {mine} (model.lora_configs or the base model changed since it was written); "
+            "start a new run, or set continue_from_checkpoint: false"
+        )
 
 
 def writer_identity() -> str:
@@ -126,12 +156,13 @@ class TrainerCheckpointer:
         state, when due or `final`, follows in the background (`wait_for_state`)."""
         self.wait_for_state()
         with_state = final or step - self._state_saved_at >= self.save_interval
-        extra: dict[str, str] = {"writer": writer_identity()}
+        form = engine.version_extra()
+        extra: dict[str, str] = {"writer": writer_identity(), **form}
         weights = engine.export_weights(self.weights_dtype)
         if self.fast is not None:
             extra[FAST_TOKEN] = str(self._send_fast(step, weights))
         payloads: dict[str, Payload] = {
-            SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)
+            _weights_file(form): SafetensorsPayload(weights, _SAFETENSORS_METADATA)
         }
         critic = critic_of(engine)
         if critic is not None:
@@ -245,6 +276,7 @@ class TrainerCheckpointer:
             return 0, {}
         manifest, files = self.store.read_files(version)
         source = self.store.uri(version)
+        _check_form(engine, manifest, source)
         # versions written before the state became a part of its own list its files inline
         state_files, state = files, manifest.extra
         part = manifest.extra.get("trainer_state_part")

@@ -55,6 +55,7 @@ from rft.consumers.trainer.versions_in_use import versions_in_use
 from rft.contact.first_contact import require_kafka, require_object_store
 from rft.engines.chat_template import configured_chat_template
 from rft.engines.critic import Critic, CriticSettings
+from rft.engines.lora import DEFAULT_ADAPTER_NAME, LoraSpec
 from rft.engines.models import load_model, torch_dtype
 from rft.engines.trainer import (
     TRAINER_ENGINES,
@@ -125,6 +126,40 @@ def trainer_engine_config(cfg: RftConfig, total_steps: int, use_ref: bool) -> To
         grad_clip=cfg.trainer.grad_clip,
         micro_batch_size=cfg.trainer.micro_batch_size,
         use_ref_model=use_ref,
+        lora=lora_spec(cfg),
+        max_tokens_per_micro_batch=token_budget(cfg),
+        gradient_checkpointing=cfg.trainer.enable_gradient_checkpointing,
+        param_offload=cfg.trainer.param_offload,
+        optimizer_offload=cfg.trainer.optimizer_offload,
+    )
+
+
+def token_budget(cfg: RftConfig) -> int | None:
+    """Padded tokens per micro-batch with trainer.use_dynamic_bsz (max_token_len_per_gpu, or
+    verl's ppo_max_token_len_per_gpu, default 2 × the model's length), else None: rows."""
+    trainer = cfg.trainer
+    if not trainer.use_dynamic_bsz:
+        return None
+    given = trainer.max_token_len_per_gpu or trainer.ppo_max_token_len_per_gpu
+    if given is not None:
+        return given
+    model = cfg.model
+    return 2 * (model.max_model_len or model.max_prompt_tokens + model.max_response_tokens)
+
+
+def lora_spec(cfg: RftConfig) -> LoraSpec | None:
+    """The adapter `model.lora_configs` asks the trainer to train (one entry at most: the load
+    refuses more), or None to train the full model."""
+    if not cfg.model.lora_configs:
+        return None
+    entry = cfg.model.lora_configs[0]
+    return LoraSpec(
+        rank=entry.lora_rank,
+        alpha=entry.lora_alpha,
+        target_modules=tuple(entry.target_modules),
+        exclude_modules=tuple(entry.exclude_modules),
+        name=entry.name or DEFAULT_ADAPTER_NAME,
+        base_model=entry.base_model_name or cfg.model.model_path,
     )
 
 

@@ -19,6 +19,11 @@
 #       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
 #   bash infra/gpu/measure.sh shared-gpu ENGINE   # the check: the arithmetic loop on one shared
 #       GPU with ENGINE (hf or vllm), STEPS=15, must end with every step trained
+#   bash infra/gpu/measure.sh lora ENGINE   # the check: examples/arithmetic/arithmetic_lora.yaml
+#       on one shared GPU with ENGINE (hf: peft on the base; vllm: a LoRARequest per version),
+#       STEPS=10, must end with every step trained, each version an adapter the explorer loaded
+#   bash infra/gpu/measure.sh trainer-memory  # bench/trainer_memory.py: peak GPU memory and step
+#       time per memory setting, Qwen2.5-1.5B's shape with random weights, bf16 compute
 #   bash infra/gpu/measure.sh serve-agent   # examples/serve_agent on one shared GPU: the endpoint,
 #       a mode-train trainer and the openai-client agent, ROUNDS (10) rounds of TASKS (16)
 #       problems x 4 episodes, 64 held-out problems (needs the bundle built with --serve)
@@ -155,6 +160,24 @@ case "$stage" in
       echo "CHECK shared-gpu $engine: FAILED (exit $rc, ${trained:-no} trainer steps of $steps)"
       exit 1
     fi ;;
+  lora)
+    engine=$1; shift
+    steps=${STEPS:-10}
+    name=lora-$engine-$(date +%H%M%S)
+    rc=0
+    STEPS=$steps loop "$engine" "$name" --config examples/arithmetic/arithmetic_lora.yaml "$@" || rc=$?
+    summary=$out/loop-$name.txt
+    trained=$(sed -n 's/.*trainer steps: \([0-9]*\).*/\1/p' "$summary" | tail -1)
+    loaded=$(cat "$out/$name"-*explore*.log 2>/dev/null | grep -c "loaded weight version" || true)
+    refused=$(cat "$out/$name"-*explore*.log 2>/dev/null | grep -c "refused" || true)
+    if [ "$rc" = 0 ] && [ "${trained:-0}" = "$steps" ] && [ "${loaded:-0}" -gt 0 ] && [ "${refused:-0}" = 0 ]; then
+      echo "CHECK lora $engine: passed, $trained of $steps steps trained, $loaded adapter versions loaded"
+    else
+      echo "CHECK lora $engine: FAILED (exit $rc, ${trained:-no} of $steps steps, ${loaded:-0} loaded, ${refused:-0} refused)"
+      exit 1
+    fi ;;
+  trainer-memory)
+    python3 -m bench.trainer_memory --device cuda --bf16 "$@" 2>&1 | tee "$out/trainer-memory.txt" ;;
   serve-agent)
     kafka_up
     name=serve-agent-$(date +%H%M%S)

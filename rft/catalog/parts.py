@@ -247,6 +247,42 @@ def _check_reward(c: _Checker, cfg: RftConfig, path: str, taskset: TasksetConfig
         )
 
 
+LORA_INSTALL_COMMAND = "pip install 'peft>=0.17'  (or: pip install 'rft[lora]')"
+
+
+def lora_issues(cfg: RftConfig) -> list[Issue]:
+    """model.lora_configs: the trainer engine and the rollout engine must both handle adapters
+    (their entries' `lora` trait), and peft must be installed."""
+    from rft.engines.rollout import ROLLOUT_ENGINES
+    from rft.engines.trainer import TRAINER_ENGINES
+
+    if not cfg.model.lora_configs:
+        return []
+    issues = []
+    trainer, rollout = cfg.trainer.engine_name, cfg.explorer.rollout_model.engine_type
+    if trainer in TRAINER_ENGINES and not TRAINER_ENGINES.trait(trainer, "lora", False):
+        issues.append(
+            Issue(
+                "model.lora_configs",
+                f"the {trainer} trainer engine trains full models only; LoRA trains with "
+                f"trainer_type {', '.join(n for n in TRAINER_ENGINES if TRAINER_ENGINES.trait(n, 'lora', False))}",
+            )
+        )
+    known = rollout in ROLLOUT_ENGINES
+    if cfg.mode != "train" and known and not ROLLOUT_ENGINES.trait(rollout, "lora", False):
+        able = [n for n in ROLLOUT_ENGINES if ROLLOUT_ENGINES.trait(n, "lora", False)]
+        issues.append(
+            Issue(
+                "model.lora_configs",
+                f"rollout engine {rollout!r} cannot apply adapter versions (engines that "
+                f"can: {', '.join(able)})",
+            )
+        )
+    if importlib.util.find_spec("peft") is None:
+        issues.append(Issue("model.lora_configs", f"needs peft: {LORA_INSTALL_COMMAND}"))
+    return issues
+
+
 def _check_auxiliary_models(c: _Checker, cfg: RftConfig) -> None:
     """Each auxiliary model's engine: known, its packages installed, able to serve one (its
     entry's `auxiliary` trait), given the server settings it reads (and only those), its
@@ -473,6 +509,20 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
     _check_auxiliary_models(c, cfg)
     if c.entry("trainer.trainer_type", TRAINER_ENGINES, cfg.trainer.engine_name, cfg):
         c.issues += trainer_rank_issues(cfg)
+    c.issues += lora_issues(cfg)
+    engine_name = cfg.trainer.engine_name
+    if (
+        cfg.trainer.param_offload
+        and engine_name in TRAINER_ENGINES
+        and not TRAINER_ENGINES.trait(engine_name, "param_offload", False)
+    ):
+        c.issues.append(
+            Issue(
+                "trainer.param_offload",
+                f"the {engine_name} engine keeps its parameters on its device; parameter "
+                "offload needs trainer_type fsdp2 (FSDP2's CPU offload policy)",
+            )
+        )
     c.name("trainer.optim.warmup_style", LR_SCHEDULES, cfg.trainer.optim.warmup_style)
     sync = cfg.synchronizer
     if c.name("synchronizer.sync_style", SYNC_STYLES, sync.sync_style) is not None:

@@ -127,6 +127,8 @@ def check_consistency(cfg: RftConfig) -> list[Issue]:
     issues += _trainer_input_issues(cfg)
     issues += _explorer_stream_issues(cfg)
     issues += _auxiliary_model_issues(cfg)
+    issues += _lora_issues(cfg)
+    issues += _memory_issues(cfg)
 
     model = cfg.model
     assert model.max_model_len is not None  # filled by fill_derived
@@ -290,6 +292,43 @@ def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
 _NAME_PART = re.compile(r"[A-Za-z0-9_-]+")
 OWN_EXPERIENCES = "own"
 TRAINER_EXPERIENCES = "trainer"
+
+
+def _memory_issues(cfg: RftConfig) -> list[Issue]:
+    """The token budget named twice must be one number."""
+    trainer = cfg.trainer
+    a, b = trainer.max_token_len_per_gpu, trainer.ppo_max_token_len_per_gpu
+    if a is not None and b is not None and a != b:
+        return [
+            Issue(
+                "trainer.ppo_max_token_len_per_gpu",
+                f"{b} differs from trainer.max_token_len_per_gpu {a}: they name one budget",
+            )
+        ]
+    return []
+
+
+def _lora_issues(cfg: RftConfig) -> list[Issue]:
+    """model.lora_configs: one adapter per run, trained from zero."""
+    entries = cfg.model.lora_configs
+    issues = []
+    if len(entries) > 1:
+        issues.append(
+            Issue(
+                "model.lora_configs",
+                f"{len(entries)} adapters: a run trains one (each version carries it)",
+            )
+        )
+    for i, entry in enumerate(entries):
+        if entry.path is not None:
+            issues.append(
+                Issue(
+                    f"model.lora_configs[{i}].path",
+                    "is refused: an adapter trains from zero (version 0 is the base model); "
+                    "starting from a saved adapter is not supported",
+                )
+            )
+    return issues
 
 
 def _auxiliary_model_issues(cfg: RftConfig) -> list[Issue]:

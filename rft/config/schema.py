@@ -176,6 +176,75 @@ class AlgorithmConfig:
     }
 
 
+_LORA_TEST = "tests/unit/test_lora.py"
+
+
+@dataclass
+class LoraAdapterConfig:
+    """An entry of `model.lora_configs`: the LoRA adapter the trainer trains instead of the full
+    model (one per run). Each weight version then carries the adapter only, and explorers apply
+    it to the base model they loaded (rft.engines.lora)."""
+
+    name: str | None = key(
+        None,
+        does="the adapter's name: vLLM's lora_name, and the manifest's (default: policy)",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    lora_rank: int = key(
+        bounded(32, ge=1),
+        does="rank r of the adapter's A (r × in) and B (out × r) matrices",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    lora_alpha: int = key(
+        bounded(32, ge=1),
+        does="scale α: a layer computes W·x + (α / r)·B·A·x",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    target_modules: list[str] = key(
+        field(default_factory=lambda: ["all-linear"]),
+        does="modules that get an adapter: all-linear (every linear layer but the output head) or module names (q_proj, v_proj, ...)",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    exclude_modules: list[str] = key(
+        field(default_factory=list),
+        does="module names left without an adapter among target_modules",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    base_model_name: str | None = key(
+        None,
+        does="the base's name recorded in each adapter version's manifest (default: model.model_path); the base itself is identified by its weights' fingerprint, checked by every loader",
+        acts_in=_TRAINER,
+        shown_by=_LORA_TEST,
+    )
+    lora_dtype: Literal["auto"] = key(
+        "auto",
+        does="auto only: the adapter trains in the trainer's master dtype and is published in the rollout dtype, like full weights",
+        acts_in="rft/config/schema.py",
+        shown_by=_LORA_TEST,
+    )
+    lora_dropout: float = key(
+        bounded(0.0, ge=0, le=0),
+        does="0 only: the trainer's forward runs without dropout so its logprobs are the rollout's",
+        acts_in="rft/config/schema.py",
+        shown_by=_LORA_TEST,
+    )
+    path: str | None = key(
+        None,
+        does="refused when set: an adapter starts from zero (B = 0) at version 0, the base model",
+        acts_in=_DERIVED,
+        shown_by=_LORA_TEST,
+    )
+
+    IGNORED_KEYS: ClassVar[dict[str, str]] = {
+        "is_dummy": "Trinity sets it itself; rft has no dummy adapters",
+    }
+
+
 @dataclass
 class ModelConfig:
     """`model`: the policy model and its token limits."""
@@ -251,8 +320,16 @@ class ModelConfig:
         shown_by="tests/unit/test_ppo_critic.py",
     )
 
+    lora_configs: list[LoraAdapterConfig] = key(
+        field(default_factory=list),
+        does="one entry: train a LoRA adapter instead of the full model; versions carry the adapter, explorers apply it to the base (hf: peft on the model, vllm: a LoRARequest per version); torch trainer engine only",
+        acts_in=_TRAINER,
+        shown_by="tests/integration/test_lora_run.py",
+    )
+
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
-        "lora_configs": "LoRA is not supported yet; the full model is trained",
+        "fully_sharded_loras": "vLLM setting for tensor-parallel LoRA; rft's vllm engine runs the adapter unsharded",
+        "max_cpu_loras": "an explorer holds one adapter: the newest version's",
         "rope_scaling": "the model's own config decides RoPE",
         "rope_theta": "the model's own config decides RoPE",
         "tinker": "the Tinker service is not supported",
@@ -1318,7 +1395,7 @@ class TrainerConfig:
     )
     micro_batch_size: int = key(
         bounded(4, ge=1),
-        does="experiences per forward pass on one device (gradient accumulation)",
+        does="experiences per forward pass on one device (gradient accumulation); with use_dynamic_bsz the token budget decides instead",
         acts_in=_TRAINER,
         shown_by="tests/unit/test_engines_trainer.py",
     )
@@ -1328,14 +1405,49 @@ class TrainerConfig:
         acts_in=_TRAINER,
         shown_by="tests/integration/test_trainer_resume.py",
     )
+    use_dynamic_bsz: bool = key(
+        False,
+        does="micro-batches by token count instead of micro_batch_size rows: consecutive experiences while rows × (longest prompt + longest response) ≤ max_token_len_per_gpu; changes memory and step time, never the loss",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
+    max_token_len_per_gpu: int | None = key(
+        bounded(None, ge=2),
+        does="with use_dynamic_bsz: padded tokens per micro-batch on one device (default: 2 × model.max_model_len); an experience longer than it is a micro-batch of its own",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
+    ppo_max_token_len_per_gpu: int | None = key(
+        bounded(None, ge=2),
+        does="verl's name for max_token_len_per_gpu (refused when both are set and differ)",
+        acts_in=_TRAINER,
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
+    enable_gradient_checkpointing: bool = key(
+        False,
+        does="recompute each decoder layer's activations in backward instead of keeping them (torch and fsdp2 engines)",
+        acts_in="rft/engines/activation_checkpointing.py",
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
+    param_offload: bool = key(
+        False,
+        does="fsdp2 only: parameter shards, gradients and the AdamW step on the CPU (FSDP2's CPU offload policy), each layer copied to the device while it computes",
+        acts_in="rft/engines/fsdp_worker.py",
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
+    optimizer_offload: bool = key(
+        False,
+        does="AdamW's moments kept on the CPU between steps, on the device only for the update (torch and fsdp2 engines; nothing to move on the CPU)",
+        acts_in="rft/engines/trainer.py",
+        shown_by="tests/unit/test_trainer_memory.py",
+    )
     optim: OptimizerConfig = field(default_factory=OptimizerConfig)
 
     IGNORED_KEYS: ClassVar[dict[str, str]] = {
         "save_strategy": "one trainer process writes each checkpoint",
         "save_hf_checkpoint": "checkpoints are always saved as safetensors with a manifest",
-        "use_dynamic_bsz": _VERL,
-        "max_token_len_per_gpu": _VERL,
-        "ppo_max_token_len_per_gpu": _VERL,
+        "grad_offload": "gradients follow the parameters: on the CPU with param_offload",
+        "offload_policy": "param_offload selects FSDP2's CPU offload policy",
         "ulysses_sequence_parallel_size": "sequence parallelism is not supported",
         "trainer_config": _VERL,
         "trainer_config_path": _VERL,

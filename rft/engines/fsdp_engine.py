@@ -20,7 +20,6 @@ this process already belongs to a process group (a launcher such as Ray called
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,9 +44,10 @@ from rft.engines.trainer import (
     TrainBatch,
     TrainerPlacement,
     fill_advantages,
+    split_micro_batches,
 )
 from rft.engines.weights import file_or_path
-from rft.errors import EngineError
+from rft.errors import ConfigError, EngineError
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class Fsdp2TrainerEngine:
         total = tokens if unit == "token" else len(batch)
         units = BatchUnits.of(batch.action_mask, batch.expert)  # of the whole batch
         shards = [take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size)]
-        passes = max(math.ceil(len(s) / self.config.micro_batch_size) for s in shards)
+        passes = max(len(split_micro_batches(s, self.config)) for s in shards)
         results = self._call(
             "train_shard",
             [
@@ -195,7 +195,7 @@ class Fsdp2TrainerEngine:
         batch.validate()
         rows = shard_rows(len(batch), self.world_size)
         shards = [take_rows(batch, r) for r in rows]
-        passes = max(math.ceil(len(s) / self.config.micro_batch_size) for s in shards)
+        passes = max(len(split_micro_batches(s, self.config)) for s in shards)
         results = self._call("reference_shard", [{"shard": s, "passes": passes} for s in shards])
         width = max(len(r) for r in batch.response_ids)
         out = {
@@ -257,6 +257,10 @@ class Fsdp2TrainerEngine:
             [{"tensors": tensors}] + [{"tensors": None}] * (self.world_size - 1),
         )
         self._full_weights = None
+
+    def version_extra(self) -> dict[str, str]:
+        """Full weights (the fsdp2 engine trains no adapters): nothing to add to a manifest."""
+        return {}
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """The consolidated training state as one file: any world size can load it."""
@@ -326,6 +330,8 @@ def build_fsdp2_engine(
     Joins the process group this process already belongs to (another launcher started the
     ranks), or starts ranks 1..N-1 on this machine, on placement.devices[1:].
     """
+    if config.lora is not None:  # the load refuses it; a direct caller hears it here
+        raise ConfigError("model.lora_configs: the fsdp2 engine trains full models only")
     device = placement.devices[0]
     followers: list[Any] = []
     threads = torch.get_num_threads()

@@ -16,6 +16,11 @@ Weights and training state leave and enter as full (consolidated) tensors on ran
 `get_model_state_dict(full_state_dict=True, cpu_offload=True)` gathers them, and loading
 broadcasts them from rank 0 and each rank keeps its shard. A full state does not depend on how
 many ranks wrote it, so a restart may use another world size.
+
+Memory (trainer.*): `enable_gradient_checkpointing` checkpoints each decoder layer before it is
+sharded; `param_offload` shards with FSDP2's CPU offload policy (shards, gradients and the AdamW
+step on the CPU, each layer copied to the device for its forward and backward); and
+`optimizer_offload` keeps AdamW's moments on the CPU between steps (the torch engine's).
 """
 
 from __future__ import annotations
@@ -35,10 +40,17 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import (
+    CPUOffloadPolicy,
+    FSDPModule,
+    MixedPrecisionPolicy,
+    OffloadPolicy,
+    fully_shard,
+)
 
 from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import LossFn
+from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.logprobs import token_logprobs
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
 from rft.engines.weights import export_state_dict_names
@@ -135,9 +147,16 @@ class ShardedWorker(TorchTrainerEngine):
             ref_root = self._shard(ref, mesh, config)
             _broadcast_full_state(ref_root, full)
         del full
+        self._compute_device = torch.device(device)
         super().__init__(root, config, ref_model=ref_root)
         self.pad_token_id = setup.pad_token_id
         self.lm = model
+
+    @property
+    def device(self) -> torch.device:
+        """Where this rank computes: its device, even when param_offload keeps the shards on
+        the CPU."""
+        return self._compute_device
 
     @staticmethod
     def _shard(model: Any, mesh: Any, config: TorchTrainerConfig) -> LogprobModule:
@@ -148,12 +167,21 @@ class ShardedWorker(TorchTrainerEngine):
         root_policy = MixedPrecisionPolicy(
             param_dtype=compute, reduce_dtype=torch.float32, cast_forward_inputs=False
         )
+        # parameter offload: each shard, its gradient and the AdamW step live on the CPU, and a
+        # layer's shards are copied to the device only while its forward or backward runs
+        offload = (
+            CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
+            if config.param_offload
+            else OffloadPolicy()
+        )
+        if config.gradient_checkpointing:
+            checkpoint_decoder_layers(model)  # before fully_shard, which wraps the layers
         split = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in split:
-                fully_shard(module, mesh=mesh, mp_policy=layers)
+                fully_shard(module, mesh=mesh, mp_policy=layers, offload_policy=offload)
         root = LogprobModule(model)
-        fully_shard(root, mesh=mesh, mp_policy=root_policy)
+        fully_shard(root, mesh=mesh, mp_policy=root_policy, offload_policy=offload)
         for module in root.modules():
             # the loss is weighted by each micro-batch's share of the whole batch: sum, not mean
             if isinstance(module, FSDPModule):

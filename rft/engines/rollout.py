@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from rft.engines.engine_ready import announce_ready
+from rft.engines.lora import AdapterOnModel, AdapterVersion
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.weights import export_state_dict, load_weights_into
 from rft.errors import ConfigError, EngineError
@@ -226,6 +227,14 @@ class RolloutEngine(abc.ABC):
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Current weights under HF names, each storage once."""
 
+    def load_adapter(self, adapter: AdapterVersion, version: int) -> None:
+        """Sample from now on with the base model plus `adapter` (a LoRA version) and set
+        `model_version`; EngineError when the adapter's base is not this engine's. Engines that
+        cannot apply adapters (no `lora` trait: the load refuses model.lora_configs) refuse."""
+        raise EngineError(
+            f"{type(self).__name__} cannot apply LoRA adapters (weight version {version})"
+        )
+
 
 @dataclass(frozen=True)
 class RolloutEngineConfig:
@@ -312,6 +321,7 @@ class HFRolloutEngine(RolloutEngine):
         compiled: bool = False,
     ) -> None:
         self._model = model.eval()
+        self._adapter: AdapterOnModel | None = None  # the LoRA adapter, once a version has one
         self._tokenizer = tokenizer
         self._version = version
         self._max_batch_size = max_batch_size
@@ -363,7 +373,19 @@ class HFRolloutEngine(RolloutEngine):
         return self._version
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        if self._adapter is not None and self._adapter.wrapped is not None:
+            raise EngineError(
+                f"weight version {version} holds full weights, but this engine samples with a "
+                "LoRA adapter: a run's versions are all adapters or all full weights"
+            )
         load_weights_into(self._model, tensors)
+        self._version = int(version)
+
+    def load_adapter(self, adapter: AdapterVersion, version: int) -> None:
+        """peft's adapter layers on the model, the version's tensors copied into them."""
+        if self._adapter is None:
+            self._adapter = AdapterOnModel(self._model)
+        self._model = self._adapter.apply(adapter, version)
         self._version = int(version)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -567,7 +589,10 @@ VLLM_READS = (
 ENGINE_CHAT = "rft.engines.auxiliary_chat:engine_chat_model"
 
 
-@ROLLOUT_ENGINES.register("hf", reads=HF_READS, tensor_parallel=False, auxiliary=ENGINE_CHAT)
+# `lora`: the engine applies LoRA adapter versions (load_adapter); model.lora_configs needs it
+@ROLLOUT_ENGINES.register(
+    "hf", reads=HF_READS, tensor_parallel=False, auxiliary=ENGINE_CHAT, lora=True
+)
 def hf_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     """transformers generate on CPU or one GPU (config.model.device)."""
     return HFRolloutEngine.from_config(config)
@@ -583,6 +608,7 @@ ROLLOUT_ENGINES.lazy(
     args=("max_num_seqs", "max_cudagraph_capture_size", "async_scheduling"),
     tensor_parallel=True,
     auxiliary=ENGINE_CHAT,
+    lora=True,
 )
 OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'  (or: pip install 'rft[openai]')"
 # `loads_weights`: whether the engine can load the trainer's versions (default True); one that

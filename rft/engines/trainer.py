@@ -38,8 +38,11 @@ import torch
 from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import Advantages, LossBatch, LossFn, at_last_token
 from rft.algorithms.value_loss import clipped_value_loss, explained_variance
+from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.critic import Critic
 from rft.engines.logprobs import token_logprobs
+from rft.engines.lora import LoraSpec
+from rft.engines.micro_batches import micro_batches
 from rft.engines.weights import (
     export_state_dict,
     export_state_dict_names,
@@ -79,6 +82,14 @@ class TorchTrainerConfig:
     accumulation: str = "token"
     logprob_chunk_tokens: int = 1024
     autocast_dtype: str | None = None  # "bfloat16": forward in bf16, weights and AdamW in fp32
+    lora: LoraSpec | None = None  # train this adapter instead of the model (model.lora_configs)
+    # memory (trainer.*): micro-batches by padded token count instead of micro_batch_size rows,
+    # decoder layers' activations recomputed in backward, AdamW's state off the device between
+    # steps, and (fsdp2 only) parameters, gradients and the optimizer step on the CPU
+    max_tokens_per_micro_batch: int | None = None
+    gradient_checkpointing: bool = False
+    optimizer_offload: bool = False
+    param_offload: bool = False
 
     def __post_init__(self) -> None:
         if self.micro_batch_size < 1:
@@ -88,6 +99,11 @@ class TorchTrainerConfig:
                 f"trainer.accumulation must be 'token' or 'sequence', got {self.accumulation!r}"
             )
         LR_SCHEDULES.get(self.lr_schedule)
+        if self.max_tokens_per_micro_batch is not None and self.max_tokens_per_micro_batch < 2:
+            raise ConfigError(
+                "trainer.max_token_len_per_gpu must be >= 2 (a prompt token and a response "
+                f"token), got {self.max_tokens_per_micro_batch}"
+            )
         if self.autocast_dtype not in (None, "bfloat16"):
             raise ConfigError(
                 f"trainer autocast dtype must be bfloat16 or unset, got {self.autocast_dtype!r} "
@@ -402,6 +418,17 @@ def _fill_from_values(
     return out
 
 
+def split_micro_batches(batch: TrainBatch, config: TorchTrainerConfig) -> list[list[int]]:
+    """Row indices of each micro-batch of `batch` (rft.engines.micro_batches): by
+    `micro_batch_size` rows, or by `max_tokens_per_micro_batch` padded tokens when set."""
+    return micro_batches(
+        [len(p) for p in batch.prompt_ids],
+        [len(r) for r in batch.response_ids],
+        config.micro_batch_size,
+        config.max_tokens_per_micro_batch,
+    )
+
+
 class TrainerEngine(Protocol):
     """What the trainer loop and the checkpointer use of an engine (every engine provides it).
 
@@ -445,6 +472,12 @@ class TrainerEngine(Protocol):
 
     def load_weights(self, tensors: dict[str, torch.Tensor]) -> None:
         """Replace the trained weights with `tensors` (HF names); the optimizer is untouched."""
+        ...
+
+    def version_extra(self) -> dict[str, str]:
+        """What a version's manifest must say about the form of its weights (a LoRA adapter
+        and its base: rft.engines.lora), empty for full weights. A version is loaded back only
+        into an engine that says the same."""
         ...
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
@@ -506,6 +539,8 @@ class TorchTrainerEngine:
             ref_model.eval()
             ref_model.requires_grad_(False)
         self.ref_model = ref_model
+        if config.gradient_checkpointing:
+            checkpoint_decoder_layers(model)
         self._params = [p for p in model.parameters() if p.requires_grad]
         if not self._params:
             raise EngineError("the model has no trainable parameters")
@@ -644,6 +679,12 @@ class TorchTrainerEngine:
         skipped = not math.isfinite(grad_norm)
         if skipped:
             self.optimizer.zero_grad(set_to_none=True)
+        elif self.config.optimizer_offload:
+            # AdamW's moments live on the CPU between steps: on the device only for the update
+            # (with FSDP2's param_offload the parameters, and so the update, are on the CPU)
+            self._move_optimizer_state(self._params[0].device)
+            self.optimizer.step()
+            self._move_optimizer_state(torch.device("cpu"))
         else:
             self.optimizer.step()
         with warnings.catch_warnings():
@@ -653,6 +694,15 @@ class TorchTrainerEngine:
             self.scheduler.step()
         self.step += 1
         return grad_norm, skipped
+
+    def _move_optimizer_state(self, device: torch.device) -> None:
+        """AdamW's per-parameter tensors (moments) to `device`; its step counters stay put."""
+        for state in self.optimizer.state.values():
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and name != "step":
+                    state[name] = value.to(device, non_blocking=device.type == "cpu")
+        if device.type == "cpu" and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _autocast(self) -> Any:
         """bf16 compute for the forward when configured; the parameters stay in their dtype."""
@@ -782,8 +832,7 @@ class TorchTrainerEngine:
 
     def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
         """Row indices of each micro-batch, in order."""
-        mb = self.config.micro_batch_size
-        return [list(range(lo, min(lo + mb, len(batch)))) for lo in range(0, len(batch), mb)]
+        return split_micro_batches(batch, self.config)
 
     def _collate(self, batch: TrainBatch, idx: list[int]) -> dict[str, torch.Tensor]:
         """Prompts left padded to P, responses right padded to R: response j is column P + j.
@@ -894,6 +943,10 @@ class TorchTrainerEngine:
         """Copy `tensors` (HF names, every model tensor) into the model in place."""
         load_weights_into(self.model, tensors)
 
+    def version_extra(self) -> dict[str, str]:
+        """Full weights: nothing to add to a manifest."""
+        return {}
+
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """Optimizer + scheduler + step counter, for an exact resume."""
         torch.save(
@@ -936,19 +989,34 @@ TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type
 
 # `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
 # `critic`: the engine can train a critic beside the policy (`attach_critic`)
-@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True)
+# `lora`: the engine trains an adapter when model.lora_configs names one
+@TRAINER_ENGINES.register(
+    "torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True, lora=True
+)
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:
-    """AdamW in this process, on one device (CPU or GPU), with the model as loaded."""
+    """AdamW in this process, on one device (CPU or GPU), with the model as loaded, or on a
+    LoRA adapter of it (`config.lora`)."""
     if placement.world_size != 1:
         raise ConfigError(
             f"trainer.world_size: the torch engine runs one rank, got {placement.world_size}; "
             "set trainer.trainer_type: fsdp2 to shard over several"
         )
+    if config.lora is not None:
+        adapter_engine: Callable[..., TorchTrainerEngine] = ADAPTER_TRAINERS.get("lora")
+        return adapter_engine(model, config, config.lora, tokenizer=tokenizer)
     return TorchTrainerEngine(model, config, tokenizer=tokenizer)
+
+
+# the torch engine training an adapter of its model instead of the model (model.lora_configs)
+ADAPTER_TRAINERS: Registry[Callable[..., TorchTrainerEngine]] = Registry("model.lora_configs")
+ADAPTER_TRAINERS.lazy("lora", "rft.engines.lora_trainer:LoraTrainerEngine")
 
 
 # `many_ranks`: the engine runs over trainer.world_size ranks (one GPU each on GPUs); an engine
 # without it runs one rank in the trainer's process.
-TRAINER_ENGINES.lazy("fsdp2", "rft.engines.fsdp_engine:build_fsdp2_engine", many_ranks=True)
+# `param_offload`: the engine can keep parameters on the CPU (trainer.param_offload)
+TRAINER_ENGINES.lazy(
+    "fsdp2", "rft.engines.fsdp_engine:build_fsdp2_engine", many_ranks=True, param_offload=True
+)

@@ -10,6 +10,9 @@ vLLM). What it owns:
   entries were computed by the old weights; no restart, no new CUDA graphs. A version from the
   store (CPU tensors viewed in the downloaded buffer) and one received over the weight-sync group
   (tensors already on the explorer's GPU, `sync_method: nccl`) take the same path;
+- LoRA versions (`model.lora_configs`): the engine starts with LoRA enabled, each adapter version
+  becomes a LoRARequest of its own (hot-swapped: the new one loaded, the previous removed), and
+  every request names the newest; the adapter's base is checked against the loaded model's;
 - the per-call deadline: requests still running when `timeout_s` runs out are aborted and end
   with finish_reason "timeout", keeping the tokens they had.
 - the prefix cache's counts (`prefix_cache`): each request's prompt tokens and how many of them
@@ -29,14 +32,19 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
+import typing
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from rft.config.binding import Issue
+from rft.engines.lora import ADAPTER_CONFIG, ADAPTER_SAFETENSORS, AdapterVersion, base_fingerprint
 from rft.engines.models import ModelSpec, materialize_model_dir
 from rft.engines.rollout import (
     VLLM_INSTALL_COMMAND,
@@ -47,6 +55,7 @@ from rft.engines.rollout import (
     RolloutEngineConfig,
     SamplingParams,
 )
+from rft.engines.weights import read_safetensors_dir
 from rft.errors import ConfigError, EngineError
 
 RAW = "raw_logprobs"
@@ -66,9 +75,30 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "max_cudagraph_capture_size": None,
     # the scheduler prepares step k+1 while the GPU runs step k: a host-bound model's gain
     "async_scheduling": True,
+    "max_lora_rank": None,  # set by the plan from model.lora_configs: the engine serves adapters
     "seed": 42,
     "temperature": 1.0,  # the configured rollout temperature: picks the logprobs mode
 }
+
+
+def lora_args(max_rank: int | None) -> dict[str, Any]:
+    """vLLM's LoRA settings for adapters up to `max_rank` (None: no adapters). vLLM accepts
+    only some ranks as its maximum (its `MaxLoRARanks`): the smallest that covers the adapter's.
+    Two adapters fit at once: the newest version's and, while it loads, the previous one."""
+    if max_rank is None:
+        return {}
+    try:
+        from vllm.config.lora import MaxLoRARanks
+
+        allowed = sorted(int(r) for r in typing.get_args(MaxLoRARanks))
+    except ImportError:  # another vLLM layout: the ranks it has long accepted
+        allowed = [8, 16, 32, 64, 128, 256, 512]
+    bound = next((r for r in allowed if r >= int(max_rank)), None)
+    if bound is None:
+        raise ConfigError(
+            f"model.lora_configs[0].lora_rank: {max_rank} is above vLLM's largest ({allowed[-1]})"
+        )
+    return {"enable_lora": True, "max_lora_rank": bound, "max_loras": 2}
 
 
 def logprobs_mode_for(temperature: float) -> str:
@@ -107,8 +137,20 @@ def inexact_logprobs(mode: str, params: SamplingParams) -> str | None:
 class VLLMRolloutEngine(RolloutEngine):
     """vLLM's offline `LLM` driven request by request, so deadlines can abort what is running."""
 
-    def __init__(self, llm: Any, tokenizer: Any, *, logprobs_mode: str, version: int = 0) -> None:
+    def __init__(
+        self,
+        llm: Any,
+        tokenizer: Any,
+        *,
+        logprobs_mode: str,
+        version: int = 0,
+        model_dir: Path | None = None,
+    ) -> None:
         self._llm = llm
+        self._model_dir = model_dir
+        self._lora: Any = None  # the LoRARequest of the newest adapter version
+        self._lora_dirs: Path | None = None
+        self._base_fingerprint: str | None = None
         self._tokenizer = tokenizer
         self._mode = logprobs_mode
         self._version = version
@@ -160,11 +202,12 @@ class VLLMRolloutEngine(RolloutEngine):
                 max_num_seqs=int(options["max_num_seqs"]),
                 logprobs_mode=mode,
                 **optional,
+                **lora_args(options["max_lora_rank"]),
             )
         except (RuntimeError, ValueError, TypeError) as exc:
             raise EngineError(f"vllm engine could not start on {model_dir}: {exc}") from exc
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        return cls(llm, tokenizer, logprobs_mode=mode)
+        return cls(llm, tokenizer, logprobs_mode=mode, model_dir=model_dir)
 
     @property
     def tokenizer(self) -> Any:
@@ -205,6 +248,37 @@ class VLLMRolloutEngine(RolloutEngine):
         self._llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self._version = int(version)
         self.last_update_seconds = time.perf_counter() - started
+
+    def load_adapter(self, adapter: AdapterVersion, version: int) -> None:
+        """Hot swap: the version's adapter files go to a directory of their own, vLLM loads
+        them as a new LoRARequest (id = the version), every later request names it, and the
+        previous adapter is removed. The base weights are never touched."""
+        from vllm.lora.request import LoRARequest
+
+        if self._model_dir is None:
+            raise EngineError(f"weight version {version}: this vllm engine has no base directory")
+        if self._base_fingerprint is None:
+            self._base_fingerprint = base_fingerprint(read_safetensors_dir(self._model_dir))
+        adapter.check_base(self._base_fingerprint, version, "this vllm engine")
+        if self._lora_dirs is None:
+            self._lora_dirs = Path(tempfile.mkdtemp(prefix="rft-lora-"))
+        directory = self._lora_dirs / f"v{version}"
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in (ADAPTER_CONFIG, ADAPTER_SAFETENSORS):
+            (directory / name).write_bytes(bytes(adapter.files[name]))
+        request = LoRARequest(f"{adapter.name}-v{version}", int(version), str(directory))
+        engine = self._llm.llm_engine
+        try:
+            engine.add_lora(request)  # loaded now, not on the first request that names it
+        except (RuntimeError, ValueError) as exc:
+            raise EngineError(
+                f"vllm engine could not load adapter version {version}: {exc}"
+            ) from exc
+        previous, self._lora = self._lora, request
+        if previous is not None:
+            engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        self._version = int(version)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         raise EngineError(
@@ -263,7 +337,9 @@ class VLLMRolloutEngine(RolloutEngine):
         for i, row in enumerate(rows):
             self._next_request += 1
             asked = f"rft-{self._next_request}"
-            given = engine.add_request(asked, {"prompt_token_ids": row}, sampling)
+            given = engine.add_request(
+                asked, {"prompt_token_ids": row}, sampling, lora_request=self._lora
+            )
             # vLLM may suffix the id it tracks; outputs carry one of the two
             index[asked] = i
             if isinstance(given, str):

@@ -24,6 +24,7 @@ from rft.errors import EngineError
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+ADAPTER_SAFETENSORS = "adapter_model.safetensors"  # peft's name: a LoRA version's tensors
 
 # safetensors' dtype codes (its format's own names)
 _CODES: dict[torch.dtype, str] = {
@@ -158,9 +159,11 @@ def tensors_of_files(
     files: Mapping[str, memoryview | bytearray], source: str
 ) -> dict[str, torch.Tensor]:
     """The weights among a version's downloaded files (an HF directory's names): one
-    model.safetensors or the shards its index names. Views into the buffers, no copies."""
-    if SAFETENSORS in files:
-        return tensors_from_safetensors(files[SAFETENSORS], f"{source}{SAFETENSORS}")
+    model.safetensors or the shards its index names, or a LoRA version's
+    adapter_model.safetensors. Views into the buffers, no copies."""
+    for single in (SAFETENSORS, ADAPTER_SAFETENSORS):
+        if single in files:
+            return tensors_from_safetensors(files[single], f"{source}{single}")
     if SAFETENSORS_INDEX in files:
         try:
             shards = sorted(set(json.loads(bytes(files[SAFETENSORS_INDEX]))["weight_map"].values()))
@@ -172,7 +175,7 @@ def tensors_of_files(
                 raise EngineError(f"{source}: the index names {shard}, which is not there")
             out.update(tensors_from_safetensors(files[shard], f"{source}{shard}"))
         return out
-    raise EngineError(f"{source}: no {SAFETENSORS} or {SAFETENSORS_INDEX}")
+    raise EngineError(f"{source}: no {SAFETENSORS}, {SAFETENSORS_INDEX} or {ADAPTER_SAFETENSORS}")
 
 
 def file_or_path(target: str | Path | BinaryIO) -> str | BinaryIO:

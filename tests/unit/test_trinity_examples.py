@@ -12,6 +12,7 @@ import pytest
 from rft.catalog import load_config
 from rft.config import ConfigWarning
 from rft.consumers.run_plan import RunPlan
+from rft.consumers.trainer.trainer import token_budget
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trinity_async_gsm8k"
 
@@ -42,6 +43,8 @@ def test_the_three_processes_share_one_run_and_one_experience_topic() -> None:
     assert late.explorer_group != explorer.explorer_group
     assert (trainer.train_batch_size, trainer.batch_size) == (512, 64)
     assert trainer.cfg.trainer.optim.lr == pytest.approx(1e-6)  # algorithm.optimizer moved
-    for key in ("use_dynamic_bsz", "max_token_len_per_gpu", "ulysses_sequence_parallel_size"):
-        assert any(f"trainer.{key}" in n for n in trainer_notes)
+    assert any("trainer.ulysses_sequence_parallel_size" in n for n in trainer_notes)
+    # the dynamic batch keys are read: micro-batches of at most 16384 padded tokens
+    assert not any("use_dynamic_bsz" in n or "max_token_len_per_gpu" in n for n in trainer_notes)
+    assert token_budget(trainer.cfg) == 16384
     assert any("is not used with storage_type queue" in n for n in trainer_notes)

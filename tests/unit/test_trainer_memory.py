@@ -1,0 +1,172 @@
+"""Memory settings of the trainer (`trainer.use_dynamic_bsz` / `max_token_len_per_gpu`,
+`enable_gradient_checkpointing`, `optimizer_offload`, `param_offload`) change memory and step time,
+never what a step computes:
+
+- the same batch split two ways (by rows, by a token budget) gives the same loss and gradient
+  within float tolerance (float64 here, so the tolerance is tight), and the budget does bound each
+  micro-batch's padded size;
+- gradient checkpointing and optimizer offload give the same weights after steps as without;
+- on FSDP2 over gloo, param_offload and gradient checkpointing give the weights of a plain run;
+- the keys load and act; param_offload on the torch engine is refused naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rft.catalog import load_config
+from rft.consumers.trainer.trainer import token_budget, trainer_engine_config
+from rft.engines.micro_batches import micro_batches
+from rft.engines.models import ModelSpec, load_model
+from rft.engines.trainer import (
+    TRAINER_ENGINES,
+    TorchTrainerConfig,
+    TorchTrainerEngine,
+    TrainerPlacement,
+    split_micro_batches,
+)
+from rft.engines.weights import export_state_dict
+from rft.errors import ConfigError
+from tests.unit.config_samples import MINIMAL
+from tests.unit.test_engines_trainer import _batch, maximise_logprob
+from tests.unit.test_fsdp_engine import GrpoObjective, batch, max_diff
+
+pytestmark = pytest.mark.timeout(420)
+
+
+def _grads(config: TorchTrainerConfig, rows: int = 9) -> tuple[float, dict[str, torch.Tensor]]:
+    """Loss and gradient of one step's batch (float64 tiny model), nothing updated."""
+    model, tok = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+    engine = TorchTrainerEngine(model, config, tokenizer=tok)
+    b = _batch(rows, seed=11)
+    engine.optimizer.zero_grad(set_to_none=True)
+    groups = engine._micro_batches(b)
+    counts = [sum(sum(b.action_mask[i]) for i in g) for g in groups]
+    loss, _ = engine._accumulate(b, maximise_logprob, [c / sum(counts) for c in counts])
+    return loss, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_the_same_batch_split_two_ways_gives_the_same_gradient() -> None:
+    rows = TorchTrainerConfig(micro_batch_size=1)
+    tokens = TorchTrainerConfig(micro_batch_size=1, max_tokens_per_micro_batch=40)
+    b = _batch(9, seed=11)
+    by_rows, by_tokens = split_micro_batches(b, rows), split_micro_batches(b, tokens)
+    assert len(by_rows) == 9 and 1 < len(by_tokens) < 9  # really another split
+    for group in by_tokens:
+        width = max(len(b.prompt_ids[i]) for i in group) + max(
+            len(b.response_ids[i]) for i in group
+        )
+        assert len(group) == 1 or len(group) * width <= 40
+    loss_rows, grads_rows = _grads(rows)
+    loss_tokens, grads_tokens = _grads(tokens)
+    assert loss_rows == pytest.approx(loss_tokens, rel=1e-12)
+    assert set(grads_rows) == set(grads_tokens)
+    assert max(float(g.abs().max()) for g in grads_rows.values()) > 0
+    for name, g in grads_rows.items():
+        torch.testing.assert_close(grads_tokens[name], g, rtol=1e-10, atol=1e-12)
+
+
+def test_token_budget_splits_keep_order_and_put_a_long_row_alone() -> None:
+    # padded cost = rows x (longest prompt + longest response)
+    groups = micro_batches([4, 4, 4, 30, 2], [4, 4, 4, 30, 2], 8, max_tokens=24)
+    assert groups == [[0, 1, 2], [3], [4]]
+    assert micro_batches([4] * 5, [4] * 5, 2) == [[0, 1], [2, 3], [4]]
+
+
+def _trained(config: TorchTrainerConfig) -> dict[str, torch.Tensor]:
+    model, tok = load_model(ModelSpec("tiny", seed=4))
+    engine = TorchTrainerEngine(model, config, tokenizer=tok)
+    for step in range(2):
+        assert engine.train_step(_batch(6, seed=step), maximise_logprob)["skipped"] == 0.0
+    return dict(engine.state_dict_for_export())
+
+
+def test_gradient_checkpointing_and_optimizer_offload_train_the_same_weights() -> None:
+    base = TorchTrainerConfig(lr=1e-2, micro_batch_size=3)
+    plain = _trained(base)
+    moved = max_diff(plain, export_state_dict(load_model(ModelSpec("tiny", seed=4))[0]))
+    assert moved > 1e-3
+    checkpointed = _trained(dataclasses.replace(base, gradient_checkpointing=True))
+    assert max_diff(plain, checkpointed) <= 1e-6
+    offloaded = _trained(dataclasses.replace(base, optimizer_offload=True))
+    assert max_diff(plain, offloaded) == 0.0
+
+
+def test_checkpointing_recomputes_the_decoder_layers() -> None:
+    """Under checkpointing each decoder layer's forward runs again in backward."""
+    model, tok = load_model(ModelSpec("tiny", seed=4))
+    engine = TorchTrainerEngine(
+        model, TorchTrainerConfig(micro_batch_size=8, gradient_checkpointing=True), tokenizer=tok
+    )
+    calls = []
+    layer = next(m for m in model.modules() if type(m).__name__ in model._no_split_modules)
+    layer.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    engine.train_step(_batch(2), maximise_logprob)
+    assert len(calls) == 2  # the forward and its recomputation
+
+
+def _fsdp(config: TorchTrainerConfig) -> dict[str, torch.Tensor]:
+    model, tok = load_model("tiny")
+    engine = TRAINER_ENGINES.get("fsdp2")(model, tok, config, TrainerPlacement(("cpu",) * 2))
+    with engine:
+        for s in range(2):
+            assert engine.train_step(batch(s), GrpoObjective())["skipped"] == 0.0
+        return dict(engine.state_dict_for_export())
+
+
+def test_fsdp2_param_offload_and_checkpointing_train_the_same_weights() -> None:
+    config = TorchTrainerConfig(lr=1e-3, micro_batch_size=2, use_ref_model=True)
+    plain = _fsdp(config)
+    memory = _fsdp(
+        dataclasses.replace(
+            config,
+            param_offload=True,
+            optimizer_offload=True,
+            gradient_checkpointing=True,
+            max_tokens_per_micro_batch=30,
+        )
+    )
+    assert max_diff(plain, memory) <= 1e-5
+
+
+def _config(tmp_path: Path, trainer: dict) -> Path:
+    raw = yaml.safe_load(MINIMAL)
+    raw["trainer"] = trainer
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_the_keys_load_and_act(tmp_path: Path) -> None:
+    cfg = load_config(
+        _config(
+            tmp_path,
+            {
+                "use_dynamic_bsz": True,
+                "ppo_max_token_len_per_gpu": 512,
+                "enable_gradient_checkpointing": True,
+                "optimizer_offload": True,
+            },
+        )
+    )
+    engine_config = trainer_engine_config(cfg, 10, False)
+    assert engine_config.max_tokens_per_micro_batch == 512 == token_budget(cfg)
+    assert engine_config.gradient_checkpointing and engine_config.optimizer_offload
+    default = load_config(_config(tmp_path, {"use_dynamic_bsz": True}))
+    # Trinity's default budget: twice the model's length (prompt + response limits here)
+    assert token_budget(default) == 2 * (
+        default.model.max_prompt_tokens + default.model.max_response_tokens
+    )
+    with pytest.raises(ConfigError, match="trainer.param_offload"):
+        load_config(_config(tmp_path, {"param_offload": True}))
+    with pytest.raises(ConfigError, match="trainer.ppo_max_token_len_per_gpu"):
+        load_config(
+            _config(tmp_path, {"max_token_len_per_gpu": 64, "ppo_max_token_len_per_gpu": 128})
+        )
+    fsdp = load_config(_config(tmp_path, {"trainer_type": "fsdp2", "param_offload": True}))
+    assert trainer_engine_config(fsdp, 10, False).param_offload
