@@ -245,3 +245,10 @@ for _name, _target in (
     ("sapo", "surrogate_losses:sapo_loss"),
 ):
     POLICY_LOSS_FN.lazy(_name, f"rft.algorithms.{_target}")
+# CHORD: `mix` with a scheduled μ and a φ-weighted SFT loss; its trait `expert_schedule` names
+# the function that turns its args into that weighting (rft.algorithms.objective applies it)
+POLICY_LOSS_FN.lazy(
+    "mix_chord",
+    "rft.algorithms.chord:mix_chord_policy_loss",
+    expert_schedule="rft.algorithms.chord:chord_weighting",
+)

@@ -272,7 +272,9 @@ def fill_advantages(
 
     Without a reward KL penalty they are one per sequence ([B, 1]); with one, the learner rows'
     reference logprobs come first (`reference`, the engine's reference_logprobs) and the
-    advantages are per token ([B, R], the action mask applied).
+    advantages are per token ([B, R], the action mask applied). A teacher advantage fn
+    (`advantages.needs_teacher`) gets the reference pass as the teacher's logprobs: the engine's
+    reference model is then the teacher (`TorchTrainerEngine.set_reference_model`).
     """
     rewards = batch.rewards
     if rewards is None:
@@ -284,17 +286,19 @@ def fill_advantages(
         return {}
     sub = batch if len(learner) == len(batch) else batch.select(learner)
     assert sub.rewards is not None
-    if advantages.needs_reference:
+    if advantages.needs_reference or advantages.needs_teacher:
+        # a teacher algorithm's reference model is its teacher (the trainer loads it there)
         padded = reference(sub)
         adv, metrics = advantages(
             sub.rewards.values,
             sub.rewards.group_index,
             padded["action_mask"],
             padded["old_logprobs"],
-            padded["ref_logprobs"],
+            None if advantages.needs_teacher else padded["ref_logprobs"],
             response_lengths=sub.rewards.response_lengths,
             trajectory_index=sub.rewards.trajectory_index,
             turn=sub.rewards.turn,
+            teacher_logprob=padded["ref_logprobs"] if advantages.needs_teacher else None,
         )
     else:
         adv, metrics = advantages(
@@ -518,6 +522,7 @@ class TorchTrainerEngine:
                         expert=t.get("expert"),
                         batch_units=batch_units,
                         share=weights[k],
+                        step=self.step + 1,
                     ),
                 )
             if loss.dim() != 0:
@@ -609,6 +614,13 @@ class TorchTrainerEngine:
             for name in ("old_logprobs", "action_mask"):
                 out[name][lo : lo + len(idx), :r] = tensors[name].float().cpu()
         return out
+
+    def set_reference_model(self, model: Any) -> None:
+        """Score `reference_logprobs` with `model` (a teacher, loaded by the caller on this
+        engine's device), frozen: eval mode, no gradients, never a weight version."""
+        model.eval()
+        model.requires_grad_(False)
+        self.ref_model = model
 
     def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
         """Row indices of each micro-batch, in order."""
@@ -764,8 +776,9 @@ placement.devices[0] in the master dtype (float32 unless float64)."""
 TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
 
 
-# `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
-@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"})
+# `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded;
+# `teacher`: it scores a distillation teacher as its reference model (set_reference_model)
+@TRAINER_ENGINES.register("torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, teacher=True)
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement
 ) -> TorchTrainerEngine:
