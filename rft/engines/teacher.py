@@ -65,7 +65,10 @@ def same_vocabulary(student: Any, teacher: Any) -> str | None:
 def load_teacher(spec: ModelSpec, student_tokenizer: Any, where: str) -> tuple[Any, TeacherRecord]:
     """The teacher model (frozen, on spec.device) and its record; ConfigError naming
     `where`.model_path when its vocabulary differs from the student's."""
-    model, tokenizer = load_model(spec)
+    try:
+        model, tokenizer = load_model(spec)
+    except ConfigError as exc:  # its message names model.model_path, the student's key
+        raise ConfigError(f"{where}.model_path: cannot load the teacher: {exc}") from exc
     differs = same_vocabulary(student_tokenizer, tokenizer)
     if differs is not None:
         raise ConfigError(

@@ -284,3 +284,8 @@ def test_mix_keeps_its_fixed_mu_whatever_the_step() -> None:
         )
         losses.append(float(build_loss(spec)(t64(lp), None, batch)[0]))
     assert losses[0] == losses[1]
+
+
+def test_trinitys_jsd_chunk_size_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"algorithm\.advantage_fn_args\.chunk_size"):
+        resolve_algorithm({"algorithm_type": "jsd", "advantage_fn_args": {"chunk_size": 4}})
