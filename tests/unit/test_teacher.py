@@ -146,3 +146,18 @@ def test_the_engine_scores_the_teacher_for_token_advantages() -> None:
     assert "adv/kl_mean" in metrics and metrics["skipped"] == 0.0
     # the teacher is never trained
     assert all(p.grad is None for p in teacher.parameters())
+
+
+def test_the_distillation_example_loads_with_its_teacher(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    from rft.config.loader import ConfigWarning
+
+    monkeypatch.setenv("RFT_TEACHER_PATH", "/models/arithmetic-teacher")
+    example = Path(__file__).resolve().parents[2] / "examples" / "arithmetic" / "distill.yaml"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        cfg = load_config(example)
+    assert cfg.algorithm.algorithm_type == "on_policy_distill"
+    assert cfg.explorer.auxiliary_models[0].model_path == "/models/arithmetic-teacher"
+    assert resolve_algorithm(cfg.algorithm).uses_teacher
