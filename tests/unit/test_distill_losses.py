@@ -289,3 +289,44 @@ def test_mix_keeps_its_fixed_mu_whatever_the_step() -> None:
 def test_trinitys_jsd_chunk_size_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match=r"algorithm\.advantage_fn_args\.chunk_size"):
         resolve_algorithm({"algorithm_type": "jsd", "advantage_fn_args": {"chunk_size": 4}})
+
+
+def test_the_engine_gives_chord_its_step_and_a_resumed_engine_goes_on_from_it() -> None:
+    """Through the real engine and StepTrainer: μ of each step is the schedule at the engine's
+    step (1, 2, 3, ...), and an engine restored from the saved training state continues at the
+    step it was saved at, not at 1."""
+    import io
+
+    from rft.buffer.sampler import SampledBatch, SamplerCounters
+    from rft.consumers.trainer.train_step import StepTrainer
+    from rft.engines.models import ModelSpec, load_model
+    from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
+    from tests.unit.test_expert_rows_loss import on_policy_rows
+
+    args = {"mu_warmup_steps": 2, "mu_decay_steps": 4, "mu_peak": 0.6, "mu_valley": 0.05}
+    spec = resolve_algorithm(
+        {"algorithm_type": "mix_chord", "kl_loss_fn": "none", "policy_loss_fn_args": args}
+    )
+    model, tok = load_model(ModelSpec("tiny", dtype="float64"))
+    layout = [("a", 2, 0.0, False), ("x", 1, 0.0, True), ("a", 2, 1.0, False)]
+    rows, _ = on_policy_rows(model, layout)
+
+    def step(engine: TorchTrainerEngine) -> float:
+        values = StepTrainer(spec, build_loss(spec), engine).train(
+            SampledBatch(rows, 0, SamplerCounters()), 1
+        )
+        return values["mu"]
+
+    engine = TorchTrainerEngine(model, TorchTrainerConfig(micro_batch_size=2), tokenizer=tok)
+    seen = [step(engine) for _ in range(3)]
+    assert seen == pytest.approx([mu_reference(s, 2, 4, 0.6, 0.05) for s in (1, 2, 3)])
+    state = io.BytesIO()
+    engine.save_optimizer(state)
+    state.seek(0)
+    resumed = TorchTrainerEngine(
+        load_model(ModelSpec("tiny", dtype="float64"))[0],
+        TorchTrainerConfig(micro_batch_size=2),
+        tokenizer=tok,
+    )
+    resumed.load_optimizer(state)
+    assert step(resumed) == pytest.approx(mu_reference(4, 2, 4, 0.6, 0.05))
