@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rft.config import RftConfig
 from rft.config.derived import OWN_EXPERIENCES, TRAINER_EXPERIENCES, own_experience_topic
 from rft.config.stream_start import StreamStart, parse_stream_start
+from rft.errors import ConfigError
 from rft.events.topics import TopicNames, ensure_topics
 from rft.producers.taskset_reader import load_taskset
 from rft.storage.checkpoint_store import CheckpointStore
@@ -232,6 +233,26 @@ class RunPlan:
             dtype=self.resolve_dtype(dtype or self.cfg.model.dtype, device),
             device=device,
             seed=self.cfg.explorer.rollout_model.seed,
+        )
+
+    def teacher_spec(self, *, dtype: str, device: str) -> tuple[ModelSpec, str]:
+        """The model a distillation run's trainer loads as its teacher, and the config entry it
+        comes from: `explorer.auxiliary_models[0]`'s model_path (checked at load: present, with
+        local weights, not the student's own), in the trainer's `dtype` on `device`."""
+        from rft.engines.models import ModelSpec
+
+        where = "explorer.auxiliary_models[0]"
+        entries = self.cfg.explorer.auxiliary_models
+        if not entries or entries[0].model_path is None:
+            raise ConfigError(f"{where}.model_path: a distillation run needs its teacher's path")
+        return (
+            ModelSpec(
+                name_or_path=entries[0].model_path,
+                dtype=dtype,
+                device=device,
+                seed=self.cfg.explorer.rollout_model.seed,
+            ),
+            where,
         )
 
     def rollout_engine_config(self) -> RolloutEngineConfig:

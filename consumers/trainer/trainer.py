@@ -57,6 +57,8 @@ from rft.engines.chat_template import configured_chat_template
 from rft.engines.critic import Critic, CriticSettings
 from rft.engines.lora import DEFAULT_ADAPTER_NAME, LoraSpec
 from rft.engines.models import load_model, torch_dtype
+from rft.engines.teacher import STATE_KEY as TEACHER_KEY
+from rft.engines.teacher import TeacherRecord, check_recorded, load_teacher
 from rft.engines.trainer import (
     TRAINER_ENGINES,
     TorchTrainerConfig,
@@ -208,6 +210,7 @@ class Trainer:
             else cfg.buffer.trainer_input.experience_buffer.max_read_timeout
         )
         self.summary = TrainerSummary()
+        self.teacher: TeacherRecord | None = None  # a distillation run's, once loaded
 
     def run(self, stop: threading.Event | None = None) -> TrainerSummary:
         kafka = self.cfg.stack.kafka
@@ -263,6 +266,8 @@ class Trainer:
                 checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
             )
             saved = checkpoints.read_sampler_state(step) if step else None
+            if self.teacher is not None:
+                check_recorded(self.teacher, (saved or {}).get(TEACHER_KEY), step)
             offline_reader = None
             reader: EventReader | OfflineExperiences
             if spans is None:
@@ -340,7 +345,7 @@ class Trainer:
                 input_end=self._input_end(reader, total_steps)
                 if isinstance(reader, EventReader)
                 else None,
-                **self._offline_loop_args(offline_reader),
+                **self._loop_args(offline_reader),
             )
             loop.summary = self.summary
             if self.cfg.continue_from_checkpoint and isinstance(reader, EventReader):
@@ -431,6 +436,17 @@ class Trainer:
 
         return InputEnd(roster, caught_up=lambda: not unread(), position=position)
 
+    def _loop_args(self, reader: OfflineExperiences | None) -> dict[str, Any]:
+        """The offline rules (`_offline_loop_args`), and the teacher's record saved with each
+        version beside them."""
+        args = self._offline_loop_args(reader)
+        if self.teacher is not None:
+            args["extra_state"] = {
+                **args.get("extra_state", {}),
+                TEACHER_KEY: self.teacher.state(),
+            }
+        return args
+
     def _offline_loop_args(self, reader: OfflineExperiences | None) -> dict[str, Any]:
         """The loop's offline rules: the admit filter, the end of the range, the saved range."""
         if reader is None or self.offline is None:
@@ -466,6 +482,19 @@ class Trainer:
                     "train a critic"
                 )
             attach(self._critic(master_dtype(compute_dtype), device))
+        if self.spec.uses_teacher:
+            # the teacher scores in the reference model's place (the engine's entry has the
+            # trait `teacher`, checked at load)
+            teacher_spec, where = self.plan.teacher_spec(
+                dtype=master_dtype(compute_dtype), device=device
+            )
+            teacher, self.teacher = load_teacher(teacher_spec, tokenizer, where)
+            engine.set_reference_model(teacher)  # type: ignore[attr-defined]
+            log.info(
+                "teacher %s loaded (weights sha256 %s)",
+                self.teacher.model_path,
+                self.teacher.weights_sha256,
+            )
         return engine, tokenizer
 
     def _critic(self, dtype: str, device: str) -> Critic:

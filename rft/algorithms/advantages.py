@@ -2,7 +2,9 @@
 
 Signature of every entry: `fn(rewards[N], group_index[N] (long), **advantage_fn_args)
 -> (advantages[N], metrics)`; entries with the trait `steps=True` also take the trajectory and
-turn of each row (step-wise experiences, `rft.algorithms.step_advantages`). Rows that share a `group_index` value are rollouts of the same task
+turn of each row (step-wise experiences, `rft.algorithms.step_advantages`); entries with the
+trait `teacher=True` take a teacher's token logprobs instead and return token advantages
+(`rft.algorithms.distill_advantages`). Rows that share a `group_index` value are rollouts of the same task
 (`repeat_times` of them); group ids are arbitrary integers, not necessarily contiguous.
 Statistics are computed in float64; the result has the rewards' float dtype (float32 for ints).
 """
@@ -258,3 +260,11 @@ ADVANTAGE_FN.lazy(
 # rewards, the critic's values and the action mask, and returns the critic's targets too
 ADVANTAGE_FN.lazy("ppo", "rft.algorithms.gae:gae_advantage", critic=True)
 ADVANTAGE_FN.lazy("gae", "rft.algorithms.gae:gae_advantage", critic=True)
+# Token advantages from a teacher's logprobs of the student's samples (trait `teacher`: they take
+# old_logprob, teacher_logprob and action_mask instead of rewards; the trainer scores the teacher)
+ADVANTAGE_FN.lazy(
+    "on_policy_distill",
+    "rft.algorithms.distill_advantages:on_policy_distill_advantage",
+    teacher=True,
+)
+ADVANTAGE_FN.lazy("jsd", "rft.algorithms.distill_advantages:jsd_advantage", teacher=True)

@@ -135,15 +135,24 @@ def mixed_loss(
     loss_agg_mode: str = "token-mean",
     batch: BatchUnits | None = None,
     share: float = 1.0,
+    *,
+    sft_token_losses: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    sft_agg_mode: str | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's part of L_mix = (1 - μ) L_rl + μ L_sft (see the module docstring).
 
     batch: the units of the whole batch (None: this micro-batch is the batch); share: the weight
-    the engine gives this micro-batch's loss. Metrics: the RL loss's own, plus sft_loss and mu.
+    the engine gives this micro-batch's loss. sft_token_losses: each demonstration token's loss
+    from its logprob (default -logprob; CHORD's φ-weighted one, rft.algorithms.chord), averaged
+    by sft_agg_mode (default loss_agg_mode). Metrics: the RL loss's own, plus sft_loss and mu.
     """
+    sft_mode = sft_agg_mode or loss_agg_mode
     learner_mask, expert_mask = split_masks(logprob, action_mask, expert)
-    u_rl, u_sft = loss_units(learner_mask, loss_agg_mode), loss_units(expert_mask, loss_agg_mode)
-    total_rl, total_sft = (u_rl, u_sft) if batch is None else batch.units(loss_agg_mode)
+    u_rl, u_sft = loss_units(learner_mask, loss_agg_mode), loss_units(expert_mask, sft_mode)
+    if batch is None:
+        total_rl, total_sft = u_rl, u_sft
+    else:
+        total_rl, total_sft = batch.units(loss_agg_mode)[0], batch.units(sft_mode)[1]
     if share <= 0:  # the engine gives this micro-batch no weight: it holds no units
         return (logprob * 0.0).sum(), {}
     total = (logprob * 0.0).sum()
@@ -153,7 +162,8 @@ def mixed_loss(
         metrics = dict(metrics)
         total = total + (1.0 - mu) * rl * (u_rl / total_rl) / share
     if u_sft > 0:
-        sft = aggregate_loss(-logprob, expert_mask, loss_agg_mode)
+        token_losses = -logprob if sft_token_losses is None else sft_token_losses(logprob)
+        sft = aggregate_loss(token_losses, expert_mask, sft_mode)
         total = total + mu * sft * (u_sft / total_sft) / share
         metrics["sft_loss"] = float(sft.detach())
     metrics |= {"mu": float(mu), "loss": float(total.detach())}

@@ -19,6 +19,7 @@ import torch
 
 from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
 from rft.algorithms.aggregation import masked_mean
+from rft.algorithms.chord import ExpertWeighting, nll_token_losses
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
 from rft.algorithms.expert_rows import BatchUnits, expert_row_loss, mixed_loss
 from rft.algorithms.gae import ValueTargets
@@ -27,6 +28,7 @@ from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
 from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec, resolve_algorithm, validate_spec
 from rft.algorithms.tensor_checks import AlgorithmInputError
+from rft.registry import load_dotted
 
 
 @dataclass
@@ -47,6 +49,8 @@ class LossBatch:
     batch_units / share: the units of the whole batch this micro-batch belongs to, and the weight
         the engine gives its loss; read by a loss that weighs learner and expert rows by a fixed
         weight (`mix`, rft.algorithms.expert_rows.mixed_loss). None / 1: this is the batch.
+    step: the number of the optimizer step this batch is trained in (1 for a run's first), for a
+        loss whose weights follow a schedule (mix_chord's μ, rft.algorithms.chord).
     """
 
     action_mask: torch.Tensor
@@ -57,6 +61,7 @@ class LossBatch:
     expert: torch.Tensor | None = None
     batch_units: BatchUnits | None = None
     share: float = 1.0
+    step: int = 1
 
 
 class LossFn(Protocol):
@@ -89,10 +94,22 @@ class AlgorithmLoss:
         # a policy loss that weighs demonstration rows by a fixed arg (mix's mu) names it by its
         # trait; the objective applies that weight across the batch, the function never sees it
         weight_arg = POLICY_LOSS_FN.trait(spec.policy_loss_fn, "expert_weight")
-        self._expert_weight: float | None = None
-        if weight_arg is not None:
+        # one that weighs them by a schedule of the step (mix_chord's μ) names the function that
+        # builds its ExpertWeighting from its args, which it takes out of the policy's
+        schedule = POLICY_LOSS_FN.trait(spec.policy_loss_fn, "expert_schedule")
+        self._expert_weighting: ExpertWeighting | None = None
+        if schedule is not None:
+            self._expert_weighting = load_dotted(schedule)(self._policy_args)
+            self._policy_args = dict(self._expert_weighting.policy_args)
+        elif weight_arg is not None:
             default = inspect.signature(self._policy_fn).parameters[weight_arg].default
-            self._expert_weight = float(self._policy_args.pop(weight_arg, default))
+            mu = float(self._policy_args.pop(weight_arg, default))
+            self._expert_weighting = ExpertWeighting(
+                mu=lambda _step: mu,
+                token_losses=nll_token_losses,
+                sft_agg_mode=None,
+                policy_args=self._policy_args,
+            )
         self._takes_prox = "prox_logprob" in inspect.signature(self._policy_fn).parameters
         self._kl_fn = KL_FN.get(spec.kl_loss_fn)
         self._kl_args = spec.kl_loss_args()
@@ -123,7 +140,7 @@ class AlgorithmLoss:
         token entropy is reported ("entropy") even when no entropy term is trained: collapse
         shows there first. With `batch.expert`, see `expert_row_loss`.
         """
-        if batch.expert is not None or self._expert_weight is not None:
+        if batch.expert is not None or self._expert_weighting is not None:
             return self._with_demonstrations(logprob, entropy, batch)
         return self._rollout_loss(logprob, entropy, batch)
 
@@ -189,7 +206,8 @@ class AlgorithmLoss:
         def rl_loss(mask: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             return self._rollout_loss(logprob, entropy, replace(learner, action_mask=mask))
 
-        if self._expert_weight is None:
+        weighting = self._expert_weighting
+        if weighting is None:
             loss, metrics = expert_row_loss(
                 rl_loss, logprob, batch.action_mask, expert, self.loss_agg_mode
             )
@@ -199,10 +217,12 @@ class AlgorithmLoss:
                 logprob,
                 batch.action_mask,
                 expert,
-                self._expert_weight,
+                weighting.mu(batch.step),
                 self.loss_agg_mode,
                 batch.batch_units,
                 batch.share,
+                sft_token_losses=weighting.token_losses,
+                sft_agg_mode=weighting.sft_agg_mode,
             )
         if entropy is not None and ("entropy" not in metrics or not self.needs_entropy):
             # over every row of the micro-batch, learner and demonstration alike
@@ -246,6 +266,9 @@ class Advantages:
     r'' = r' - kl_penalty_coef * sum_t KL_t (only when spec.uses_kl_penalty, `needs_reference`;
     needs logprob and ref_logprob), a = advantage_fn(r'', group_index, **advantage_fn_args),
     A[b, t] = a[b] mask[b, t]. Algorithms without advantages (raft) get zeros.
+    A teacher advantage fn (trait `teacher`, `needs_teacher`: on_policy_distill, jsd) takes no
+    rewards: A = advantage_fn(logprob, teacher_logprob, action_mask, **advantage_fn_args), token
+    advantages from the student's sampling logprobs (`logprob`) and the teacher's.
     A step-wise advantage fn (trait `steps`) also gets `trajectory_index` and `turn` [B]; any
     other refuses a batch whose trajectories have several steps (it would compare steps, and
     weigh a long trajectory by its length, instead of comparing trajectories).
@@ -265,6 +288,7 @@ class Advantages:
         )
         # the advantage fn reads a critic's values: the engine calls `targets`, not this
         self.needs_values = spec.use_critic
+        self.needs_teacher = spec.uses_teacher
 
     def __call__(
         self,
@@ -277,6 +301,7 @@ class Advantages:
         response_lengths: torch.Tensor | None = None,
         trajectory_index: torch.Tensor | None = None,
         turn: torch.Tensor | None = None,
+        teacher_logprob: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """A [B, T] (T = action_mask's width) and the shaping's and advantage_fn's metrics."""
         if self._advantage_fn is None:
@@ -288,6 +313,12 @@ class Advantages:
                 f"advantage_fn {self.spec.advantage_fn!r} reads a critic's values: use "
                 "Advantages.targets with the batch's token rewards and values"
             )
+        if self.needs_teacher:
+            if logprob is None or teacher_logprob is None:
+                raise AlgorithmInputError(
+                    f"advantage_fn {self.spec.advantage_fn!r} needs logprob and teacher_logprob"
+                )
+            return self._advantage_fn(logprob, teacher_logprob, action_mask, **self._advantage_args)
         rewards, metrics = self._shaped(
             rewards, action_mask, logprob, ref_logprob, response_lengths
         )

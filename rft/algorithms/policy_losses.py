@@ -250,3 +250,10 @@ for _name, _target in (
 POLICY_LOSS_FN.lazy(
     "dpo", "rft.algorithms.preference_losses:dpo_loss", reads_reference=True, paired=True
 )
+# CHORD: `mix` with a scheduled μ and a φ-weighted SFT loss; its trait `expert_schedule` names
+# the function that turns its args into that weighting (rft.algorithms.objective applies it)
+POLICY_LOSS_FN.lazy(
+    "mix_chord",
+    "rft.algorithms.chord:mix_chord_policy_loss",
+    expert_schedule="rft.algorithms.chord:chord_weighting",
+)

@@ -5,7 +5,7 @@ default args. `resolve_algorithm(cfg)` overlays a user's `algorithm` config sect
 its `algorithm_type`, checks every name and arg against the registries, and returns the final spec.
 
 Presets carry Trinity-RFT's names. Those that need data or a model the trainer does not have yet
-(a teacher) are registered with the reason, so selecting
+are registered with the reason, so selecting
 one fails when the config loads, saying what is missing, instead of training something else.
 """
 
@@ -138,6 +138,14 @@ class AlgorithmSpec:
         return self.advantage_fn is not None
 
     @property
+    def uses_teacher(self) -> bool:
+        """Whether the advantages need a teacher model's logprobs of the student's samples (the
+        advantage fn's trait `teacher`: on_policy_distill, jsd)."""
+        return self.advantage_fn is not None and bool(
+            ADVANTAGE_FN.trait(self.advantage_fn, "teacher", False)
+        )
+
+    @property
     def uses_overlong_penalty(self) -> bool:
         return bool(self.overlong_penalty)
 
@@ -252,26 +260,37 @@ for _spec in (
         sample_strategy="mix",
         policy_loss_fn_args={"mu": 0.1},
     ),
-    _unavailable(
+    # CHORD: as mix, with mu on a warmup / cosine-decay schedule of the train step and the SFT
+    # loss of each demonstration token weighted by p (1 - p) (rft.algorithms.chord)
+    _policy_gradient_preset(
         "mix_chord",
+        "grpo",
         "mix_chord",
-        "mixes expert SFT rows into each RL batch (sample_strategy mix with "
-        "buffer.trainer_input.auxiliary_buffers) and weights them by CHORD's schedule, which the "
-        "trainer does not provide yet",
+        min_repeat_times=2,
+        sample_strategy="mix",
+        policy_loss_fn_args={
+            "mu_warmup_steps": 0,
+            "mu_decay_steps": 0,
+            "mu_peak": 0.1,
+            "mu_valley": 0.1,
+            "enable_phi_function": True,
+            "clip_range": 0.2,
+        },
     ),
-    _unavailable(
+    # On-policy distillation: token advantages from a teacher's logprobs of the student's own
+    # samples (the teacher is explorer.auxiliary_models[0], scored in the trainer), the PPO
+    # surrogate on them; no KL to the base model, no entropy term, no groups needed
+    AlgorithmSpec(
         "on_policy_distill",
-        "ppo",
-        "needs a teacher model's logprobs of every response token (advantage = teacher - "
-        "student logprob); explorer.auxiliary_models can hold a teacher, but nothing asks it "
-        "for those logprobs yet",
+        policy_loss_fn="ppo",
+        advantage_fn="on_policy_distill",
+        advantage_fn_args={"kl_coef": 1.0},
     ),
-    _unavailable(
+    AlgorithmSpec(
         "jsd",
-        "ppo",
-        "needs a teacher model's logprobs of every response token (the JSD between teacher and "
-        "student); explorer.auxiliary_models can hold a teacher, but nothing asks it for those "
-        "logprobs yet",
+        policy_loss_fn="ppo",
+        advantage_fn="jsd",
+        advantage_fn_args={"kl_coef": 1.0, "lambda_coef": 0.5},
     ),
 ):
     ALGORITHM_TYPES.add(_spec.algorithm_type, _spec)
@@ -296,6 +315,8 @@ def _read(cfg: Any, key: str) -> Any:
 _FIXED_PARAMS: dict[str, frozenset[str]] = {
     # trajectory_index / turn: filled for step-wise advantage fns (trait `steps`), never config
     # token_rewards / values / action_mask: filled for advantage fns that read a critic (`critic`)
+    # old_logprob / teacher_logprob / action_mask: filled for teacher advantage fns (trait
+    # `teacher`) by the trainer
     "advantage_fn": frozenset(
         {
             "rewards",
@@ -305,6 +326,8 @@ _FIXED_PARAMS: dict[str, frozenset[str]] = {
             "token_rewards",
             "values",
             "action_mask",
+            "old_logprob",
+            "teacher_logprob",
         }
     ),
     # prox_logprob / ref_logprob: filled by AlgorithmLoss for the losses that declare them (the
@@ -437,6 +460,13 @@ def validate_spec(spec: AlgorithmSpec) -> None:
         entropy_fn, spec.entropy_loss_fn_args, "entropy_loss_fn", _FIXED_PARAMS["entropy_loss_fn"]
     )
     LOSS_AGG_MODES.get(spec.effective_loss_agg_mode)
+    if spec.uses_teacher and spec.use_reference:
+        key = "kl_loss_fn" if spec.uses_kl_loss else "kl_penalty_fn"
+        raise ConfigError(
+            f"algorithm.{key}: advantage_fn {spec.advantage_fn!r} scores a teacher in the "
+            "trainer's reference-model place, so a KL term to the base model cannot be added "
+            "(set its kl_coef to 0 or the fn to none)"
+        )
     for key, coef in (
         ("kl_loss_fn_args.kl_coef", spec.kl_loss_fn_args.get("kl_coef", 0.0)),
         ("kl_penalty_fn_args.kl_coef", spec.kl_penalty_fn_args.get("kl_coef", 0.0)),

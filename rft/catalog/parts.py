@@ -283,6 +283,57 @@ def lora_issues(cfg: RftConfig) -> list[Issue]:
     return issues
 
 
+def _check_teacher(c: _Checker, cfg: RftConfig) -> None:
+    """A distillation algorithm's teacher, `explorer.auxiliary_models[0]`, is loaded by the
+    trainer from its model_path (rft.engines.teacher): it must name one, other than the
+    student, for an engine that loads weights, and the trainer engine must score it."""
+    from rft.engines.rollout import ROLLOUT_ENGINES
+    from rft.engines.trainer import TRAINER_ENGINES
+
+    algorithm = cfg.algorithm.algorithm_type
+    entries = cfg.explorer.auxiliary_models
+    if not entries:
+        c.issues.append(
+            Issue(
+                "explorer.auxiliary_models",
+                f"algorithm {algorithm!r} needs a teacher: its first entry, with the teacher's "
+                "model_path (the trainer scores the student's samples with it)",
+            )
+        )
+        return
+    at = "explorer.auxiliary_models[0]"
+    teacher = entries[0]
+    if teacher.engine_type in ROLLOUT_ENGINES and not ROLLOUT_ENGINES.trait(
+        teacher.engine_type, "loads_weights", True
+    ):
+        c.issues.append(
+            Issue(
+                f"{at}.engine_type",
+                f"{teacher.engine_type!r} has no local weights, and algorithm {algorithm!r} "
+                "scores the student's tokens with the teacher's weights in the trainer: give "
+                "the teacher as an hf entry with its model_path",
+            )
+        )
+    elif teacher.model_path in (None, cfg.model.model_path):
+        c.issues.append(
+            Issue(
+                f"{at}.model_path",
+                f"is the student's own model (model.model_path); algorithm {algorithm!r} needs "
+                "the teacher's path here",
+            )
+        )
+    engine = cfg.trainer.engine_name
+    if engine in TRAINER_ENGINES and not TRAINER_ENGINES.trait(engine, "teacher", False):
+        takes = [n for n in TRAINER_ENGINES if TRAINER_ENGINES.trait(n, "teacher", False)]
+        c.issues.append(
+            Issue(
+                "trainer.trainer_type",
+                f"engine {engine!r} cannot score a teacher for algorithm {algorithm!r} yet "
+                f"(engines that can: {', '.join(takes)})",
+            )
+        )
+
+
 def _check_auxiliary_models(c: _Checker, cfg: RftConfig) -> None:
     """Each auxiliary model's engine: known, its packages installed, able to serve one (its
     entry's `auxiliary` trait), given the server settings it reads (and only those), its
@@ -416,6 +467,8 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
             _check_pairs(c, cfg, spec.policy_loss_fn)
             if spec.use_critic:
                 _check_critic(c, cfg)
+            if spec.uses_teacher:
+                _check_teacher(c, cfg)
 
     trainer_input = cfg.buffer.trainer_input
     replay = trainer_input.experience_buffer.replay_buffer

@@ -319,6 +319,9 @@ def fill_advantages(
     advantages are per token ([B, R], the action mask applied). An advantage fn that reads a
     critic (`advantages.needs_values`) gets the learner rows' values from `values` (the
     engine's critic_values) and their token rewards, and `batch.critic_targets` is set.
+    A teacher advantage fn
+    (`advantages.needs_teacher`) gets the reference pass as the teacher's logprobs: the engine's
+    reference model is then the teacher (`TorchTrainerEngine.set_reference_model`).
     """
     rewards = batch.rewards
     if rewards is None:
@@ -333,17 +336,19 @@ def fill_advantages(
     assert sub.rewards is not None
     if advantages.needs_values:
         return _fill_from_values(batch, sub, learner, advantages, reference, values)
-    if advantages.needs_reference:
+    if advantages.needs_reference or advantages.needs_teacher:
+        # a teacher algorithm's reference model is its teacher (the trainer loads it there)
         padded = reference(sub)
         adv, metrics = advantages(
             sub.rewards.values,
             sub.rewards.group_index,
             padded["action_mask"],
             padded["old_logprobs"],
-            padded["ref_logprobs"],
+            None if advantages.needs_teacher else padded["ref_logprobs"],
             response_lengths=sub.rewards.response_lengths,
             trajectory_index=sub.rewards.trajectory_index,
             turn=sub.rewards.turn,
+            teacher_logprob=padded["ref_logprobs"] if advantages.needs_teacher else None,
         )
     else:
         adv, metrics = advantages(
@@ -658,6 +663,7 @@ class TorchTrainerEngine:
                         expert=t.get("expert"),
                         batch_units=batch_units,
                         share=weights[k],
+                        step=self.step + 1,
                     ),
                 )
             if loss.dim() != 0:
@@ -830,6 +836,13 @@ class TorchTrainerEngine:
             "critic/lr": critic.config.lr,
         }
 
+    def set_reference_model(self, model: Any) -> None:
+        """Score `reference_logprobs` with `model` (a teacher, loaded by the caller on this
+        engine's device), frozen: eval mode, no gradients, never a weight version."""
+        model.eval()
+        model.requires_grad_(False)
+        self.ref_model = model
+
     def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
         """Row indices of each micro-batch, in order."""
         return split_micro_batches(batch, self.config)
@@ -990,8 +1003,9 @@ TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type
 # `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
 # `critic`: the engine can train a critic beside the policy (`attach_critic`)
 # `lora`: the engine trains an adapter when model.lora_configs names one
+# `teacher`: it scores a distillation teacher as its reference model (set_reference_model)
 @TRAINER_ENGINES.register(
-    "torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True, lora=True
+    "torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True, lora=True, teacher=True
 )
 def torch_trainer_engine(
     model: Any, tokenizer: Any, config: TorchTrainerConfig, placement: TrainerPlacement

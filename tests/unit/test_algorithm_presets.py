@@ -18,9 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rft.algorithms.advantages import ADVANTAGE_FN
-from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
+from rft.algorithms.objective import Advantages, LossBatch, build_loss, compute_advantages
 from rft.algorithms.overlong import overlong_penalty
 from rft.algorithms.presets import ALGORITHM_TYPES, resolve_algorithm
+from rft.algorithms.tensor_checks import AlgorithmInputError
 from rft.catalog import load_config
 from rft.config.loader import ConfigValidationError
 from rft.errors import ConfigError
@@ -41,14 +42,11 @@ RUNNABLE = {
     "raft": (None, "sft", "token-mean"),
     "sft": (None, "sft", "token-mean"),
     "cpt": (None, "sft", "token-mean"),
+    "mix_chord": ("grpo", "mix_chord", "token-mean"),
+    "chord": ("grpo", "mix_chord", "token-mean"),
 }
 
-MISSING = {
-    "mix_chord": "CHORD",
-    "chord": "CHORD",
-    "on_policy_distill": "teacher",
-    "jsd": "teacher",
-}
+MISSING = {"gigpo": "environment state"}
 
 
 @pytest.mark.parametrize("name", sorted(RUNNABLE))
@@ -90,6 +88,43 @@ def test_presets_that_need_what_rft_lacks_say_so(name: str) -> None:
         resolve_algorithm({"algorithm_type": name, "repeat_times": 2})
     with pytest.raises(ConfigError, match=MISSING[name]):
         build_loss(name)
+
+
+@pytest.mark.parametrize("name", ["on_policy_distill", "jsd"])
+def test_distillation_presets_take_token_advantages_from_a_teacher(name: str) -> None:
+    spec = resolve_algorithm({"algorithm_type": name, "repeat_times": 1})
+    assert (spec.advantage_fn, spec.policy_loss_fn) == (name, "ppo")
+    assert spec.uses_teacher and not spec.use_reference and spec.min_repeat_times == 1
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    student = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]], dtype=torch.float64)
+    teacher = torch.tensor([[-0.5, -3.0, 0.0], [-0.5, 0.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(AlgorithmInputError, match="teacher_logprob"):
+        compute_advantages(spec, torch.zeros(2), torch.zeros(2, dtype=torch.long), mask, student)
+    adv, _ = Advantages(spec)(
+        torch.zeros(2), torch.zeros(2, dtype=torch.long), mask, student, teacher_logprob=teacher
+    )
+    assert (
+        abs(float(adv[1, 0])) < 1e-12 and adv[0, 2] == 0
+    )  # teacher agrees / off the mask: no push
+    lp = student.clone().requires_grad_(True)
+    loss, _ = build_loss(spec)(lp, None, LossBatch(mask, old_logprob=student, advantages=adv))
+    loss.backward()
+    if name == "on_policy_distill":
+        # the teacher likes token 0 more than the student did, token 1 less
+        assert adv[0, 0] > 0 > adv[0, 1]
+        assert lp.grad[0, 0] < 0 < lp.grad[0, 1]  # descent raises token 0, lowers token 1
+    else:
+        # a sampled-token JSD is never positive (log of a mixture >= mixture of logs): every
+        # token the two disagree on gets a positive advantage
+        assert adv[0, 0] > 0 and adv[0, 1] > 0
+        assert lp.grad[0, 0] < 0 and lp.grad[0, 1] < 0
+
+
+@pytest.mark.parametrize("key", ["kl_loss_fn_args", "kl_penalty_fn_args"])
+def test_a_teacher_and_a_kl_reference_are_refused_together(key: str) -> None:
+    fn = "kl_loss_fn" if key == "kl_loss_fn_args" else "kl_penalty_fn"
+    with pytest.raises(ConfigError, match=rf"algorithm\.{fn}: .*teacher"):
+        resolve_algorithm({"algorithm_type": "on_policy_distill", fn: "k2", key: {"kl_coef": 0.1}})
 
 
 def test_selecting_one_fails_when_the_config_loads(tmp_path: Path) -> None:
