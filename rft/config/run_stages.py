@@ -1,12 +1,12 @@
-"""`stages:`: a pipeline of runs in one config (Trinity-RFT's multi-stage runs, e.g. SFT -> GRPO).
+"""`stages:`: a pipeline of runs in one config (Trinity-RFT's multi-stage runs, e.g. SFT -> GRPO);
+this module owns the shape of the list and what a stage may set (pure, no I/O).
 
-This module owns the shape of the `stages` list and what a stage may set; it is pure (no I/O).
 Each entry is `stage_name` plus overrides of the top-level sections. A stage's config is the base
 config with the stage's overrides merged in (mappings key by key, lists and values replaced),
 then the command line's overrides, and it is its own run, named `<name>-<stage_name>`: its own
 topics, consumer groups and checkpoints. A later stage starts from the previous stage's last
 weight version; the driver that runs the stages (rft.supervisor.stage_pipeline) sets that
-stage's `model.model_path` to it.
+stage's `model.model_path` to it. See [Multi-stage runs](stages.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ TRAINING_MODES = ("both", "train")
 # top-level keys a stage may not set, and why
 FIXED_KEYS: dict[str, str] = {
     "project": "every stage is a run of the config's project",
-    "name": "a stage's run is named <name>-<stage_name>",
+    "name": "a stage's run is named `<name>-<stage_name>`",
     STAGES_KEY: "stages do not nest",
     "stack": "every stage uses the config's Kafka and object store, where the pipeline "
     "records its progress",
