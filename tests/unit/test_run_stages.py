@@ -198,3 +198,25 @@ def test_a_stage_sets_the_keys_under_what_it_writes() -> None:
     assert not stage.sets("buffer.train_batch_size")
     assert stage.locate("buffer.explorer_input") == "stages[1].buffer.explorer_input"
     assert stage.locate("model.model_path") == "model.model_path"
+
+
+def test_rft_run_takes_no_stage_and_other_verbs_ask_for_one(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write(tmp_path, base_config(tmp_path))
+    cli = [sys.executable, "-m", "rft.cli.main"]
+    run = subprocess.run(
+        [*cli, "run", "--config", str(path), "--stage", "rft"], capture_output=True, text=True
+    )
+    assert run.returncode != 0 and "rft run runs every stage" in run.stderr
+    check = subprocess.run(
+        [*cli, "config", "check", "--config", str(path)], capture_output=True, text=True
+    )
+    assert check.returncode != 0 and "--stage NAME" in check.stderr
+    one = subprocess.run(
+        [*cli, "config", "check", "--config", str(path), "--stage", "rft"],
+        capture_output=True,
+        text=True,
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
