@@ -219,6 +219,12 @@ def _read_file(path: str | Path, overrides: Sequence[str]) -> tuple[DictConfig, 
 
 def _split_stages(base: DictConfig, source: _Source) -> tuple[DictConfig, list[RunStage]]:
     """The config without its `stages` key, and the stages it lists (checked)."""
+    for key, override in source.overrides.items():
+        if key == STAGES_KEY or key.startswith((f"{STAGES_KEY}.", f"{STAGES_KEY}[")):
+            raise ConfigError(
+                f"override {override!r}: stages are set in the config file; an override applies "
+                "to every stage (e.g. buffer.total_steps=2)"
+            )
     if STAGES_KEY not in base:
         return base, []
     raw = OmegaConf.to_container(base[STAGES_KEY], resolve=False)

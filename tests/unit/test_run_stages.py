@@ -220,3 +220,9 @@ def test_rft_run_takes_no_stage_and_other_verbs_ask_for_one(tmp_path: Path) -> N
         text=True,
     )
     assert one.returncode == 0, one.stderr[-2000:]
+
+
+def test_an_override_of_the_stages_list_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, base_config(tmp_path))
+    with pytest.raises(ConfigError, match="stages are set in the config file"):
+        load_pipeline(path, ["stages[0].mode=both"])
