@@ -15,7 +15,8 @@ from typing import Any
 
 from rft.catalog.parts import parts_stage
 from rft.catalog.run_length import run_length_stage
-from rft.config.loader import LoadStage, read_config, read_config_dict
+from rft.config.loader import LoadStage, read_config, read_config_dict, read_pipeline
+from rft.config.run_stages import RunStage
 from rft.config.schema import RftConfig
 
 
@@ -34,15 +35,31 @@ def load_config(
     *,
     before_parts: Callable[[RftConfig], None] | None = None,
     trains_offline: bool = False,
+    run_stage: str | None = None,
 ) -> RftConfig:
     """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
 
     `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
     `before_parts` sees the bound config before plugins and the registries' modules are imported
     (they import torch): the place to act on settings read when a library starts (env_vars).
+    A config with `stages:` is read one stage at a time: `run_stage` names it (`--stage`).
     """
     stages = load_stages(trains_offline=trains_offline)
-    return read_config(path, overrides, stages=stages, before_parts=before_parts)
+    return read_config(
+        path, overrides, stages=stages, before_parts=before_parts, run_stage=run_stage
+    )
+
+
+def load_pipeline(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    before_parts: Callable[[RftConfig], None] | None = None,
+) -> list[tuple[RunStage | None, RftConfig]]:
+    """Every stage of a config with `stages:`, each checked as `load_config` checks a run, all
+    before any runs (one error lists the problems of every stage); `[(None, config)]` for a
+    config without stages."""
+    return read_pipeline(path, overrides, stages=load_stages(), before_parts=before_parts)
 
 
 def config_from_dict(

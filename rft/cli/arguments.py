@@ -18,7 +18,12 @@ def add_override_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
 def add_config_arguments(
     parser: argparse.ArgumentParser, *, required: bool = True, help: str = "run config"
 ) -> None:
-    """`--config PATH` (required unless the verb has another way to name the run) and
-    `--override KEY=VALUE`."""
+    """`--config PATH` (required unless the verb has another way to name the run),
+    `--override KEY=VALUE` and `--stage NAME` (one stage of a config with `stages:`)."""
     parser.add_argument("--config", required=required, help=help)
     add_override_argument(parser)
+    parser.add_argument(
+        "--stage",
+        metavar="NAME",
+        help="with a config that has `stages:`, the stage to read (its own run)",
+    )

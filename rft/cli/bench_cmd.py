@@ -48,7 +48,7 @@ def parse_versions(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from rft.catalog import load_config
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(args.config, args.override, run_stage=args.stage)
     return run_bench(cfg, args, getattr(args, "versions", None))
 
 

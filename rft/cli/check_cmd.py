@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.consumers.ops.run_check import RunChecker
     from rft.consumers.run_plan import RunPlan
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(args.config, args.override, run_stage=args.stage)
     kafka = cfg.stack.kafka
     if args.bootstrap:
         kafka = dataclasses.replace(kafka, bootstrap_servers=args.bootstrap)

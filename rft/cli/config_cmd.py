@@ -55,7 +55,7 @@ def check_config(args: argparse.Namespace) -> int:
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always", ConfigWarning)
-        cfg = load_config(args.config, args.override)
+        cfg = load_config(args.config, args.override, run_stage=args.stage)
     for warning in record:
         print(f"warning: {warning.message}")
     print(f"{args.config}: ok (mode {cfg.mode}, run {cfg.project}.{cfg.name})")

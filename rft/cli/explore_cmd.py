@@ -54,7 +54,9 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
+def load_explorer_config(
+    path: str, overrides: Sequence[str], run_stage: str | None = None
+) -> RftConfig:
     """The run config, with `explorer.env_vars` set in this process's environment.
 
     The variables are set before anything imports torch or transformers (the config's registry
@@ -65,11 +67,16 @@ def load_explorer_config(path: str, overrides: Sequence[str]) -> RftConfig:
     from rft.consumers.explorer.env_vars import apply_env_vars
 
     # the load's registry checks import torch: the variables are set before that
-    return load_config(path, overrides, before_parts=lambda c: apply_env_vars(c.explorer.env_vars))
+    return load_config(
+        path,
+        overrides,
+        before_parts=lambda c: apply_env_vars(c.explorer.env_vars),
+        run_stage=run_stage,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = load_explorer_config(args.config, args.override)
+    cfg = load_explorer_config(args.config, args.override, args.stage)
     from rft.consumers.explorer.explorer import Explorer
 
     start_tracing("explorer", cfg)

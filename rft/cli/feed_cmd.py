@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.consumers.tasks.feeder import TaskFeeder
     from rft.producers.taskset_reader import load_taskset
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(args.config, args.override, run_stage=args.stage)
     start_tracing("feeder", cfg)
     taskset = cfg.buffer.explorer_input.taskset
     if taskset is None:

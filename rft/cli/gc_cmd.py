@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from rft.storage.checkpoint_gc import collect_orphans, collect_strays, parse_duration
 
     ttl_s = parse_duration(args.ttl)
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(args.config, args.override, run_stage=args.stage)
     store = RunPlan(cfg).checkpoint_store()
     now = time.time()
     collected, kept = collect_orphans(store, ttl_s, dry_run=args.dry_run, now=now)

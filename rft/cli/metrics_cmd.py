@@ -88,7 +88,7 @@ def run_follow(args: argparse.Namespace) -> int:
     from rft.consumers.metrics.sinks import MetricFanout
     from rft.consumers.run_plan import RunPlan
 
-    cfg = load_config(args.config, args.override)
+    cfg = load_config(args.config, args.override, run_stage=args.stage)
     plan = RunPlan(cfg)
     group = follower_group(plan.run_id, args.follower or default_follower(cfg))
     stop = stop_on_signals()

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         from rft.catalog import load_config
         from rft.cli.train_cmd import trains_on_dataset
 
-        config = load_config(args.config, args.override)
+        config = load_config(args.config, args.override, run_stage=args.stage)
         if trains_on_dataset(config):
             if args.bootstrap_servers:
                 config.stack.kafka.bootstrap_servers = args.bootstrap_servers

@@ -156,7 +156,7 @@ def _resolve_run(args: argparse.Namespace) -> _Run:
         from rft.catalog import load_config
         from rft.consumers.run_plan import RunPlan
 
-        cfg = load_config(args.config, args.override)
+        cfg = load_config(args.config, args.override, run_stage=args.stage)
         plan = RunPlan(cfg)
         kafka = cfg.stack.kafka
         if args.bootstrap:

@@ -6,7 +6,8 @@ in this process (Trinity-RFT's split setup: two configs differing only in `mode`
 that feeds that side's metrics to the configured sinks (`monitor.monitor_type`). mode bench:
 evaluate the run's checkpoint versions on its eval tasksets and print a table (`rft bench`).
 mode serve: the OpenAI-compatible endpoint on the run's policy, in this process, until interrupted
-(rft.consumers.serve.server).
+(rft.consumers.serve.server). A config with `stages:` runs its stages in order, each as one run
+(rft.supervisor.stage_pipeline); every stage is checked before the first starts.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rft.cli.explore_cmd import add_run_args
+from rft.errors import ConfigError
 
 
 def register(subparsers: Any) -> None:
@@ -29,14 +31,37 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rft.catalog import load_config
+    from rft.catalog import load_config, load_pipeline
     from rft.consumers.explorer.env_vars import apply_env_vars
 
     def explorer_env(cfg: Any) -> None:  # before the load's registry checks import torch
         if cfg.mode in ("explore", "serve"):
             apply_env_vars(cfg.explorer.env_vars)
 
-    cfg = load_config(args.config, args.override, before_parts=explorer_env)
+    if args.stage is not None:
+        raise ConfigError(
+            "rft run runs every stage of the config in order (a finished stage is not run "
+            "again); --stage names one stage for the verbs that run one side of it"
+        )
+    pipeline = load_pipeline(args.config, args.override, before_parts=explorer_env)
+    if pipeline[0][0] is None:
+        return run_config(pipeline[0][1], args, list(args.override))
+    from rft.supervisor.stage_pipeline import StagePipeline
+
+    def run_one(stage: Any, extra: list[str]) -> int:
+        overrides = [*args.override, *extra]
+        cfg = load_config(args.config, overrides, before_parts=explorer_env, run_stage=stage.name)
+        one = argparse.Namespace(**{**vars(args), "override": overrides, "stage": stage.name})
+        return run_config(cfg, one, overrides, stage.name)
+
+    stages = [(stage, cfg) for stage, cfg in pipeline if stage is not None]
+    return StagePipeline(stages).run(run_one)
+
+
+def run_config(
+    cfg: Any, args: argparse.Namespace, overrides: list[str], run_stage: str | None = None
+) -> int:
+    """One run (or one stage's run), as its `mode` says."""
     if cfg.mode in ("explore", "train"):
         return run_side(cfg, args)
     if cfg.mode == "serve":
@@ -60,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # SIGTERM (and SIGINT, even where a shell started us with it ignored) stop the children too
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
-    summary = RunSupervisor(cfg, Path(args.config), list(args.override)).run(args.republish)
+    summary = RunSupervisor(cfg, Path(args.config), overrides, run_stage).run(args.republish)
     print("\n== run summary")
     for line in summary.lines():
         print(line)

@@ -6,7 +6,9 @@ partition, the trainer's newest version (announced on the weights topic, and in 
 store), each live explorer with the model version of its newest experience and its committed
 step, the newest explorer step metric, the dead letters by error, and (with a config) where its
 traces are seen (`monitor.trace_exporter`: the Zipkin UI's address, the spans file). `--json`
-emits the same as one JSON object. Reads only: it joins no group that any component uses and commits nothing.
+emits the same as one JSON object. With a config that has `stages:` (and no --stage) it first
+lists the stages (finished ones with their last version, the one running now) and then shows the
+running stage's run. Reads only: it joins no group that any component uses and commits nothing.
 """
 
 from __future__ import annotations
@@ -48,11 +50,16 @@ def run(args: argparse.Namespace) -> int:
     from rft.storage.checkpoint_store import CheckpointStore
     from rft.storage.object_store import open_object_store
 
+    pipeline_lines: list[str] = []
     if args.config:
         from rft.catalog import load_config
+        from rft.config.loader import StagedConfigError
         from rft.consumers.run_plan import RunPlan
 
-        cfg = load_config(args.config, args.override)
+        try:
+            cfg = load_config(args.config, args.override, run_stage=args.stage)
+        except StagedConfigError:
+            pipeline_lines, cfg = pipeline_status(args)
         plan = RunPlan(cfg)
         kafka = cfg.stack.kafka
         if args.bootstrap:
@@ -82,9 +89,25 @@ def run(args: argparse.Namespace) -> int:
 
         traces = trace_viewer(cfg)
     if args.json:
-        print(json.dumps({**json.loads(status.to_json()), "traces": traces}, indent=2))
+        extra = {"traces": traces, **({"pipeline": pipeline_lines} if pipeline_lines else {})}
+        print(json.dumps({**json.loads(status.to_json()), **extra}, indent=2))
     else:
-        print("\n".join(format_status(status, all_explorers=args.all_explorers)))
+        print("\n".join(pipeline_lines + format_status(status, all_explorers=args.all_explorers)))
         if traces:
             print(f"traces: {traces}")
     return 0
+
+
+def pipeline_status(args: argparse.Namespace) -> tuple[list[str], Any]:
+    """A config with `stages:` and no --stage: a line per stage (finished ones with their last
+    version), and the config of the stage that runs now (the last one when all finished), whose
+    status follows."""
+    from rft.catalog import load_pipeline
+    from rft.supervisor.stage_pipeline import StagePipeline
+
+    stages = [(stage, cfg) for stage, cfg in load_pipeline(args.config, args.override) if stage]
+    pipeline = StagePipeline(stages)
+    lines, current = pipeline.status_lines()
+    cfg = current.cfg if current is not None else stages[-1][1]
+    lines.append(f"status of run {cfg.project}.{cfg.name}:")
+    return lines, cfg

@@ -77,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
     from rft.consumers.trainer.trainer import Trainer
 
     cfg = load_config(
-        args.config, args.override, trains_offline=bool(getattr(args, "from_topic", None))
+        args.config,
+        args.override,
+        trains_offline=bool(getattr(args, "from_topic", None)),
+        run_stage=args.stage,
     )
     offline = offline_source(args, cfg)
     start_tracing("trainer", cfg)

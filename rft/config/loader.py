@@ -3,6 +3,8 @@
 `read_config` binds the keys, fills derived defaults and applies the pure cross-key rules, then
 runs the `stages` its caller passes: the checks of the registered parts a config selects live
 above this layer (`rft.catalog.load_config`, the one way a config enters rft, passes them).
+A config with `stages:` is read one stage at a time, or all of them
+at once (`read_pipeline`), each stage the base config with its overrides (rft.config.run_stages).
 Problems raise ConfigValidationError naming the key path, the file and line (or the override),
 what was given and what was expected. Unknown keys and Trinity-RFT keys that rft ignores only warn
 (ConfigWarning), so carried-over YAML still loads.
@@ -23,6 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 from rft.config.binding import MISSING_VALUE, ConfigBinder, Issue, Notice
 from rft.config.derived import check_consistency, fill_derived, value_notices
 from rft.config.key_locator import KeyLocator
+from rft.config.run_stages import STAGES_KEY, RunStage, mode_issue, parse_stages, select_stage
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
@@ -33,6 +36,10 @@ MOVED_SECTIONS: dict[str, str] = {"algorithm.optimizer": "trainer.optim"}
 # A load stage after binding: (the config, the config file's folder) -> (issues, notices). Its
 # issues stop the load before the next stage runs; its notices are warned once all stages passed.
 LoadStage = Callable[[RftConfig, Path | None], tuple[list[Issue], list[Notice]]]
+
+
+class StagedConfigError(ConfigError):
+    """A config with `stages:` was read as one run, without naming the stage."""
 
 
 class ConfigWarning(UserWarning):
@@ -84,19 +91,114 @@ class _Source:
         return [Problem(i.path, i.message, self.where(i.path)) for i in issues]
 
 
+class _StageSource(_Source):
+    """The places of one stage's keys: `stages[i].key` where the stage sets the key; a key that
+    comes from the base config keeps its place and its problem names the stage."""
+
+    def __init__(self, base: _Source, stage: RunStage) -> None:
+        self.name, self.locator, self.overrides = base.name, base.locator, base.overrides
+        self.stage = stage
+
+    def where(self, path: str) -> str:
+        return super().where(self.stage.locate(path))
+
+    def place(self, issues: list[Issue]) -> list[Problem]:
+        out = []
+        for issue in issues:
+            path = self.stage.locate(issue.path)
+            message = issue.message
+            if path == issue.path:
+                message += f" (in stage {self.stage.path}, {self.stage.name!r})"
+            out.append(Problem(path, message, super().where(path)))
+        return out
+
+
 def read_config(
     path: str | Path,
     overrides: Sequence[str] = (),
     *,
     stages: Sequence[LoadStage],
     before_parts: Callable[[RftConfig], None] | None = None,
+    run_stage: str | None = None,
 ) -> RftConfig:
     """Read a YAML run config, apply dotlist `overrides` (`algorithm.repeat_times=8`), check it.
 
     `${oc.env:VAR,default}` and `${a.b}` interpolations are resolved. Raises ConfigError.
     `before_parts` sees the bound config before the `stages` run (they import the registries'
     modules, and those import torch): the place to act on settings read when a library starts.
+    A config with `stages:` is read one stage at a time: `run_stage` names the stage
+    (rft.config.run_stages); `read_pipeline` reads them all.
     """
+    base, source, file = _read_file(path, overrides)
+    base, run_stages = _split_stages(base, source)
+    if not run_stages:
+        if run_stage is not None:
+            raise ConfigError(
+                f"{file}: stage {run_stage!r} asked for, but the config has no stages"
+            )
+        return _build(
+            base, source, overrides, stages, base_dir=file.parent, before_parts=before_parts
+        )
+    if run_stage is None:
+        raise StagedConfigError(
+            f"{file} has stages ({', '.join(s.name for s in run_stages)}): `rft run` runs them in "
+            "order; other verbs read one stage, named with --stage NAME"
+        )
+    try:
+        stage = select_stage(run_stages, run_stage)
+    except KeyError as exc:
+        raise ConfigError(f"{file}: {exc.args[0]}") from None
+    return _build(
+        _stage_base(base, stage),
+        _StageSource(source, stage),
+        overrides,
+        stages,
+        base_dir=file.parent,
+        before_parts=before_parts,
+        run_stage=stage,
+    )
+
+
+def read_pipeline(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    stages: Sequence[LoadStage],
+    before_parts: Callable[[RftConfig], None] | None = None,
+) -> list[tuple[RunStage | None, RftConfig]]:
+    """Every stage of the config, each read and checked as `read_config` reads one, before any
+    of them runs: the problems of all stages are raised together. A config without `stages:` is
+    one run: `[(None, its config)]`."""
+    base, source, file = _read_file(path, overrides)
+    base, run_stages = _split_stages(base, source)
+    if not run_stages:
+        cfg = _build(
+            base, source, overrides, stages, base_dir=file.parent, before_parts=before_parts
+        )
+        return [(None, cfg)]
+    out: list[tuple[RunStage | None, RftConfig]] = []
+    problems: list[Problem] = []
+    for stage in run_stages:
+        try:
+            cfg = _build(
+                _stage_base(base, stage),
+                _StageSource(source, stage),
+                overrides,
+                stages,
+                base_dir=file.parent,
+                before_parts=before_parts,
+                run_stage=stage,
+            )
+        except ConfigValidationError as exc:
+            problems += exc.problems
+            continue
+        out.append((stage, cfg))
+    if problems:
+        raise ConfigValidationError(problems)
+    return out
+
+
+def _read_file(path: str | Path, overrides: Sequence[str]) -> tuple[DictConfig, _Source, Path]:
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -112,8 +214,32 @@ def read_config(
         raise ConfigError(f"{file}: cannot be read as a config: {exc}") from exc
     if not isinstance(base, DictConfig):
         raise ConfigError(f"{file}: the top level must be a mapping of sections, not a list")
-    source = _Source(str(file), text, overrides)
-    return _build(base, source, overrides, stages, base_dir=file.parent, before_parts=before_parts)
+    return base, _Source(str(file), text, overrides), file
+
+
+def _split_stages(base: DictConfig, source: _Source) -> tuple[DictConfig, list[RunStage]]:
+    """The config without its `stages` key, and the stages it lists (checked)."""
+    for key, override in source.overrides.items():
+        if key == STAGES_KEY or key.startswith((f"{STAGES_KEY}.", f"{STAGES_KEY}[")):
+            raise ConfigError(
+                f"override {override!r}: stages are set in the config file; an override applies "
+                "to every stage (e.g. buffer.total_steps=2)"
+            )
+    if STAGES_KEY not in base:
+        return base, []
+    raw = OmegaConf.to_container(base[STAGES_KEY], resolve=False)
+    run_stages, issues = parse_stages(raw)
+    if issues:
+        raise ConfigValidationError(source.place(issues))
+    rest = base.copy()
+    del rest[STAGES_KEY]
+    return rest, run_stages
+
+
+def _stage_base(base: DictConfig, stage: RunStage) -> DictConfig:
+    merged = OmegaConf.merge(base, OmegaConf.create(dict(stage.overrides)))
+    assert isinstance(merged, DictConfig)
+    return merged
 
 
 def read_config_dict(
@@ -128,6 +254,8 @@ def read_config_dict(
         base = OmegaConf.create(dict(data))
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{source}: cannot be read as a config: {exc}") from exc
+    if STAGES_KEY in base:
+        raise ConfigError(f"{source}: a config with stages is read from its file (rft run)")
     return _build(base, _Source(source, None, overrides), overrides, stages)
 
 
@@ -138,6 +266,7 @@ def _build(
     stages: Sequence[LoadStage],
     base_dir: Path | None = None,
     before_parts: Callable[[RftConfig], None] | None = None,
+    run_stage: RunStage | None = None,
 ) -> RftConfig:
     merged = _apply_overrides(base, overrides)
     try:
@@ -154,6 +283,8 @@ def _build(
         raise ConfigValidationError([problem]) from exc
     assert isinstance(raw, dict)
     _move_sections(raw)
+    if run_stage is not None and isinstance(raw.get("name"), str):
+        raw["name"] = run_stage.run_name(raw["name"])
 
     binder = ConfigBinder()
     cfg = binder.bind(RftConfig, raw)
@@ -163,6 +294,8 @@ def _build(
         raise ConfigValidationError(source.place(binder.issues))
     fill_derived(cfg)
     issues = check_consistency(cfg)
+    if run_stage is not None:
+        issues += [i for i in [mode_issue(run_stage, cfg.mode)] if i is not None]
     if issues:
         raise ConfigValidationError(source.place(issues))
     if before_parts is not None:

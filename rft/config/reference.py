@@ -41,7 +41,43 @@ def render() -> str:
     """The whole page as Markdown."""
     parts = [_HEADER]
     parts += [text for paths, cls in _sections() if (text := _section(paths, cls))]
+    parts.insert(2, _stages_section())  # after the top level
     return "\n".join(parts)
+
+
+def _stages_section() -> str:
+    """`stages`, read before the sections are bound (rft.config.run_stages)."""
+    from rft.config import run_stages
+
+    doc = " ".join(line.strip() for line in (run_stages.__doc__ or "").split("\n\n", 1)[1].split())
+    lines = [
+        "## `stages`",
+        "",
+        doc,
+        "",
+        "| key | type | default | what it does | acted on in | shown by |",
+        "|---|---|---|---|---|---|",
+        "| `stages` | a list of mappings | `[]` (one run) | each entry `stage_name` plus the "
+        "top-level keys it overrides; `rft run` runs the stages in order, each a run resumed "
+        "where it stopped, a finished one not again | `rft/supervisor/stage_pipeline.py` | "
+        "`tests/integration/test_stages_run.py` |",
+        f"| `stages[].{run_stages.STAGE_NAME_KEY}` | a string | required | names the stage and "
+        "ends its run's name; letters, digits, `_` and `-`, unique | `rft/config/run_stages.py` | "
+        "`tests/unit/test_run_stages.py` |",
+        "",
+        "A stage may not set these keys:",
+        "",
+    ]
+    lines += [f"- `{key}`: {why}" for key, why in run_stages.FIXED_KEYS.items()]
+    lines += [
+        f"- `{key}` (after the first stage): {why}"
+        for key, why in run_stages.FIRST_STAGE_ONLY.items()
+    ]
+    lines.append(
+        f"- `mode` other than {' or '.join(run_stages.TRAINING_MODES)}: a stage must end with a "
+        "weight version"
+    )
+    return "\n".join(lines) + "\n"
 
 
 def _sections() -> Iterator[tuple[list[str], type[Any]]]:

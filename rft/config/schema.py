@@ -1708,7 +1708,6 @@ class RftConfig:
         "ray_namespace": _RAY,
         "service": "the Data-Juicer service is not supported",
         "log": "rft logs through Python logging; set the level with RFT_LOG_LEVEL",
-        "stages": "multi-stage runs are not supported yet; run one config per stage",
         "actor_rollout_ref": _VERL,
         "hf_checkpoint_dir": "checkpoints live in the object store",
     }

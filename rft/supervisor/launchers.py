@@ -32,16 +32,20 @@ RAY_REQUIREMENT = "ray[default]==2.60.*"
 
 @dataclass(frozen=True)
 class RunCommand:
-    """The `rft` command line of every component: its verb, the config file, the overrides."""
+    """The `rft` command line of every component: its verb, the config file, the overrides,
+    and the stage of a config with `stages:`."""
 
     config_path: Path
     overrides: tuple[str, ...] = ()
+    stage: str | None = None
 
     def args(self, verb: str) -> list[str]:
         """The arguments after the Python interpreter (each host runs its own interpreter)."""
         out = ["-m", "rft.cli.main", verb, "--config", str(self.config_path)]
         for item in self.overrides:
             out += ["--override", item]
+        if self.stage is not None:
+            out += ["--stage", self.stage]
         return out
 
     def argv(self, verb: str) -> list[str]:

@@ -151,6 +151,7 @@ class RayGroup:
                 log_dir=str(log_dir),
                 env=child_env(m.slot, self.placement, rendezvous),
                 unset_env=() if "OMP_NUM_THREADS" in os.environ else ("OMP_NUM_THREADS",),
+                stage=command.stage,
             )
             ray.get(m.actor.start.remote(spec), timeout=READY_TIMEOUT_S)
             m.wait_ref = m.actor.wait.remote()

@@ -38,6 +38,7 @@ class ChildSpec:
     log_dir: str
     env: dict[str, str] = field(default_factory=dict)  # set in the child
     unset_env: tuple[str, ...] = ()  # removed from the child's environment
+    stage: str | None = None  # the stage of a config with `stages:`
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ class ComponentHost:
             config.write_text(spec.config_text, encoding="utf-8")
         env = {k: v for k, v in os.environ.items() if k not in spec.unset_env}
         env.update(spec.env)
-        command = RunCommand(config, spec.overrides)
+        command = RunCommand(config, spec.overrides, spec.stage)
         self.group = ProcessGroup(log_dir=log_dir)
         child = self.group.start(
             self.name,

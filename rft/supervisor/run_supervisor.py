@@ -104,11 +104,18 @@ class RunSummaryTracker:
 
 
 class RunSupervisor:
-    def __init__(self, cfg: RftConfig, config_path: Path, overrides: list[str]) -> None:
+    def __init__(
+        self,
+        cfg: RftConfig,
+        config_path: Path,
+        overrides: list[str],
+        run_stage: str | None = None,
+    ) -> None:
         self.cfg = cfg
         self.plan = RunPlan(cfg)
         self.config_path = config_path
         self.overrides = overrides
+        self.run_stage = run_stage  # the stage of a config with `stages:` that cfg is
         self._stack_lease: object | None = None
 
     def ensure_stack(self) -> None:
@@ -206,7 +213,7 @@ class RunSupervisor:
         tracker = RunSummaryTracker(summary)
         sinks = MetricFanout.for_config(self.cfg)
         line = ProgressLine(RunProgress(self.plan.total_steps))
-        command = RunCommand(self.config_path, tuple(self.overrides))
+        command = RunCommand(self.config_path, tuple(self.overrides), self.run_stage)
         try:
             group = launcher_for(self.cfg).launch(self.cfg, command, log_dir)
         except BaseException:
