@@ -11,6 +11,9 @@
 #       placed by the ray launcher, 256-token responses, STEPS (8) steps; needs --vllm --ray
 #   bash infra/gpu/measure.sh learn NAME=CONFIG ...   # several runs of the loop at once on one GPU
 #       (hf engine, STEPS steps each, the loop's sizes): learning curves side by side, not speed
+#   bash infra/gpu/measure.sh dpo   # DPO on pairs from the arithmetic loop's rollouts: a SRC_STEPS (4)
+#       step GRPO run, `rft replay pairs` of its experience topic, DPO on them from the base
+#       weights (examples/dpo/arithmetic_dpo.yaml), held-out accuracy of version 0 and the last
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
@@ -131,6 +134,23 @@ case "$stage" in
     done ;;
   loop)
     loop "$@" ;;
+  dpo)
+    stamp=$(date +%H%M%S); src=dposrc-$stamp; dpo=dpo-$stamp
+    STEPS=${SRC_STEPS:-4} loop hf "$src" --override explorer.eval_interval=1000 > "$out/dpo-source.log" 2>&1
+    tail -n 3 "$out/dpo-source.log"
+    python3 -m rft.cli.main replay pairs "rft-examples.$src.experiences" -o "rft-examples.$dpo.pairs" \
+      2>&1 | grep -v "^INFO" | tee "$out/dpo-pairs.txt"
+    dpo_args=(--config examples/dpo/arithmetic_dpo.yaml --override name="$dpo"
+      --override cluster.gpu_per_node=1 --override model.dtype=auto
+      --override stack.object_store.uri="file://$home/ckpt/$dpo" "$@")
+    python3 -m rft.cli.main bench "${dpo_args[@]}" --override mode=bench --versions 0 2>&1 \
+      | grep -v "^INFO" | tail -n 4 | tee "$out/dpo-bench-before.txt"
+    python3 -m rft.cli.main train "${dpo_args[@]}" --from-topic "rft-examples.$dpo.pairs" \
+      --override synchronizer.sync_interval=1 --override trainer.save_interval=1 2>&1 \
+      | grep -v "^INFO" | tee "$out/dpo-train.txt" | grep -E "trainer step|dpo_loss|wall" | tail -n 12
+    last=$(sed -n 's/.*model_version=\([0-9]*\).*/\1/p; s/.*version \([0-9]*\).*/\1/p' "$out/dpo-train.txt" | sort -n | tail -1)
+    python3 -m rft.cli.main bench "${dpo_args[@]}" --override mode=bench --versions "${last:-1}" 2>&1 \
+      | grep -v "^INFO" | tail -n 4 | tee "$out/dpo-bench-after.txt" ;;
   learn)
     kafka_up
     pids=()
