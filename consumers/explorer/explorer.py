@@ -413,7 +413,10 @@ class Explorer:
         """Steps after `step` until total_steps or `stop`; returns the last step taken and
         whether the tasks ran out."""
         total_steps = self.plan.total_steps
-        idle_since = time.monotonic()
+        # seconds spent polling without a task since the last batch: the time spent waiting for
+        # weights between polls is not idleness (a slow trainer would otherwise end the run, as
+        # an explorer rejoining its group after a long wait polls empty once)
+        idle_s = 0.0
         ran_dry = False
         waits = io.status.waits(step)
         while step < total_steps and not stop.is_set():
@@ -428,9 +431,11 @@ class Explorer:
                 )
                 return step, True
             io.sync.before_step(step + 1, io.engine, io.plain)
+            polled = time.monotonic()
             batch = self._poll_batch(io.tasks, stop)
             if not batch:
-                if self._tasks_ran_out(idle_since):
+                idle_s += time.monotonic() - polled
+                if self._tasks_ran_out(idle_s):
                     return step, True
                 waits.still(
                     f"tasks on {self.plan.topics.tasks} for step {step + 1} of {total_steps} "
@@ -440,7 +445,7 @@ class Explorer:
                 )
                 continue
             waits.over()
-            idle_since = time.monotonic()
+            idle_s = 0.0
             ran_dry = len(batch) < self.plan.batch_size
             if not self._explore_step(self._step_work(step + 1, batch), io):
                 continue  # not committed: its tasks are read again
@@ -449,9 +454,10 @@ class Explorer:
                 self._evaluate(io.engine, io.metrics, step)
         return step, False
 
-    def _tasks_ran_out(self, idle_since: float) -> bool:
-        """After an empty poll: whether no task can come any more."""
-        if time.monotonic() - idle_since > self.idle_timeout_s:
+    def _tasks_ran_out(self, idle_s: float) -> bool:
+        """After an empty poll, `idle_s` seconds of polling without a task: whether no task can
+        come any more."""
+        if idle_s > self.idle_timeout_s:
             log.info("no tasks for %.0fs: the taskset is exhausted", self.idle_timeout_s)
             return True
         if self._group_took_all():
