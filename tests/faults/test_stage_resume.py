@@ -29,7 +29,7 @@ from tests.integration.test_stages_run import (
     staged_config,
 )
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 GRPO_STEPS = 6
 

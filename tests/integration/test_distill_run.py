@@ -28,7 +28,7 @@ from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publi
 from tests.integration.test_rft_loop import STEPS, read_all, run_config
 from tests.integration.test_trainer_resume import run_verb
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # minutes of CPU training: make test-all
 
 
 def saved_teacher(path: Path, seed: int) -> str:

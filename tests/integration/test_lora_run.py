@@ -32,7 +32,7 @@ from rft.events.topics import TopicNames, ensure_topics
 from tests.integration.test_retrain import REPEAT, retrain_config, train, write_steps
 from tests.integration.test_rft_loop import STEPS, published_run, read_all
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # minutes of CPU training: make test-all
 pytest.importorskip("peft")
 
 LORA = [{"lora_rank": 4, "lora_alpha": 8}]

@@ -27,7 +27,7 @@ from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publi
 from tests.integration.test_rft_loop import run_config
 from tests.integration.test_trainer_resume import run_verb
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # minutes of CPU training: make test-all
 
 CRITIC = "trainer_state/critic/"
 
