@@ -242,15 +242,18 @@ class RequestBatcher:
             with self._cond:
                 while not self._pending and not self._closed and not self._chores:
                     self._cond.wait()
-                chores, self._chores = self._chores, []
-                if not chores:
+                if not self._chores:
                     if not self._pending:
                         return  # closed, nothing left to serve
-                    while not self._ready():
+                    # a chore handed in while a partial wave gathers goes first: a weight load
+                    # must not wait out the window of a wave that is not ready
+                    while not self._ready() and not self._chores:
                         left = self._last_arrival + self._window_s - time.monotonic()
                         if left <= 0:
                             break
                         self._cond.wait(left)
+                chores, self._chores = self._chores, []
+                if not chores:
                     batch, self._pending = self._pending, []
                     self.stats.waves += 1
             if chores:

@@ -97,6 +97,7 @@ TOKEN_REFERENCES: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
     "ppo": _ppo,
     "verl/ppo": _ppo,
     "mix": _ppo,  # on rollout rows alone (these tests have no demonstration rows) mix is PPO
+    "mix_chord": _ppo,  # the same: CHORD's weighting acts on demonstration rows only
     "gspo": _gspo,
     "verl/gspo": _gspo,
     "sft": lambda lp, old, a: -lp,
@@ -136,8 +137,41 @@ def _modes_for(name: str) -> list[str]:
     return ["seq-mean-token-mean"] if name == "verl/sapo" else LOSS_AGG_MODES.names()
 
 
+# losses whose terms are not per token: each has its own hole test below
+SEQUENCE_LOSSES = {"dpo"}
+
+
 def test_every_policy_loss_has_a_reference() -> None:
-    assert set(POLICY_LOSS_FN.names()) == set(TOKEN_REFERENCES)
+    assert set(POLICY_LOSS_FN.names()) == set(TOKEN_REFERENCES) | SEQUENCE_LOSSES
+
+
+def test_dpo_sums_only_trained_tokens_of_each_pair() -> None:
+    """DPO's per-row log-ratio to the reference sums the mask-1 tokens; garbage in the holes of
+    logprob and ref_logprob reaches neither the loss nor a gradient. The pairs are MASK's rows
+    (0, 1) and (2, 4): row 4 has one trained token (row 3, none, has no side to take)."""
+    logprob, old, _ = _inputs(seed=11)  # both carry garbage in the holes
+    rows = torch.tensor([0, 1, 2, 4])
+    logprob, ref, mask = logprob[rows], old[rows], MASK[rows]
+    holes = mask == 0
+    side = torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64)  # chosen first, then second
+    adv = side[:, None].expand(4, T).clone()
+    adv = torch.where(holes, torch.full_like(adv, -1e4), adv)
+    lp = logprob.clone().requires_grad_(True)
+    loss, _ = POLICY_LOSS_FN.get("dpo")(lp, None, adv, mask, ref_logprob=ref, beta=0.3)
+    (grad,) = torch.autograd.grad(loss, lp)
+
+    lp_ref = logprob.clone().requires_grad_(True)
+    rho = [
+        (lp_ref[b, mask[b].nonzero().flatten()] - ref[b, mask[b].nonzero().flatten()]).sum()
+        for b in range(4)
+    ]
+    h = torch.stack([rho[0] - rho[1], rho[3] - rho[2]])
+    ref_loss = -torch.nn.functional.logsigmoid(0.3 * h).mean()
+    (grad_ref,) = torch.autograd.grad(ref_loss, lp_ref)
+
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-12, atol=1e-12)
+    assert torch.all(grad[holes] == 0)
 
 
 @pytest.mark.parametrize(

@@ -224,6 +224,12 @@ def test_work_between_waves_runs_on_the_dispatcher_never_inside_an_engine_call()
         results: list[Any] = []
         waiting = threading.Thread(target=lambda: results.append(first.generate([5, 6], GREEDY)))
         waiting.start()
+        # the request is queued before the chore comes (private state read only to order the
+        # two): a chore that waited out the partial wave's window would see the engine called
+        deadline = time.monotonic() + 60
+        while not batcher._pending and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # and the dispatcher has (most likely) begun gathering its wave
         # one of two live handles waits: the wave is not flushed, so the chore goes first
         ran = batcher.between_waves(
             lambda: seen.append((threading.current_thread().name, len(engine.calls))) or 7
