@@ -488,7 +488,11 @@ class ConfluentRecordProducer(CoreRecordProducer[Producer]):
 
     def _open(self) -> Producer:
         return Producer(
-            {**self._config, "error_cb": self._on_error, "on_delivery": self._on_delivery}
+            {
+                **self._config,
+                "error_cb": self._while_current(self._on_error),
+                "on_delivery": self._while_current(self._on_delivery),
+            }
         )
 
     @property

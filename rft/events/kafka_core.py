@@ -228,6 +228,12 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         self._settings = settings
         self._transactional_id = transactional_id
         self._client: C | None = None
+        # Which client is the live one: bumped each time one is dropped. A client given up while
+        # a call of it was stuck lives on behind that call: when the call returns, and when its
+        # callbacks fire (a late fence, a failed delivery), it speaks of a client that is no
+        # longer this producer's, and its successor must not take the blame (a successor marked
+        # fenced by it would stop a run nobody took over).
+        self._generation = 0
         self._initialised = False
         self._in_transaction = False  # begun, not yet committed or aborted
         self._stuck = False  # a call never returned: the client must not be used again
@@ -320,6 +326,17 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
     def _delivery_failed(self, topic: str, partition: int | None, detail: str) -> None:
         self._failures.append(f"delivery to {where_text(topic, partition)} failed: {detail}")
 
+    def _while_current(self, callback: Callable[..., None]) -> Callable[..., None]:
+        """`callback` for the client in use now, silenced once that client is dropped (a given-up
+        client's late errors and deliveries belong to no live producer)."""
+        generation = self._generation
+
+        def guarded(*args: Any) -> None:
+            if self._generation == generation:
+                callback(*args)
+
+        return guarded
+
     def _raise_failures(self) -> None:
         fence = self._fence()
         if fence is not None:
@@ -389,13 +406,23 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         if self._fence() is not None:  # no step of a fenced producer can succeed
             self._raise_failures()
         producer = self._producer
+        generation = self._generation
         errors = self.errors
         try:
             if not self._initialised:
                 self._init_now(producer)
-                self._initialised = True
+                if self._generation == generation:
+                    self._initialised = True
             action(producer)
         except errors.types as exc:
+            if self._generation != generation:
+                # a call that outlived its client (given up as stuck): its error is that
+                # client's, and must not mark the one that replaced it fenced
+                raise TransactionError(
+                    f"transaction {step} of a producer given up earlier (transactional id "
+                    f"{self._transactional_id!r}): {errors.describe(exc)}",
+                    requires_abort=False,
+                ) from exc
             if errors.producer_fenced(exc):
                 self._fenced_by = f"transaction {step}: {errors.describe(exc)}"
                 raise ProducerFencedError(
@@ -409,7 +436,8 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
                 requires_abort=errors.requires_abort(exc),
                 retriable=errors.retriable(exc),
             ) from exc
-        self._raise_failures()
+        if self._generation == generation:  # a late return reports nothing of the successor's
+            self._raise_failures()
 
     def begin_transaction(self) -> None:
         self._transactional("begin", self._begin_now)
@@ -443,6 +471,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
 
     def _drop_client(self) -> None:
         client, self._client = self._client, None
+        self._generation += 1
         stuck = self._stuck
         self._initialised, self._stuck, self._in_transaction = False, False, False
         self._fenced_by = None
@@ -492,6 +521,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
                 self.flush()
         finally:
             client, self._client = self._client, None
+            self._generation += 1
             if client is not None:
                 self._close_client(client)
 

@@ -459,7 +459,7 @@ class KafkaPythonRecordProducer(CoreRecordProducer[KafkaProducer]):
                 self._fenced = f"delivery to {topic}: {exc!r}"
             self._delivery_failed(topic, partition, repr(exc))
 
-        future.add_errback(failed)
+        future.add_errback(self._while_current(failed))
 
     def _flush_now(self, client: KafkaProducer, timeout_s: float) -> str | None:
         try:

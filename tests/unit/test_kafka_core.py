@@ -5,6 +5,7 @@ replaced, and what close flushes. The backends' client calls are tested against 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import pytest
 
 from rft.config.connections import KafkaSettings
 from rft.errors import BrokerUnavailableError, TransportError
+from rft.events import transport
 from rft.events.kafka_core import (
     ClientErrors,
     CoreRecordConsumer,
@@ -62,6 +64,7 @@ class Client:
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     queued: int = 0  # records a flush leaves unacknowledged
     abort_fails: ClientFailure | None = None
+    report: Any = None  # the client's error callback, as the producer gave it
 
 
 class Consumer(CoreRecordConsumer[Client]):
@@ -276,3 +279,52 @@ def test_a_client_error_leaves_as_a_transport_error_naming_what_and_where() -> N
 
     with pytest.raises(TransportError, match=r"cannot produce to t\[3\]: ClientFailure"):
         Failing().produce("t", b"x", partition=3)
+
+
+def test_a_given_up_clients_late_fence_and_errors_do_not_reach_its_successor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A send_offsets stuck past its bound gives the client up; the successor's init fences it.
+    When the stuck call then returns with that fence, and the old client's error callback says
+    so too, the successor is not fenced: its transaction commits (a trainer once stopped with
+    "another process ... took over" when no other process existed)."""
+    monkeypatch.setattr(transport, "STUCK_GRACE_S", 0.0)
+    release = threading.Event()
+
+    class Stuck(Producer):
+        def _open(self) -> Client:
+            client = super()._open()
+            client.report = self._while_current(self._client_says_fenced)  # its error callback
+            return client
+
+        def _client_says_fenced(self, detail: str) -> None:
+            self.fenced = detail
+
+        def _send_offsets_now(
+            self,
+            client: Client,
+            offsets: Sequence[TopicPartitionOffset],
+            group_metadata: Any,
+            timeout_s: float,
+        ) -> None:
+            if client is self.opened[0]:
+                release.wait(30)
+                raise ClientFailure("operation with an old epoch", fenced=True)
+            client.calls.append(("send_offsets",))
+
+    producer = Stuck()
+    producer.begin_transaction()
+    with pytest.raises(StuckCallError):
+        producer.send_offsets_to_transaction([], None, timeout_s=0.05)
+    producer.abort_transaction()  # given up: replaced
+    producer.begin_transaction()  # the successor initialises (this fences the old client)
+    first = producer.opened[0]
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name.startswith("rft-transaction send_offsets"):
+            thread.join(30)
+    first.report("_FENCED: the successor's epoch")
+    producer.send_offsets_to_transaction([], None)
+    producer.commit_transaction()
+    assert producer.opened[1].calls == [("init",), ("begin",), ("send_offsets",), ("commit",)]
+    assert len(producer.opened) == 2
