@@ -133,6 +133,9 @@ class LocalLauncher:
     def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup:
         group = ProcessGroup(log_dir=log_dir)
         print(f"rft run: explorer and trainer logs in {log_dir}", flush=True)
+        # Each component dies with `rft run` (die_with_parent): a supervisor killed outright
+        # (SIGKILL, an OOM kill) must not leave an explorer and a trainer running on, unseen,
+        # until a restarted run fences them.
         try:
             if shares_gpu(cfg):
                 # The rollout engine sizes itself from the GPU's free memory while it starts
@@ -141,16 +144,19 @@ class LocalLauncher:
                 ready = log_dir / "explorer.engine-ready"
                 ready.unlink(missing_ok=True)
                 group.start(
-                    "explorer", command.argv("explore"), {ENGINE_READY_FILE_ENV: str(ready)}
+                    "explorer",
+                    command.argv("explore"),
+                    {ENGINE_READY_FILE_ENV: str(ready)},
+                    die_with_parent=True,
                 )
                 if not wait_for_engine(group, ready):
                     return group  # the explorer failed to start: the supervisor reports it
-                group.start("trainer", command.argv("train"))
+                group.start("trainer", command.argv("train"), die_with_parent=True)
             else:
-                group.start("trainer", command.argv("train"))
-                group.start("explorer", command.argv("explore"))
+                group.start("trainer", command.argv("train"), die_with_parent=True)
+                group.start("explorer", command.argv("explore"), die_with_parent=True)
             if feeds_online(cfg):  # an online task selector publishes from the rewards it reads
-                group.start("feeder", command.argv("feed"))
+                group.start("feeder", command.argv("feed"), die_with_parent=True)
         except BaseException:
             group.stop()
             raise

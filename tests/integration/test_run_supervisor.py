@@ -22,18 +22,23 @@ from tests.integration.test_rft_loop import run_config
 pytestmark = pytest.mark.integration
 
 
-def test_ctrl_c_stops_explorer_and_trainer(stack: StackSettings, unique: str, tmp_path: Path):
+def start_long_run(stack: StackSettings, unique: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """`rft run` of far more steps than a test lets it run, its output piped."""
     raw = run_config(stack, unique, tmp_path)
-    raw["buffer"]["total_steps"] = 1000  # far more than we let it run
+    raw["buffer"]["total_steps"] = 1000
     raw["buffer"]["explorer_input"]["taskset"]["generator_args"]["num_tasks"] = 4000
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(raw))
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "rft.cli.main", "run", "--config", str(config_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_ctrl_c_stops_explorer_and_trainer(stack: StackSettings, unique: str, tmp_path: Path):
+    proc = start_long_run(stack, unique, tmp_path)
     lines: list[str] = []
     deadline = time.monotonic() + 300
     assert proc.stdout is not None
@@ -58,3 +63,31 @@ def test_ctrl_c_stops_explorer_and_trainer(stack: StackSettings, unique: str, tm
     assert "stopping explorer and trainer" in out
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"left running: {[p.pid for p in alive]}"
+
+
+def test_a_killed_rft_run_takes_its_explorer_and_trainer_with_it(
+    stack: StackSettings, unique: str, tmp_path: Path
+):
+    """SIGKILL of `rft run` (no chance to stop anything) ends its components too: the kernel
+    kills each one when the supervisor dies, instead of leaving them running unseen."""
+    proc = start_long_run(stack, unique, tmp_path)
+    components: list[psutil.Process] = []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            found = psutil.Process(proc.pid).children(recursive=True)
+            verbs = {c.cmdline()[3] for c in found if len(c.cmdline()) > 3}
+        except psutil.Error:
+            continue
+        if {"explore", "train"} <= verbs:
+            components = found
+            break
+        time.sleep(0.2)
+    if not components:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"rft run started no explorer and trainer (exit {proc.poll()}):\n{out[-3000:]}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    gone, alive = psutil.wait_procs(components, timeout=20)
+    assert not alive, f"left running after rft run was killed: {[p.cmdline() for p in alive]}"
