@@ -601,16 +601,15 @@ class KafkaPythonRecordConsumer(CoreRecordConsumer[KafkaConsumer]):
         )
 
     def _committed_now(self, client: KafkaConsumer, timeout_s: float) -> list[TopicPartitionOffset]:
-        out = []
-        for topic in self._topics:
-            for p in sorted(client.partitions_for_topic(topic) or ()):
-                found = client.committed(
-                    TopicPartition(topic, p), metadata=True, timeout_ms=int(timeout_s * 1000)
-                )
-                if found is not None and found.offset >= 0:
-                    text = commit_metadata_text(found.metadata)
-                    out.append(TopicPartitionOffset(topic, p, found.offset, text))
-        return out
+        # Read through an admin client, whose calls are bounded: the consumer's own way (its
+        # partitions_for_topic, then committed per partition) waits without a timeout for
+        # metadata when the broker is away.
+        admin = KafkaPythonTopicAdmin(self._settings)
+        try:
+            found = admin.group_offsets(self._group_id, timeout_s)
+        finally:
+            admin.close()
+        return [o for o in found if o.topic in self._topics]
 
     def _group_metadata_now(self, client: KafkaConsumer) -> Any:
         return client.group_metadata()

@@ -95,12 +95,13 @@ class EventWriter:
             kafka_outage_window(kafka_settings),
         )
 
-    def _durably(self, what: str, step: Callable[[], None]) -> None:
-        """`step` once, or, with an outage window, until Kafka acknowledges it."""
+    def _durably(self, what: str, step: Callable[[], None], *, remote: bool = True) -> None:
+        """`step` once, or, with an outage window, until Kafka acknowledges it (`remote`: a
+        success of `step` means a broker answered)."""
         if self._window is None:
             step()
         else:
-            self._window.call(what, step, retriable_in_outage)
+            self._window.call(what, step, retriable_in_outage, proves_reachable=remote)
 
     def send(
         self,
@@ -168,7 +169,9 @@ class EventWriter:
         return self._in_transaction
 
     def begin(self) -> None:
-        self._durably("begin transaction", self._producer.begin_transaction)
+        # the clients begin a transaction locally (only a producer's first one asks the broker,
+        # to initialise): its success says nothing of an outage
+        self._durably("begin transaction", self._producer.begin_transaction, remote=False)
         self._in_transaction = True
         self._offsets_sent = []
 

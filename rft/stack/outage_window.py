@@ -155,10 +155,14 @@ class OutageWindow:
         what: str,
         attempt: Callable[[], T],
         retriable: Callable[[Exception], bool],
+        *,
+        proves_reachable: bool = True,
     ) -> T:
         """`attempt()` until it succeeds, retrying failures that `retriable` accepts with
         backoff; other failures propagate at once, and an outage older than the window ends in
-        OutageError. `what` names the operation in the log and the error."""
+        OutageError. `what` names the operation in the log and the error. An attempt that may
+        succeed without the service answering (a client's local bookkeeping: beginning a
+        transaction) passes `proves_reachable=False`: its success leaves an open outage open."""
         tries, started = 0, self._clock()
         while True:
             try:
@@ -181,7 +185,8 @@ class OutageWindow:
                 self._sleep(min(backoff_s(tries), max(left, 0.05)))
                 tries += 1
                 continue
-            self.succeeded()
+            if proves_reachable:
+                self.succeeded()
             return result
 
 

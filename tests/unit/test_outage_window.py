@@ -213,3 +213,22 @@ def test_outage_timeout_is_loaded_and_must_be_positive(tmp_path) -> None:  # typ
     assert cfg.stack.object_store.outage_timeout == 300  # the default
     with pytest.raises(ConfigError, match="stack.object_store.outage_timeout"):
         load_config(path, ("stack.object_store.outage_timeout=0",))
+
+
+def test_a_success_that_needs_no_broker_leaves_the_outage_open(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Beginning a transaction is the client's own bookkeeping: it succeeds in an outage, and
+    must neither log the service reachable nor restart the outage's clock."""
+    caplog.set_level(logging.WARNING)
+    clock = FakeClock()
+    w = window(clock, timeout_s=30.0)
+    w.failed("flush: no answer")
+    clock.now += 10.0
+    w.call("begin transaction", lambda: None, lambda e: True, proves_reachable=False)
+    assert w.down and w.down_for() == 10.0
+    clock.now += 25.0
+    with pytest.raises(OutageError, match="35 s"):
+        w.failed("flush: still no answer")
+    opened, closed = outage_lines(caplog)
+    assert len(opened) == 1 and closed == []
