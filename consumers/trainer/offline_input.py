@@ -112,16 +112,23 @@ def offline_total_steps(
     return min(configured, bound) if configured is not None else bound
 
 
-def without_staleness(args: Mapping[str, Any]) -> dict[str, Any]:
-    """Sample strategy args with `max_staleness` set aside (see the module docstring)."""
+OFFLINE = (
+    "not applied offline: logged model versions count the steps of the run that generated them, "
+    "not this trainer's; every experience in the range is trained whatever its version (pick "
+    "versions with --min-version/--max-version)"
+)
+DATASET = (
+    "not applied to a dataset's rows: no policy version generated them; every row is trained "
+    "whatever the trainer's version"
+)
+
+
+def without_staleness(args: Mapping[str, Any], why: str = OFFLINE) -> dict[str, Any]:
+    """Sample strategy args with `max_staleness` set aside, saying `why` (offline: see the module
+    docstring; a dataset's rows: `DATASET`)."""
     out = dict(args)
     if out.get("max_staleness") is not None:
-        log.warning(
-            "max_staleness %s is not applied offline: logged model versions count the steps of "
-            "the run that generated them, not this trainer's; every experience in the range is "
-            "trained whatever its version (pick versions with --min-version/--max-version)",
-            out["max_staleness"],
-        )
+        log.warning("max_staleness %s is %s", out["max_staleness"], why)
         out["max_staleness"] = None
     return out
 

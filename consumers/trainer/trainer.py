@@ -41,6 +41,8 @@ from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.consumers.trainer.explorer_roster import ExplorerRoster
 from rft.consumers.trainer.loop import InputEnd, LoopClients, TrainerLoop, TrainerSummary
 from rft.consumers.trainer.offline_input import (
+    DATASET,
+    OFFLINE,
     STATE_KEY,
     OfflineExperiences,
     OfflineSource,
@@ -201,8 +203,9 @@ class Trainer:
             self.spec.sample_strategy_args,  # the preset's, with the config's over them
             cfg.buffer.trainer_input.max_staleness,
         )
-        if offline is not None:
-            self.sample_strategy_args = without_staleness(self.sample_strategy_args)
+        if offline is not None:  # a dataset is trained as an offline range of its topic
+            why = DATASET if self.spec.dataset is not None else OFFLINE
+            self.sample_strategy_args = without_staleness(self.sample_strategy_args, why)
         self.staleness = StalenessPolicy(self.sample_strategy_args.get("max_staleness"))
         self.idle_timeout_s = (
             idle_timeout_s

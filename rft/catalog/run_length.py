@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rft.config.binding import Issue, Notice
-from rft.config.run_length import counts_tasks, staleness_supply, task_supply
+from rft.config.run_length import STALENESS_KEY, counts_tasks, staleness_supply, task_supply
 from rft.config.schema import RftConfig
 from rft.errors import ConfigError
 
@@ -36,6 +36,10 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
             found, said = task_supply(cfg, rows)
             issues += found
             notices += said
+    dataset = trains_on_dataset(cfg)
+    if dataset is not None:
+        # no explorer samples a dataset's rows: no sync style's bound applies to them
+        return issues, notices + dataset_staleness(cfg, dataset)
     sync = cfg.synchronizer
     try:
         style = build_sync_style(
@@ -45,6 +49,35 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
         return issues, notices  # check_parts names it
     found, said = staleness_supply(cfg, style.staleness_bound)
     return issues + found, notices + said
+
+
+def trains_on_dataset(cfg: RftConfig) -> str | None:
+    """The algorithm_type when it trains on a dataset's rows (sft, cpt, dpo), else None."""
+    from rft.algorithms.presets import resolve_algorithm
+
+    try:
+        spec = resolve_algorithm(cfg.algorithm, check_repeat_times=False)
+    except ConfigError:
+        return None  # check_parts names it
+    return cfg.algorithm.algorithm_type if spec.dataset is not None else None
+
+
+def dataset_staleness(cfg: RftConfig, algorithm_type: str) -> list[Notice]:
+    """What a configured max_staleness does in a run on a dataset: nothing (the trainer reads
+    the dataset's topic as an offline range and sets it aside, rft.consumers.trainer.trainer)."""
+    limit = cfg.buffer.trainer_input.max_staleness
+    if limit is None:
+        limit = cfg.algorithm.sample_strategy_args.get("max_staleness")
+    if limit is None:
+        return []
+    return [
+        Notice(
+            STALENESS_KEY,
+            f"{limit} is not applied: algorithm_type {algorithm_type} trains on a dataset's rows, "
+            "which no policy version generated (each is published with model_version 0); every "
+            "row is trained whatever the trainer's version",
+        )
+    ]
 
 
 def run_length_stage(cfg: RftConfig, base_dir: Path | None) -> tuple[list[Issue], list[Notice]]:

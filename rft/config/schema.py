@@ -815,7 +815,7 @@ class TrainerInputConfig:
     experience_buffer: ExperienceBufferConfig = field(default_factory=ExperienceBufferConfig)
     max_staleness: int | None = key(
         bounded(None, ge=0),
-        does="rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience made by version v is dropped (and counted) when its batch would train at a version > v + max_staleness (None: any age; 0: only the current version); set with sample_strategy default it selects staleness_control; rft train --from-topic sets both aside with a warning (consumers/trainer/offline_input.py)",
+        does="rft's older key, an alias of algorithm.sample_strategy_args.max_staleness: an experience made by version v is dropped (and counted) when its batch would train at a version > v + max_staleness (None: any age; 0: only the current version); set with sample_strategy default it selects staleness_control; rft train --from-topic and algorithms that train on a dataset (sft, cpt, dpo) set both aside with a warning (consumers/trainer/offline_input.py)",
         acts_in=_STRATEGY,
         shown_by="tests/unit/test_config_effects.py",
     )

@@ -53,7 +53,10 @@ def sft_run_config(stack: StackSettings, name: str, tmp: Path, rows: int = ROWS)
                     "storage_type": "file",
                     "path": str(data),
                     "format": {"prompt_type": "messages", "messages_key": "messages"},
-                }
+                },
+                # a dataset's rows (model_version 0) are never judged stale: a bound of 0 would
+                # drop every row after the first step if it were applied
+                "max_staleness": 0,
             },
         },
         "trainer": {"save_interval": 1, "micro_batch_size": 2, "optim": {"lr": 1.0e-3}},

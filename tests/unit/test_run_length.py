@@ -172,3 +172,27 @@ def test_a_replay_that_trains_groups_again_is_not_counted(tmp_path: Path):
         f"{key}.reuse_cooldown_time=0",
     )
     assert replayed.buffer.total_steps == 50
+
+
+def test_a_staleness_bound_is_not_applied_to_a_dataset_run_and_says_so(tmp_path: Path):
+    """SFT trains a dataset's rows, which no explorer sampled: a max_staleness below the sync
+    style's bound (refused for an RL run) is set aside with a notice."""
+    data = tmp_path / "chats.jsonl"
+    chat = [{"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "2"}]
+    data.write_text("".join(json.dumps({"messages": chat}) + "\n" for _ in range(16)))
+    bound = ["buffer.trainer_input.max_staleness=1", "synchronizer.sync_interval=8"]
+    dataset = [
+        "mode=train",
+        "algorithm.algorithm_type=sft",
+        "buffer.trainer_input.experience_buffer.name=chats",
+        "buffer.trainer_input.experience_buffer.storage_type=file",
+        f"buffer.trainer_input.experience_buffer.path={data}",
+        "buffer.trainer_input.experience_buffer.format.prompt_type=messages",
+        "buffer.trainer_input.experience_buffer.format.messages_key=messages",
+        "buffer.total_steps=4",
+    ]
+    with pytest.warns(ConfigWarning, match="1 is not applied: algorithm_type sft trains on a data"):
+        cfg = config(tmp_path, MINIMAL, *dataset, *bound)
+    assert cfg.buffer.trainer_input.max_staleness == 1
+    with pytest.raises(ConfigValidationError, match="every batch sampled at that bound is dropped"):
+        config(tmp_path, MINIMAL, "buffer.total_steps=4", *bound)  # a GRPO run: refused
