@@ -39,7 +39,6 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -56,6 +55,7 @@ from rft.errors import ConfigError
 from rft.registry import Registry, unknown_arguments
 from rft.stack.zipkin_server import spans_url
 from rft.tracing.file_exporter import JsonLinesSpanExporter
+from rft.tracing.process_provider import install
 
 if TYPE_CHECKING:
     from rft.config.schema import RftConfig
@@ -271,9 +271,9 @@ def configure_tracing(
 
     `batch=False` exports each span as it ends (tests), as an exporter whose class sets
     `synchronous = True` (the file exporter) always does. With `install_global`,
-    `opentelemetry.trace.get_tracer` returns tracers of this provider; OpenTelemetry allows that
-    only once per process, so later calls keep the first global provider. The provider flushes
-    its spans when the process exits.
+    `opentelemetry.trace.get_tracer` returns tracers of this provider, and tracers taken before
+    follow it too (rft.tracing.process_provider: the stages of one `rft run` are runs of their
+    own). The provider flushes its spans when the process exits.
     """
     span_exporter = SPAN_EXPORTERS.get(exporter)(**dict(options or {}))
     provider = TracerProvider(
@@ -298,7 +298,7 @@ def configure_tracing(
         )
         provider.add_span_processor(processor)
     if install_global:
-        trace.set_tracer_provider(provider)
+        install(provider)
     return provider
 
 

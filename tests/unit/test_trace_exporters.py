@@ -241,3 +241,34 @@ def test_span_attributes_round_trip_through_a_json_line(attributes: dict) -> Non
     assert record["attributes"] == {
         k: list(v) if isinstance(v, list) else v for k, v in attributes.items()
     }
+
+
+RUNS_IN_TURN = """
+import sys
+from opentelemetry import trace
+from rft.tracing.setup import configure_tracing
+tracer = trace.get_tracer("a.module")  # taken at import, as every module's is
+for run, path in (("p.stage-a", sys.argv[1]), ("p.stage-b", sys.argv[2])):
+    configure_tracing("rft-" + run, "file", options={"path": path}, run=run)
+    with tracer.start_as_current_span("publish"):
+        pass
+"""
+
+
+def test_runs_in_turn_in_one_process_each_label_their_own_spans(tmp_path: Path) -> None:
+    """`rft run` of stages runs each stage in the same process: a tracer taken before the first
+    run's provider was installed writes each run's spans to that run's exporter, labelled with
+    that run (the first run's label on the second's spans was the bug)."""
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    done = subprocess.run(
+        [sys.executable, "-c", RUNS_IN_TURN, str(first), str(second)],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for path, run in ((first, "p.stage-a"), (second, "p.stage-b")):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [(r["name"], r["service"]) for r in records] == [("publish", f"rft-{run}")]
