@@ -359,8 +359,12 @@ def fill_advantages(
             trajectory_index=sub.rewards.trajectory_index,
             turn=sub.rewards.turn,
         )
-    full = torch.zeros((len(batch), adv.shape[1]), dtype=adv.dtype)
-    full[torch.tensor(learner, dtype=torch.long)] = adv.detach().cpu()
+    cols = adv.shape[1]
+    # token advantages span the batch's widest response, a demonstration's too (the loss's
+    # logprobs do); the learner rows' own padding may be narrower
+    width = cols if cols == 1 else max(cols, max(len(r) for r in batch.response_ids))
+    full = torch.zeros((len(batch), width), dtype=adv.dtype)
+    full[torch.tensor(learner, dtype=torch.long), :cols] = adv.detach().cpu()
     batch.advantages = full
     return {f"adv/{k}": v for k, v in metrics.items()}
 

@@ -160,3 +160,43 @@ def test_without_penalty_advantages_are_one_float_per_sequence(tmp_path: Path) -
     assert float(batch.advantages[0, 0]) == pytest.approx(1.0, abs=1e-5)
     assert float(batch.advantages[1, 0]) == pytest.approx(-1.0, abs=1e-5)
     assert batch.advantages[2:, 0].tolist() == [0.0, 0.0]
+
+
+def test_demonstration_rows_longer_than_every_rollout_keep_the_batch_width(
+    tmp_path: Path,
+) -> None:
+    """A mixed batch whose demonstration rows are longer than every rollout: the token
+    advantages span the batch's widest response (what the loss's logprobs span), demonstrations
+    keep 0, and the rollouts' equal those of the rollouts scored alone."""
+    t = trainer(
+        tmp_path,
+        "algorithm.kl_loss_fn=none",
+        "algorithm.kl_penalty_fn=k1",
+        f"algorithm.kl_penalty_fn_args={{kl_coef: {COEF}}}",
+    )
+    model, tok = load_model("tiny")
+    engine = TorchTrainerEngine(
+        model,
+        TorchTrainerConfig(micro_batch_size=3, use_ref_model=True, ref_in_loss=False),
+        tokenizer=tok,
+    )
+    rollouts = random_batch(4, 7)
+    demos = random_batch(2, 8)
+    demos.response_ids = [np.arange(3, 3 + 14) for _ in range(2)]  # past any rollout's 8
+    demos.old_logprobs = [np.full(14, -1.0, dtype=np.float32) for _ in range(2)]
+    demos.action_mask = [np.ones(14, dtype=np.int8) for _ in range(2)]
+    mixed = TrainBatch(
+        prompt_ids=rollouts.prompt_ids + demos.prompt_ids,
+        response_ids=rollouts.response_ids + demos.response_ids,
+        old_logprobs=rollouts.old_logprobs + demos.old_logprobs,
+        action_mask=rollouts.action_mask + demos.action_mask,
+        expert=torch.tensor([False] * 4 + [True] * 2),
+    )
+    rewards, groups = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]), torch.tensor([0, 0, 1, 1, 2, 3])
+    set_advantages(t, mixed, rewards, groups, engine)
+    assert mixed.advantages.shape == (6, 14)
+    assert not mixed.advantages[4:].any()
+    set_advantages(t, rollouts, rewards[:4], groups[:4], engine)
+    width = rollouts.advantages.shape[1]
+    torch.testing.assert_close(mixed.advantages[:4, :width], rollouts.advantages)
+    assert not mixed.advantages[:4, width:].any()
