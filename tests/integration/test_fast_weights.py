@@ -10,19 +10,14 @@ processes, with `sync_method: nccl` over gloo on the CPU.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.consumers.explorer.weight_follower import WeightFollower
-from rft.consumers.run_plan import RunPlan
 from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.engines.fsdp_ranks import free_port
 from rft.engines.models import ModelSpec
@@ -30,13 +25,17 @@ from rft.engines.rollout import RolloutEngineConfig, create_rollout_engine
 from rft.engines.weights import tensors_of_files
 from rft.events.models import Experience, WeightVersion
 from rft.events.topics import TopicNames, ensure_topics
-from rft.events.writer import EventWriter
-from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.storage import CheckpointStore, S3ObjectStore
 from rft.synchronizer.fast_path import FAST_TOKEN
 from rft.synchronizer.weight_group import WeightGroupHost, WeightGroupMember
 from tests.integration.test_durable_weights import trainer_engine
-from tests.integration.test_rft_loop import STEPS, check_honest_versions, read_all, run_config
+from tests.integration.test_rft_loop import (
+    STEPS,
+    check_honest_versions,
+    published_run,
+    read_all,
+    run_trainer_and_explorer,
+)
 from tests.integration.test_weight_follower import announce
 from tests.unit.test_engines_trainer import _batch, maximise_logprob
 from tests.unit.weight_group_peer import digest
@@ -147,39 +146,15 @@ def test_a_version_from_the_group_is_sampled_at_once_and_committed_only_once_dur
 def test_the_loop_runs_with_the_weight_group(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:
-    raw = run_config(stack, unique, tmp_path, "fixed", 1)
-    raw["synchronizer"].update(
-        {"sync_method": "nccl", "weight_group_address": f"127.0.0.1:{free_port()}"}
+    config_path, cfg, plan = published_run(
+        stack,
+        unique,
+        tmp_path,
+        "fixed",
+        1,
+        {"sync_method": "nccl", "weight_group_address": f"127.0.0.1:{free_port()}"},
     )
-    config_path = tmp_path / "run.yaml"
-    config_path.write_text(yaml.safe_dump(raw))
-    cfg = load_config(config_path)
-    plan = RunPlan(cfg)
-    ensure_topics(cfg.stack.kafka, plan.topics)
-    with EventWriter.open(cfg.stack.kafka) as events:
-        publish_tasksets(
-            TaskPublisher(events), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
-        )
-
-    def start(verb: str) -> subprocess.Popen:
-        return subprocess.Popen(  # noqa: S603 - our own CLI
-            [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    trainer, explorer = start("train"), start("explore")
-    outputs = {}
-    for name, proc in (("explorer", explorer), ("trainer", trainer)):
-        try:
-            out, _ = proc.communicate(timeout=420)
-        except subprocess.TimeoutExpired:
-            trainer.kill()
-            explorer.kill()
-            raise
-        outputs[name] = out
-        assert proc.returncode == 0, f"{name} failed:\n{out[-4000:]}"
+    outputs = run_trainer_and_explorer(config_path)
     versions = [
         e for e in read_all(cfg, plan.topics.weights, unique + "-w") if isinstance(e, WeightVersion)
     ]

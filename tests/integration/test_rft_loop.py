@@ -87,11 +87,19 @@ def run_config(
 
 
 def published_run(
-    stack: StackSettings, name: str, tmp: Path, sync_style: str, sync_interval: int
+    stack: StackSettings,
+    name: str,
+    tmp: Path,
+    sync_style: str,
+    sync_interval: int,
+    synchronizer: dict | None = None,
 ) -> tuple[Path, RftConfig, RunPlan]:
-    """Write the run's config, create its topics and publish its taskset once."""
+    """Write the run's config (`synchronizer`: keys over run_config's), create its topics and
+    publish its taskset once."""
+    raw = run_config(stack, name, tmp, sync_style, sync_interval)
+    raw["synchronizer"].update(synchronizer or {})
     config_path = tmp / "run.yaml"
-    config_path.write_text(yaml.safe_dump(run_config(stack, name, tmp, sync_style, sync_interval)))
+    config_path.write_text(yaml.safe_dump(raw))
     cfg = load_config(config_path)
     plan = RunPlan(cfg)
     ensure_topics(cfg.stack.kafka, plan.topics)
@@ -100,6 +108,32 @@ def published_run(
             TaskPublisher(writer), load_run_tasksets(cfg), plan.topics, epochs=1, seed=0
         )
     return config_path, cfg, plan
+
+
+def run_trainer_and_explorer(config_path: Path, timeout_s: float = 420) -> dict[str, str]:
+    """`rft train` and `rft explore` of `config_path`, each a process of its own, run to their
+    end: each one's output by name (both must exit 0)."""
+
+    def start(verb: str) -> subprocess.Popen:
+        return subprocess.Popen(  # noqa: S603 - our own CLI
+            [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    trainer, explorer = start("train"), start("explore")
+    outputs = {}
+    for name, proc in (("explorer", explorer), ("trainer", trainer)):
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            trainer.kill()
+            explorer.kill()
+            raise
+        outputs[name] = out
+        assert proc.returncode == 0, f"{name} failed:\n{out[-4000:]}"
+    return outputs
 
 
 def read_all(cfg, topic: str, group: str) -> list:
@@ -129,27 +163,7 @@ def test_explorer_and_trainer_processes_sync_honest_versions(
     stack: StackSettings, unique: str, tmp_path: Path, sync_style: str, sync_interval: int
 ) -> None:
     config_path, cfg, plan = published_run(stack, unique, tmp_path, sync_style, sync_interval)
-
-    def start(verb: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config_path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    trainer, explorer = start("train"), start("explore")
-    outputs = {}
-    for name, proc in (("explorer", explorer), ("trainer", trainer)):
-        try:
-            out, _ = proc.communicate(timeout=420)
-        except subprocess.TimeoutExpired:
-            trainer.kill()
-            explorer.kill()
-            raise
-        outputs[name] = out
-        assert proc.returncode == 0, f"{name} failed:\n{out[-4000:]}"
-
+    outputs = run_trainer_and_explorer(config_path)
     versions = [
         e for e in read_all(cfg, plan.topics.weights, unique + "-w") if isinstance(e, WeightVersion)
     ]

@@ -25,7 +25,7 @@ from rft.events.models import Experience
 from rft.storage.checkpoint_manifest import MANIFEST_NAME
 from rft.storage.stage_progress import StageProgress
 from rft.supervisor.stage_pipeline import START_MODEL_DIR
-from tests.integration.test_rft_loop import recomputed_logprobs
+from tests.integration.test_rft_loop import recomputed_logprobs, run_config
 from tests.integration.test_sft_run import announced, published
 
 pytestmark = pytest.mark.integration
@@ -44,42 +44,11 @@ def staged_config(stack: StackSettings, name: str, tmp: Path, grpo_steps: int = 
                 {"role": "assistant", "content": f"{i + 1}"},
             ]
             out.write(json.dumps({"messages": chat}) + "\n")
-    raw = {
-        "project": "rft-it",
-        "name": name,
-        "mode": "both",
-        "checkpoint_root_dir": str(tmp / "ckpt"),
-        "algorithm": {
-            "algorithm_type": "grpo",
-            "repeat_times": 4,
-            # the tiny model earns no reward; the entropy term still moves the weights
-            "entropy_loss_fn": "default",
-            "entropy_loss_fn_args": {"entropy_coef": 0.05},
-        },
-        "model": {"model_path": "tiny", "max_prompt_tokens": 64, "max_response_tokens": 8},
-        "buffer": {
-            "batch_size": 2,
-            "total_steps": grpo_steps,
-            "explorer_input": {
-                "default_workflow_type": "math_workflow",
-                "default_reward_fn_type": "math_reward",
-                "taskset": {
-                    "name": "arith",
-                    "storage_type": "generator",
-                    "path": "arithmetic",
-                    "generator_args": {"digits": 1, "operators": ["+"], "num_tasks": 16},
-                    "format": {"prompt_key": "question", "response_key": "answer"},
-                    "rollout_args": {"temperature": TEMPERATURE},
-                },
-            },
-        },
-        "explorer": {"eval_on_startup": False, "eval_interval": 100},
-        "trainer": {"micro_batch_size": 4, "save_interval": 1, "optim": {"lr": 1.0e-3}},
-        "synchronizer": {"sync_style": "fixed", "sync_interval": 1, "sync_timeout": 120},
-        "stack": {
-            "kafka": {"bootstrap_servers": stack.kafka.bootstrap_servers},
-            "object_store": {"endpoint": stack.object_store.endpoint, "bucket": "rft-it"},
-        },
+    raw = run_config(stack, name, tmp)
+    raw["model"]["max_response_tokens"] = 8
+    raw["buffer"]["total_steps"] = grpo_steps
+    raw["trainer"]["save_interval"] = 1
+    raw |= {
         "stages": [
             {
                 "stage_name": "sft",
