@@ -21,6 +21,7 @@ from rft.config import RftConfig
 from rft.errors import ConfigError
 
 if TYPE_CHECKING:
+    from rft.consumers.trainer.offline_input import OfflineSource
     from rft.consumers.trainer.trainer import TrainerSummary
 
 
@@ -34,8 +35,10 @@ def run_trainer_rank(
     *,
     stop: threading.Event | None = None,
     idle_timeout_s: float | None = None,
+    offline: OfflineSource | None = None,
 ) -> TrainerSummary | None:
-    """Run rank `rank` of the trainer; rank 0 returns the trainer's summary, the others None."""
+    """Run rank `rank` of the trainer; rank 0 returns the trainer's summary, the others None.
+    `offline`: rank 0 trains that range of a topic (a dataset, `rft train --from-topic`)."""
     from rft.consumers.run_plan import RunPlan
     from rft.engines.fsdp_ranks import init_rank, serve_rank
     from rft.engines.trainer import TRAINER_ENGINES
@@ -55,7 +58,7 @@ def run_trainer_rank(
 
     init_rank(0, world_size, master_addr, master_port, RunPlan(cfg).trainer_device)
     try:
-        return Trainer(cfg, idle_timeout_s=idle_timeout_s).run(stop)
+        return Trainer(cfg, idle_timeout_s=idle_timeout_s, offline=offline).run(stop)
     finally:
         import torch.distributed as dist
 

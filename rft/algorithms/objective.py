@@ -89,6 +89,9 @@ class AlgorithmLoss:
         self._policy_reads_reference = spec.policy_reads_reference
         self.needs_reference = spec.uses_kl_loss or self._policy_reads_reference
         self.needs_entropy = spec.use_entropy
+        # rows that must share a micro-batch and a rank: a pair of a chosen and a rejected
+        # response for a loss over adjacent pairs (its trait `paired`: dpo), else each row
+        self.rows_per_unit = 2 if POLICY_LOSS_FN.trait(spec.policy_loss_fn, "paired", False) else 1
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
         # a policy loss that weighs demonstration rows by a fixed arg (mix's mu) names it by its

@@ -116,6 +116,15 @@ def _check_pairs(c: _Checker, cfg: RftConfig, policy_loss_fn: str) -> None:
                     "rejected response (two experiences each); use an even number",
                 )
             )
+    if cfg.trainer.use_dynamic_bsz:
+        # a token budget splits rows where it runs out, which can fall inside a pair
+        c.issues.append(
+            Issue(
+                "trainer.use_dynamic_bsz",
+                f"policy_loss_fn {policy_loss_fn!r} trains adjacent pairs of rows, and micro-batches "
+                "by a token budget can cut a pair in two; use micro_batch_size",
+            )
+        )
 
 
 def _check_dataset(
@@ -145,15 +154,6 @@ def _check_dataset(
                 f"{where}.storage_type",
                 f"algorithm {algorithm!r} trains on a dataset: set storage_type file and `path` "
                 f"to a dataset file or directory (got storage_type {buf.storage_type!r})",
-            )
-        )
-    if (cfg.trainer.world_size or 1) > 1:
-        c.issues.append(
-            Issue(
-                "trainer.world_size",
-                f"{cfg.trainer.world_size}: algorithm {algorithm!r} trains its dataset as a "
-                "bounded range (as rft train --from-topic does), which is not built on several "
-                "trainer ranks yet; use one",
             )
         )
     if cfg.mode not in ("train", "bench"):

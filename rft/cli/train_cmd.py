@@ -85,10 +85,6 @@ def run(args: argparse.Namespace) -> int:
     offline = offline_source(args, cfg)
     start_tracing("trainer", cfg)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size > 1 and offline is not None:
-        raise ConfigError(
-            "--from-topic: offline training on several trainer ranks is not built yet"
-        )
     if world_size > 1:  # one rank of a sharded trainer, started by a launcher (Ray)
         from rft.consumers.trainer.ranks import run_trainer_rank
 
@@ -101,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             os.environ.get(PLACED_DEVICE_ENV, "cpu"),
             stop=stop_on_signals(),
             idle_timeout_s=args.idle_timeout,
+            offline=offline,
         )
         if ranked is None:  # ranks 1..N-1 serve rank 0's engine, which reports the summary
             return 0

@@ -52,12 +52,15 @@ from rft.errors import ConfigError, EngineError
 log = logging.getLogger(__name__)
 
 
-def shard_rows(n: int, world_size: int) -> list[range]:
-    """Rows of each rank: contiguous, sizes differing by at most one (rank 0 gets extras first)."""
-    base, extra = divmod(n, world_size)
+def shard_rows(n: int, world_size: int, unit: int = 1) -> list[range]:
+    """Rows of each rank: contiguous runs of whole units of `unit` rows (a pair for a loss over
+    pairs), the ranks' unit counts differing by at most one (rank 0 gets extras first)."""
+    if n % unit:
+        raise EngineError(f"a batch of {n} rows is not whole units of {unit} rows")
+    base, extra = divmod(n // unit, world_size)
     bounds = [0]
     for rank in range(world_size):
-        bounds.append(bounds[-1] + base + (1 if rank < extra else 0))
+        bounds.append(bounds[-1] + unit * (base + (1 if rank < extra else 0)))
     return [range(bounds[r], bounds[r + 1]) for r in range(world_size)]
 
 
@@ -155,7 +158,11 @@ class Fsdp2TrainerEngine:
         unit = "token" if self.config.accumulation == "token" and tokens > 0 else "sequence"
         total = tokens if unit == "token" else len(batch)
         units = BatchUnits.of(batch.action_mask, batch.expert)  # of the whole batch
-        shards = [take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size)]
+        # a loss over adjacent pairs (dpo) gets whole pairs on every rank
+        unit_rows = int(getattr(loss_fn, "rows_per_unit", 1))
+        shards = [
+            take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size, unit_rows)
+        ]
         passes = max(len(split_micro_batches(s, self.config)) for s in shards)
         results = self._call(
             "train_shard",

@@ -148,6 +148,24 @@ def test_an_sft_run_publishes_its_dataset_and_trains_exactly_it(
     assert plan.checkpoint_store().latest_version() == 3
 
 
+def test_an_sft_run_on_two_trainer_ranks_trains_exactly_its_dataset(
+    stack: StackSettings, unique: str, tmp_path: Path
+) -> None:
+    """The sharded engine (fsdp2, two ranks over gloo) trains a dataset as the one-process
+    engine does: rank 0 reads the published range, every row is trained once."""
+    config = sft_run_config(stack, f"{unique}-sft-ranks", tmp_path)
+    plan = RunPlan(load_config(config))
+    summary, _, _ = rft_run(
+        config, "--override", "trainer.trainer_type=fsdp2", "--override", "trainer.world_size=2"
+    )
+    assert summary["steps"] == ROWS * EPOCHS // BATCH and summary["stop_reason"] == "input end"
+    assert summary["experiences"] == ROWS * EPOCHS and summary["left_untrained"] == 0
+    events = published(stack, plan.experience_topic)
+    versions = announced(stack, plan.topics.weights)
+    assert [v.version for v in versions] == [1, 2, 3]
+    assert sorted(trained_offsets(versions)) == sorted(events)
+
+
 @pytest.mark.slow
 def test_an_sft_run_killed_mid_dataset_resumes_and_trains_each_row_once(
     stack: StackSettings, unique: str, tmp_path: Path

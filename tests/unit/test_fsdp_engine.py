@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from rft.algorithms.objective import LossBatch, build_loss
 from rft.consumers.trainer.checkpoint import TrainerCheckpointer
+from rft.engines.fsdp_engine import shard_rows
 from rft.engines.fsdp_ranks import free_port, init_rank
 from rft.engines.models import load_model
 from rft.engines.trainer import (
@@ -38,6 +39,7 @@ from rft.engines.trainer import (
     TrainBatch,
     TrainerPlacement,
 )
+from rft.errors import EngineError
 from rft.storage import CheckpointStore, LocalObjectStore
 from tests.unit.test_engines_trainer import _batch
 
@@ -211,3 +213,30 @@ def test_ranks_started_by_another_launcher_serve_the_engine() -> None:
             dist.destroy_process_group()
         if follower.poll() is None:
             follower.kill()
+
+
+def dpo_batch(step: int) -> TrainBatch:
+    """Three pairs: rows 2k and 2k + 1 one chosen (advantage +1) and one rejected (-1)."""
+    b = _batch(6, seed=200 + step)
+    b.advantages = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0, -1.0], dtype=torch.float64)
+    return b
+
+
+def test_a_loss_over_pairs_gets_whole_pairs_on_every_rank() -> None:
+    """DPO on 2 ranks: 3 pairs split 2 / 1 pairs (not 3 / 3 rows, which would cut a pair in two),
+    and the weights after 2 steps match the one-process torch engine's."""
+    assert [list(r) for r in shard_rows(6, 2, unit=2)] == [[0, 1, 2, 3], [4, 5]]
+    assert [list(r) for r in shard_rows(6, 4, unit=2)] == [[0, 1], [2, 3], [4, 5], []]
+    with pytest.raises(EngineError, match="not whole units of 2 rows"):
+        shard_rows(5, 2, unit=2)
+    dpo = build_loss("dpo")
+    assert dpo.rows_per_unit == 2 and build_loss("grpo").rows_per_unit == 1
+    with fsdp_engine(2) as two:
+        for s in range(2):
+            assert two.train_step(dpo_batch(s), dpo)["skipped"] == 0.0
+        sharded = dict(two.state_dict_for_export())
+    model, tok = load_model("tiny")
+    plain = TorchTrainerEngine(model, CONFIG, tokenizer=tok)
+    for s in range(2):
+        plain.train_step(dpo_batch(s), dpo)
+    assert max_diff(sharded, plain.state_dict_for_export()) <= 1e-5
