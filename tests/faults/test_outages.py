@@ -30,7 +30,6 @@ from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, WeightVersion
-from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
@@ -38,6 +37,7 @@ from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publi
 from rft.stack.local_stack import LocalStack
 from rft.storage import CheckpointStore, S3ObjectStore
 from tests.integration.test_rft_loop import run_config
+from tests.topic_log import read_topic
 
 # multi-process fault runs: in `make test-faults` (and `make test-all`), kept out of `make test`
 pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
@@ -77,16 +77,8 @@ def wait_for_line(log: Path, pattern: str, procs: list[subprocess.Popen], timeou
 
 
 def read_log(stack: StackSettings, topic: str, group: str) -> list:
-    """Every event of `topic`: read until three empty polls after the group got its partitions
-    (the first group on a fresh broker waits for the offsets topic to be created)."""
-    with EventReader.open(stack.kafka, group, [topic], from_beginning=True) as reader:
-        events, quiet = [], 0
-        deadline = time.monotonic() + 120
-        while quiet < 3 and time.monotonic() < deadline:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = quiet + 1 if not got and reader.assignment() else 0
-            events.extend(got)
-    return events
+    """Every envelope of `topic` (tests.topic_log)."""
+    return read_topic(stack.kafka, topic, group)
 
 
 def published_run(stack: StackSettings, name: str, tmp: Path, outage_timeout: float):

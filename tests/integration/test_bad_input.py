@@ -56,6 +56,7 @@ from rft.storage.checkpoint_store import CheckpointStore
 from rft.storage.object_store import S3ObjectStore
 from tests.integration.test_rft_loop import read_all, run_config
 from tests.integration.test_weight_follower import announce
+from tests.topic_log import read_topic
 from tests.unit.experience_log import experience
 
 pytestmark = pytest.mark.integration
@@ -95,16 +96,8 @@ def poison_for(codec: EventCodec) -> dict[str, list[tuple[bytes, str]]]:
 def read_past_poison(cfg: Any, topic: str, unique: str) -> list[Any]:
     """Every event of `topic`, the poison parked in a scratch topic of this test's own."""
     scratch = f"{unique}.scratch-dead-letter"
-    events: list[Any] = []
-    with EventReader.open(
-        cfg.stack.kafka, f"{unique}-check-{topic}", [topic], dead_letter_topic=scratch
-    ) as reader:
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got else quiet + 1
-            events.extend(e.event for e in got)
-    return events
+    got = read_topic(cfg.stack.kafka, topic, f"{unique}-check-{topic}", dead_letter_topic=scratch)
+    return [e.event for e in got]
 
 
 def test_poison_on_every_topic_is_parked_and_the_loop_completes(

@@ -36,6 +36,7 @@ from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from tests.integration.test_rft_loop import read_all, run_config
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -130,14 +131,8 @@ def rft(*args: str) -> list[str]:
 
 def committed_experiences(cfg, topic: str, group: str, uncommitted: bool = False) -> list:
     config = {"isolation.level": "read_uncommitted"} if uncommitted else None
-    out = []
-    with EventReader.open(cfg.stack.kafka, group, [topic], config=config) as reader:
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got or not reader.assignment() else quiet + 1
-            out += [e.event for e in got if isinstance(e.event, Experience)]
-    return out
+    got = read_topic(cfg.stack.kafka, topic, group, config=config)
+    return [e.event for e in got if isinstance(e.event, Experience)]
 
 
 @pytest.mark.faults

@@ -26,10 +26,10 @@ from rft.engines.logprobs import token_logprobs
 from rft.engines.models import load_model
 from rft.engines.weights import load_weights_into, read_safetensors_dir
 from rft.events.models import Experience, Metric, WeightVersion
-from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -137,14 +137,8 @@ def run_trainer_and_explorer(config_path: Path, timeout_s: float = 420) -> dict[
 
 
 def read_all(cfg, topic: str, group: str) -> list:
-    events = []
-    with EventReader.open(cfg.stack.kafka, group, [topic], from_beginning=True) as reader:
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got else quiet + 1
-            events.extend(e.event for e in got)
-    return events
+    """Every event of `topic` (tests.topic_log)."""
+    return [e.event for e in read_topic(cfg.stack.kafka, topic, group)]
 
 
 def recomputed_logprobs(model, exp: Experience, temperature: float | None = None) -> torch.Tensor:

@@ -30,6 +30,7 @@ from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from tests.integration.test_explorer_sync import Weights
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -79,15 +80,8 @@ def run_config(stack: StackSettings, name: str, tmp: Path, eta: int | None) -> d
 
 
 def read_all(kafka, topic: str, group: str) -> list:
-    """Every envelope of `topic`, until it stays quiet for 3 polls."""
-    out = []
-    with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got else quiet + 1
-            out.extend(got)
-    return out
+    """Every envelope of `topic` (tests.topic_log)."""
+    return read_topic(kafka, topic, group)
 
 
 def slow_trainer(kafka, plan: RunPlan, weights: Weights, lead: int, done: threading.Event):

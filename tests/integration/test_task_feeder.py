@@ -27,6 +27,7 @@ from rft.events.reader import EventReader
 from rft.events.topics import ensure_topics
 from rft.events.writer import EventWriter
 from rft.producers.taskset_reader import load_taskset
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -109,15 +110,10 @@ def answer_tasks(cfg, plan: RunPlan, done: threading.Event) -> None:
 
 def rounds_on_topic(cfg, plan: RunPlan, group: str) -> list[list[int]]:
     rounds: dict[int, list[int]] = {}
-    with EventReader.open(cfg.stack.kafka, group, [plan.topics.tasks], from_beginning=True) as r:
-        quiet = 0
-        while quiet < 3:
-            got = r.poll(500, timeout_s=1.0)
-            quiet = 0 if got else quiet + 1
-            for env in got:
-                parsed = parse_online_task_id(env.event.task_id)
-                assert parsed is not None and parsed[0] == "rated"
-                rounds.setdefault(parsed[1], []).append(parsed[2])
+    for env in read_topic(cfg.stack.kafka, plan.topics.tasks, group):
+        parsed = parse_online_task_id(env.event.task_id)
+        assert parsed is not None and parsed[0] == "rated"
+        rounds.setdefault(parsed[1], []).append(parsed[2])
     return [sorted(rounds[k]) for k in sorted(rounds)]
 
 

@@ -36,6 +36,7 @@ from rft.producers.task_publisher import (
     publish_atomically,
 )
 from tests.integration.test_rft_loop import read_all
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -112,14 +113,8 @@ def partition_order(cfg, topic: str, group: str) -> tuple[list[str], dict[str, i
 
 def explored(cfg, topic: str, group: str) -> list[Experience]:
     """The first experience of each rollout group on `topic`, in log order."""
-    with EventReader.open(cfg.stack.kafka, group, [topic]) as reader:
-        out: list[Experience] = []
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got or not reader.assignment() else quiet + 1
-            out += [e.event for e in got if isinstance(e.event, Experience)]
-    return [e for e in out if e.experience_id == f"{e.group_id}:0"]
+    out = [e.event for e in read_topic(cfg.stack.kafka, topic, group)]
+    return [e for e in out if isinstance(e, Experience) and e.experience_id == f"{e.group_id}:0"]
 
 
 def test_one_explorer_explores_the_published_sequence_across_partitions(

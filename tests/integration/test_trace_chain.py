@@ -32,7 +32,7 @@ from rft.catalog import load_config
 from rft.config.connections import StackSettings
 from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, Task, WeightVersion
-from rft.events.reader import Envelope, EventReader
+from rft.events.reader import Envelope
 from rft.events.topics import ensure_topics
 from rft.tracing.file_exporter import read_span_records
 from tests.integration.browser import headless_chromium, screenshot_path
@@ -41,6 +41,7 @@ from tests.integration.test_task_feeder import BATCH as FEED_BATCH
 from tests.integration.test_task_feeder import ROUNDS as FEED_ROUNDS
 from tests.integration.test_task_feeder import answer_tasks, feeder_config
 from tests.integration.zipkin_query import run_traces, trace_records
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -70,14 +71,7 @@ def finish(procs: dict[str, subprocess.Popen[str]], timeout_s: float = 420) -> N
 
 
 def envelopes(cfg: Any, topic: str, group: str) -> list[Envelope]:
-    got: list[Envelope] = []
-    with EventReader.open(cfg.stack.kafka, group, [topic], from_beginning=True) as reader:
-        quiet = 0
-        while quiet < 3:
-            batch = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if batch else quiet + 1
-            got.extend(batch)
-    return got
+    return read_topic(cfg.stack.kafka, topic, group)
 
 
 def traceparent_span(env: Envelope) -> str:

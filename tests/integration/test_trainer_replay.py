@@ -26,9 +26,9 @@ import pytest
 from rft.config.connections import StackSettings
 from rft.consumers.trainer.checkpoint import TrainerCheckpointer
 from rft.events.models import Experience, Metric
-from rft.events.reader import EventReader
 from tests.integration.test_rft_loop import published_run, read_all
 from tests.integration.test_trainer_resume import run_verb
+from tests.topic_log import read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +47,11 @@ TRAIN = [
 
 def experience_log(cfg, topic: str, group: str) -> dict[tuple[str, int, int], Experience]:
     """Every experience of the topic by (topic, partition, offset)."""
-    out = {}
-    with EventReader.open(cfg.stack.kafka, group, [topic], from_beginning=True) as reader:
-        quiet = 0
-        while quiet < 3:
-            got = reader.poll(500, timeout_s=1.0)
-            quiet = 0 if got else quiet + 1
-            for env in got:
-                if isinstance(env.event, Experience):
-                    out[(env.topic, env.partition, env.offset)] = env.event
-    return out
+    return {
+        (env.topic, env.partition, env.offset): env.event
+        for env in read_topic(cfg.stack.kafka, topic, group)
+        if isinstance(env.event, Experience)
+    }
 
 
 @pytest.mark.faults  # a kill and a restart: in `make test-faults`, out of the default suite's 30 min

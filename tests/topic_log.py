@@ -1,0 +1,60 @@
+"""Reading a topic whole in a test: every envelope up to the topic's end as the call starts.
+
+A reader of its own group polls from the beginning until its position in every partition has
+reached that partition's end (for a read_committed reader, the last stable offset: what it can
+reach), instead of until some polls come back empty, which cost every read several idle seconds.
+Three empty polls after the partitions were assigned also end it (a position the client reports
+short of a trailing transaction marker), and a deadline bounds the whole read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rft.config.connections import KafkaSettings
+from rft.events.reader import Envelope, EventReader
+from rft.events.transport import kafka_backend
+
+
+def read_topic(
+    kafka: KafkaSettings,
+    topic: str,
+    group: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    dead_letter_topic: str | None = None,
+    deadline_s: float = 120.0,
+) -> list[Envelope]:
+    """Every envelope of `topic`, in the order read (`config`: the consumer's, for example a
+    read_uncommitted isolation level; `dead_letter_topic`: where undecodable records go)."""
+    committed = (config or {}).get("isolation.level") != "read_uncommitted"
+    with kafka_backend(kafka).admin() as admin:
+        ends = {
+            (b.topic, b.partition): b.high
+            for b in admin.partition_bounds([topic], committed=committed)
+        }
+    out: list[Envelope] = []
+    deadline = time.monotonic() + deadline_s
+    with EventReader.open(
+        kafka,
+        group,
+        [topic],
+        from_beginning=True,
+        config=config,
+        dead_letter_topic=dead_letter_topic,
+    ) as reader:
+        quiet = 0
+        while time.monotonic() < deadline:
+            got = reader.poll(500, timeout_s=0.5)
+            out.extend(got)
+            if not reader.assignment():
+                continue
+            positions = reader.positions()
+            if all(positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0):
+                break
+            quiet = 0 if got else quiet + 1
+            if quiet >= 3:
+                break
+    return out
