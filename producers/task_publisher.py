@@ -30,6 +30,7 @@ from rft.errors import ConfigError, DecodeError
 from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
 from rft.events.topics import TopicNames
+from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 from rft.producers.task_selectors import TASK_SELECTORS, is_online
 from rft.producers.taskset_reader import LoadedTaskset, load_taskset
@@ -245,11 +246,22 @@ def has_committed_tasks(
 ) -> bool:
     """Whether `topic` holds at least one committed record (what an explorer would read).
 
-    Offsets cannot tell: an aborted publish leaves offsets and markers but no readable record.
-    So this reads, as a throwaway group that commits nothing, until a record arrives or the
-    assigned partitions stay silent for `quiet_s`. The wait is long on purpose: a wrong "no"
-    makes `rft run` publish the taskset a second time.
+    A topic whose partitions keep no offset at all holds none. Otherwise offsets cannot tell (an
+    aborted publish leaves offsets and markers but no readable record), so this reads, as a
+    throwaway group that commits nothing, until a record arrives (yes), or its position reaches
+    every partition's last stable offset with none read (no: what follows is still in an open
+    transaction), or, should the client not report such a position, the assigned partitions
+    stay silent for `quiet_s` (no). The last wait is long on purpose: a wrong "no" makes `rft
+    run` publish the taskset a second time.
     """
+    with kafka_backend(kafka).admin() as admin:
+        ends = {
+            (b.topic, b.partition): b.high
+            for b in admin.partition_bounds([topic], timeout_s=timeout_s, committed=True)
+            if b.high > b.low
+        }
+    if not ends:
+        return False
     group = f"rft-publish-check-{uuid.uuid4().hex[:12]}"
     deadline = time.monotonic() + timeout_s
     with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
@@ -261,6 +273,9 @@ def has_committed_tasks(
             except DecodeError:
                 return True  # a corrupt record is still a record: the explorer parks it
             if reader.assignment():
+                positions = reader.positions()
+                if all(positions.get(tp, -1) >= end for tp, end in ends.items()):
+                    return False
                 silent_since = silent_since or time.monotonic()
                 if time.monotonic() - silent_since > quiet_s:
                     return False
