@@ -29,8 +29,8 @@ from rft.datasets.rows import BadRow
 from rft.errors import ConfigError, DecodeError
 from rft.events.models import Task, now_ms
 from rft.events.reader import EventReader
+from rft.events.topic_end import reached, topic_ends
 from rft.events.topics import TopicNames
-from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
 from rft.producers.task_selectors import TASK_SELECTORS, is_online
 from rft.producers.taskset_reader import LoadedTaskset, load_taskset
@@ -254,12 +254,7 @@ def has_committed_tasks(
     stay silent for `quiet_s` (no). The last wait is long on purpose: a wrong "no" makes `rft
     run` publish the taskset a second time.
     """
-    with kafka_backend(kafka).admin() as admin:
-        ends = {
-            (b.topic, b.partition): b.high
-            for b in admin.partition_bounds([topic], timeout_s=timeout_s, committed=True)
-            if b.high > b.low
-        }
+    ends = topic_ends(kafka, [topic], timeout_s=timeout_s)
     if not ends:
         return False
     group = f"rft-publish-check-{uuid.uuid4().hex[:12]}"
@@ -272,10 +267,9 @@ def has_committed_tasks(
                     return True
             except DecodeError:
                 return True  # a corrupt record is still a record: the explorer parks it
+            if reached(reader, ends):
+                return False
             if reader.assignment():
-                positions = reader.positions()
-                if all(positions.get(tp, -1) >= end for tp, end in ends.items()):
-                    return False
                 silent_since = silent_since or time.monotonic()
                 if time.monotonic() - silent_since > quiet_s:
                     return False

@@ -15,7 +15,7 @@ from typing import Any
 
 from rft.config.connections import KafkaSettings
 from rft.events.reader import Envelope, EventReader
-from rft.events.transport import kafka_backend
+from rft.events.topic_end import reached, topic_ends
 
 
 def read_topic(
@@ -30,11 +30,7 @@ def read_topic(
     """Every envelope of `topic`, in the order read (`config`: the consumer's, for example a
     read_uncommitted isolation level; `dead_letter_topic`: where undecodable records go)."""
     committed = (config or {}).get("isolation.level") != "read_uncommitted"
-    with kafka_backend(kafka).admin() as admin:
-        ends = {
-            (b.topic, b.partition): b.high
-            for b in admin.partition_bounds([topic], committed=committed)
-        }
+    ends = topic_ends(kafka, [topic], committed=committed)
     out: list[Envelope] = []
     deadline = time.monotonic() + deadline_s
     with EventReader.open(
@@ -51,8 +47,7 @@ def read_topic(
             out.extend(got)
             if not reader.assignment():
                 continue
-            positions = reader.positions()
-            if all(positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0):
+            if reached(reader, ends):
                 break
             quiet = 0 if got else quiet + 1
             if quiet >= 3:

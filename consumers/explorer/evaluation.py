@@ -19,6 +19,7 @@ from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.events.models import Task
 from rft.events.reader import EventReader
+from rft.events.topic_end import reached, topic_ends
 from rft.workflows.runner import WorkflowResult, run_workflows, split_runnable
 
 log = logging.getLogger(__name__)
@@ -44,11 +45,16 @@ def read_eval_tasks(
 ) -> dict[str, list[Task]]:
     """Every Task on the eval topic, by taskset in published order, read to its end once.
 
-    The topic is published before anyone evaluates, so its end is where it stays quiet for
-    `quiet_s`. With `expect_tasks`, an empty topic is waited on until `timeout_s`. An
-    undecodable record is parked in `dead_letter_topic` (if given) and the rest is read.
+    The topic is published before anyone evaluates, so its end is the one it has when this
+    starts (rft.events.topic_end), or, where the client does not report a position there, where
+    it stays quiet for `quiet_s`. With `expect_tasks`, an empty topic is waited on until
+    `timeout_s`. An undecodable record is parked in `dead_letter_topic` (if given) and the rest
+    is read.
     """
     found: dict[str, list[Task]] = {}
+    ends = topic_ends(kafka, [topic])
+    if not ends and not expect_tasks:
+        return found
     with EventReader.open(
         kafka, group, [topic], from_beginning=True, dead_letter_topic=dead_letter_topic
     ) as reader:
@@ -59,6 +65,8 @@ def read_eval_tasks(
             for env in got:
                 if isinstance(env.event, Task):
                     found.setdefault(env.event.taskset, []).append(env.event)
+            if ends and reached(reader, ends):
+                break
             if got:
                 quiet_since = None
             elif found or not expect_tasks:

@@ -24,7 +24,7 @@ from rft.config.connections import KafkaSettings
 from rft.errors import FencedError
 from rft.events.models import Claim
 from rft.events.reader import EventReader
-from rft.events.transport import kafka_backend
+from rft.events.topic_end import reached, topic_ends
 from rft.events.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -92,11 +92,7 @@ class Claims:
 
     def newest(self) -> Claim | None:
         """The newest committed Claim of the id, read from `topic`'s start to its stable end."""
-        with kafka_backend(self.kafka).admin() as admin:
-            ends = {
-                (b.topic, b.partition): b.high
-                for b in admin.partition_bounds([self.topic], committed=True)
-            }
+        ends = topic_ends(self.kafka, [self.topic])
         found: Claim | None = None
         group = f"{self.holder}.claims.{uuid.uuid4().hex[:8]}"  # a reader of its own, no commits
         deadline = time.monotonic() + READ_LIMIT_S
@@ -106,10 +102,7 @@ class Claims:
                     event = env.event
                     if isinstance(event, Claim) and event.holder == self.holder:
                         found = event  # one key, one partition: later offsets are newer
-                positions = reader.positions()
-                if reader.assignment() and all(
-                    positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0
-                ):
+                if reached(reader, ends):
                     return found
         log.warning("%s: the claims on %s were not read to their end", self.holder, self.topic)
         return None
