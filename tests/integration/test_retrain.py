@@ -171,6 +171,9 @@ def test_reward_filtered_sft_trains_exactly_the_kept_experiences(
     assert summary["stop_reason"] == "input end" and summary["left_untrained"] == 0
 
 
+# a SIGKILL fault run (24 s): make test-all and make test-faults run it
+@pytest.mark.slow
+@pytest.mark.faults
 def test_a_retrain_killed_mid_range_resumes_from_its_newest_version(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:

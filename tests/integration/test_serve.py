@@ -453,6 +453,9 @@ def test_401_and_bad_requests_get_openai_error_bodies(server: Server) -> None:
         assert "Traceback" not in text
 
 
+# a kill -9 fault run (38 s): make test-all and make test-faults run it
+@pytest.mark.slow
+@pytest.mark.faults
 def test_kill_9_between_answers_and_feedback_loses_nothing(
     stack: StackSettings, unique: str, tmp_path: Path
 ) -> None:

@@ -149,6 +149,9 @@ def test_members_receive_each_version_as_sent(host: WeightGroupHost) -> None:
         b.stop()
 
 
+# 44 s of regrouping; tests/integration/test_fast_weights.py has a late joiner load from the
+# store in the default suite
+@pytest.mark.slow
 def test_a_late_joiner_gets_only_versions_sent_to_it(host: WeightGroupHost) -> None:
     a = Peer(address_of(host), "a")
     b = None
