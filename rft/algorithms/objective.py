@@ -92,6 +92,11 @@ class AlgorithmLoss:
         # rows that must share a micro-batch and a rank: a pair of a chosen and a rejected
         # response for a loss over adjacent pairs (its trait `paired`: dpo), else each row
         self.rows_per_unit = 2 if POLICY_LOSS_FN.trait(spec.policy_loss_fn, "paired", False) else 1
+        # how micro-batch losses combine when the loss has its own unit (trait `accumulation`:
+        # dpo's is a mean over pairs, so micro-batches weigh their rows, not their tokens)
+        self.accumulation: str | None = POLICY_LOSS_FN.trait(
+            spec.policy_loss_fn, "accumulation", None
+        )
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
         # a policy loss that weighs demonstration rows by a fixed arg (mix's mu) names it by its

@@ -248,7 +248,11 @@ for _name, _target in (
 # DPO reads the reference model's logprobs (AlgorithmLoss passes `ref_logprob`) and pairs
 # adjacent rows, so a micro-batch must hold whole pairs
 POLICY_LOSS_FN.lazy(
-    "dpo", "rft.algorithms.preference_losses:dpo_loss", reads_reference=True, paired=True
+    "dpo",
+    "rft.algorithms.preference_losses:dpo_loss",
+    reads_reference=True,
+    paired=True,
+    accumulation="sequence",  # a mean over pairs: micro-batches weigh by rows
 )
 # CHORD: `mix` with a scheduled μ and a φ-weighted SFT loss; its trait `expert_schedule` names
 # the function that turns its args into that weighting (rft.algorithms.objective applies it)

@@ -116,15 +116,6 @@ def _check_pairs(c: _Checker, cfg: RftConfig, policy_loss_fn: str) -> None:
                     "rejected response (two experiences each); use an even number",
                 )
             )
-    if cfg.trainer.use_dynamic_bsz:
-        # a token budget splits rows where it runs out, which can fall inside a pair
-        c.issues.append(
-            Issue(
-                "trainer.use_dynamic_bsz",
-                f"policy_loss_fn {policy_loss_fn!r} trains adjacent pairs of rows, and micro-batches "
-                "by a token budget can cut a pair in two; use micro_batch_size",
-            )
-        )
 
 
 def _check_dataset(

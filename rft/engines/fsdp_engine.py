@@ -43,7 +43,9 @@ from rft.engines.trainer import (
     TorchTrainerConfig,
     TrainBatch,
     TrainerPlacement,
+    accumulation_of,
     fill_advantages,
+    rows_per_unit,
     split_micro_batches,
 )
 from rft.engines.weights import file_or_path
@@ -155,15 +157,16 @@ class Fsdp2TrainerEngine:
         )
         tokens = sum(int(np.sum(m)) for m in batch.action_mask)
         # the same weighting as the one-process engine: token shares, or sequence shares
-        unit = "token" if self.config.accumulation == "token" and tokens > 0 else "sequence"
+        token = accumulation_of(loss_fn, self.config) == "token"
+        unit = "token" if token and tokens > 0 else "sequence"
         total = tokens if unit == "token" else len(batch)
         units = BatchUnits.of(batch.action_mask, batch.expert)  # of the whole batch
         # a loss over adjacent pairs (dpo) gets whole pairs on every rank
-        unit_rows = int(getattr(loss_fn, "rows_per_unit", 1))
+        unit_rows = rows_per_unit(loss_fn)
         shards = [
             take_rows(batch, rows) for rows in shard_rows(len(batch), self.world_size, unit_rows)
         ]
-        passes = max(len(split_micro_batches(s, self.config)) for s in shards)
+        passes = max(len(split_micro_batches(s, self.config, unit_rows)) for s in shards)
         results = self._call(
             "train_shard",
             [
@@ -174,6 +177,7 @@ class Fsdp2TrainerEngine:
                     "total": total,
                     "passes": passes,
                     "batch_units": units,
+                    "unit_rows": unit_rows,
                 }
                 for s in shards
             ],

@@ -237,8 +237,10 @@ class ShardedWorker(TorchTrainerEngine):
         total: int,
         passes: int,
         batch_units: BatchUnits | None = None,
+        unit_rows: int = 1,
     ) -> dict[str, Any]:
-        """This rank's micro-batches of one optimizer step, then the step (on every rank).
+        """This rank's micro-batches of one optimizer step, then the step (on every rank);
+        `unit_rows`: rows no micro-batch cuts apart (a pair for a loss over pairs).
 
         Micro-batch k of this rank is weighted by its count (action tokens for unit "token",
         sequences for "sequence") over the whole batch's `total`. Returns this rank's weighted
@@ -246,7 +248,7 @@ class ShardedWorker(TorchTrainerEngine):
         """
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
-        groups = self._micro_batches(shard)
+        groups = self._micro_batches(shard, unit_rows)
         if unit == "token":
             counts = [sum(int(np.sum(shard.action_mask[i])) for i in g) for g in groups]
         else:

@@ -5,7 +5,8 @@ as long as the micro-batch's padded size, rows × (longest prompt + longest resp
 `max_tokens` (`trainer.max_token_len_per_gpu`); a row longer than that alone is a micro-batch of
 its own. Either way the micro-batches are consecutive runs of rows in batch order, and each
 micro-batch's loss is weighted by its share of the whole batch, so the split changes memory and
-step time, never the loss or its gradient.
+step time, never the loss or its gradient. A loss over adjacent pairs of rows (dpo) splits by
+units of two rows (`unit`): a token budget never cuts a pair.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ def micro_batches(
     response_lengths: Sequence[int],
     micro_batch_size: int,
     max_tokens: int | None = None,
+    unit: int = 1,
 ) -> list[list[int]]:
     """Row indices of each micro-batch, in order: fixed-size groups when `max_tokens` is None,
-    else groups by padded token count."""
+    else groups by padded token count, cut only between units of `unit` rows."""
     rows = len(prompt_lengths)
     if max_tokens is None:
         return [
@@ -30,13 +32,15 @@ def micro_batches(
     groups: list[list[int]] = []
     current: list[int] = []
     longest_prompt = longest_response = 0
-    for i in range(rows):
-        p = max(longest_prompt, int(prompt_lengths[i]))
-        r = max(longest_response, int(response_lengths[i]))
-        if current and (len(current) + 1) * (p + r) > max_tokens:
+    for start in range(0, rows, unit):
+        members = range(start, min(start + unit, rows))
+        own_p = max(int(prompt_lengths[i]) for i in members)
+        own_r = max(int(response_lengths[i]) for i in members)
+        p, r = max(longest_prompt, own_p), max(longest_response, own_r)
+        if current and (len(current) + len(members)) * (p + r) > max_tokens:
             groups.append(current)
-            current, p, r = [], int(prompt_lengths[i]), int(response_lengths[i])
-        current.append(i)
+            current, p, r = [], own_p, own_r
+        current.extend(members)
         longest_prompt, longest_response = p, r
     if current:
         groups.append(current)

@@ -427,14 +427,30 @@ def _fill_from_values(
     return out
 
 
-def split_micro_batches(batch: TrainBatch, config: TorchTrainerConfig) -> list[list[int]]:
+def rows_per_unit(loss_fn: Any) -> int:
+    """Rows of a batch that `loss_fn` needs together in one micro-batch (and on one rank): its
+    `rows_per_unit` (2 for a loss over adjacent pairs), else 1."""
+    return int(getattr(loss_fn, "rows_per_unit", 1))
+
+
+def accumulation_of(loss_fn: Any, config: TorchTrainerConfig) -> str:
+    """How `loss_fn`'s micro-batch losses combine: as the loss says (`accumulation`: "sequence"
+    for a mean over sequences or pairs, which token shares would bias), else the config's."""
+    return getattr(loss_fn, "accumulation", None) or config.accumulation
+
+
+def split_micro_batches(
+    batch: TrainBatch, config: TorchTrainerConfig, unit: int = 1
+) -> list[list[int]]:
     """Row indices of each micro-batch of `batch` (rft.engines.micro_batches): by
-    `micro_batch_size` rows, or by `max_tokens_per_micro_batch` padded tokens when set."""
+    `micro_batch_size` rows, or by `max_tokens_per_micro_batch` padded tokens when set, never
+    cutting a unit of `unit` rows (a loss's `rows_per_unit`: a pair for dpo)."""
     return micro_batches(
         [len(p) for p in batch.prompt_ids],
         [len(r) for r in batch.response_ids],
         config.micro_batch_size,
         config.max_tokens_per_micro_batch,
+        unit,
     )
 
 
@@ -605,9 +621,9 @@ class TorchTrainerEngine:
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
         # a micro-batch weighs its share of the action tokens (accumulation "token") or rows
-        groups = self._micro_batches(batch)
+        groups = self._micro_batches(batch, rows_per_unit(loss_fn))
         counts = [sum(int(np.sum(batch.action_mask[i])) for i in g) for g in groups]
-        if self.config.accumulation != "token" or sum(counts) == 0:
+        if accumulation_of(loss_fn, self.config) != "token" or sum(counts) == 0:
             counts = [len(g) for g in groups]
         total_loss, sums = self._accumulate(
             batch,
@@ -643,7 +659,7 @@ class TorchTrainerEngine:
         may be a shard of) and its weight."""
         total_loss = 0.0
         sums: dict[str, float] = {}
-        for k, idx in enumerate(self._micro_batches(batch)):
+        for k, idx in enumerate(self._micro_batches(batch, rows_per_unit(loss_fn))):
             t = self._collate(batch, idx)
             ids, attention, temperature = t["input_ids"], t["attention_mask"], t["temperature"]
             start = int(t["response_start"].item())
@@ -847,9 +863,9 @@ class TorchTrainerEngine:
         model.requires_grad_(False)
         self.ref_model = model
 
-    def _micro_batches(self, batch: TrainBatch) -> list[list[int]]:
-        """Row indices of each micro-batch, in order."""
-        return split_micro_batches(batch, self.config)
+    def _micro_batches(self, batch: TrainBatch, unit: int = 1) -> list[list[int]]:
+        """Row indices of each micro-batch, in order (never cutting a unit of `unit` rows)."""
+        return split_micro_batches(batch, self.config, unit)
 
     def _collate(self, batch: TrainBatch, idx: list[int]) -> dict[str, torch.Tensor]:
         """Prompts left padded to P, responses right padded to R: response j is column P + j.

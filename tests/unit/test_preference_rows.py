@@ -144,7 +144,6 @@ def test_a_dpo_config_loads_with_its_pair_keys(tmp_path: Path) -> None:
     [
         ({"micro_batch_size": 3}, "trainer.micro_batch_size.*even"),
         ({"train_batch_size": 5}, "buffer.train_batch_size.*even"),
-        ({"use_dynamic_bsz": True}, "trainer.use_dynamic_bsz.*can cut a pair in two"),
     ],
 )
 def test_a_batch_that_would_split_a_pair_is_refused_at_load(

@@ -19,6 +19,7 @@ import pytest
 import torch
 import yaml
 
+from rft.algorithms.objective import build_loss
 from rft.catalog import load_config
 from rft.consumers.trainer.trainer import token_budget, trainer_engine_config
 from rft.engines.micro_batches import micro_batches
@@ -34,7 +35,7 @@ from rft.engines.weights import export_state_dict
 from rft.errors import ConfigError
 from tests.unit.config_samples import MINIMAL
 from tests.unit.test_engines_trainer import _batch, maximise_logprob
-from tests.unit.test_fsdp_engine import GrpoObjective, batch, max_diff
+from tests.unit.test_fsdp_engine import GrpoObjective, batch, dpo_batch, max_diff
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -76,6 +77,29 @@ def test_token_budget_splits_keep_order_and_put_a_long_row_alone() -> None:
     groups = micro_batches([4, 4, 4, 30, 2], [4, 4, 4, 30, 2], 8, max_tokens=24)
     assert groups == [[0, 1, 2], [3], [4]]
     assert micro_batches([4] * 5, [4] * 5, 2) == [[0, 1], [2, 3], [4]]
+
+
+def test_a_token_budget_cuts_only_between_pairs_and_dpo_trains_the_same() -> None:
+    """With units of two rows (a loss over pairs) the budget that would cut rows 2 and 3
+    apart cuts before row 2; DPO on the torch engine then trains the same weights split by
+    rows as by a token budget (float64)."""
+    lengths = [4, 4, 4, 4, 4, 4]
+    assert micro_batches(lengths, lengths, 2, max_tokens=24) == [[0, 1, 2], [3, 4, 5]]
+    assert micro_batches(lengths, lengths, 2, max_tokens=24, unit=2) == [[0, 1], [2, 3], [4, 5]]
+    dpo = build_loss("dpo")
+
+    def trained(config: TorchTrainerConfig) -> tuple[dict[str, torch.Tensor], int]:
+        model, tok = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+        engine = TorchTrainerEngine(model, config, tokenizer=tok)
+        for step in range(2):
+            assert engine.train_step(dpo_batch(step), dpo)["skipped"] == 0.0
+        return dict(engine.state_dict_for_export()), len(engine._micro_batches(dpo_batch(0), 2))
+
+    base = TorchTrainerConfig(lr=1e-2, micro_batch_size=6, use_ref_model=True)
+    by_rows, one = trained(base)
+    by_tokens, several = trained(dataclasses.replace(base, max_tokens_per_micro_batch=40))
+    assert one == 1 and several > 1  # really another split
+    assert max_diff(by_rows, by_tokens) <= 1e-10
 
 
 def _trained(config: TorchTrainerConfig) -> dict[str, torch.Tensor]:
