@@ -489,6 +489,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
         if self._fence() is not None:
             # never replaced: a new producer with this id would fence the process that took over
             self._raise_failures()
+        failed: str | None = None
         if not self._stuck and self._fatal_detail() is None:
             try:
                 self._transactional("abort", lambda p: self._abort_now(p, timeout_s))
@@ -500,6 +501,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
                     self._fatal_detail() is None and not self.errors.fatal(exc.__cause__)
                 ):
                     raise
+                failed = str(exc)  # fatal, before the client's error callback said so
         # A producer stuck inside a call, or failed fatally (after an outage the broker may
         # answer INVALID_TXN_STATE), takes no more calls. A new producer with the same
         # transactional id fences it when it initialises, and the broker aborts the
@@ -508,7 +510,7 @@ class CoreRecordProducer(_Translating, RecordProducer, Generic[C]):
             "transactional producer %r is unusable (%s); replacing it: its open transaction is "
             "aborted when the new one initialises",
             self._transactional_id,
-            "stuck in a call" if self._stuck else f"fatal: {self._fatal_detail()}",
+            "stuck in a call" if self._stuck else f"fatal: {self._fatal_detail() or failed}",
         )
         self._drop_client()
 
