@@ -21,7 +21,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN, broadcast_advantages
 from rft.algorithms.aggregation import masked_mean
 from rft.algorithms.chord import ExpertWeighting, nll_token_losses
 from rft.algorithms.entropy import ENTROPY_LOSS_FN
-from rft.algorithms.expert_rows import BatchUnits, expert_row_loss, mixed_loss
+from rft.algorithms.expert_rows import BatchUnits, expert_row_loss, loss_units, mixed_loss
 from rft.algorithms.gae import ValueTargets
 from rft.algorithms.kl import KL_FN, apply_kl_penalty
 from rft.algorithms.overlong import overlong_penalty
@@ -48,7 +48,9 @@ class LossBatch:
     expert: [B] bool, True on demonstration rows (they take the SFT loss); None: none.
     batch_units / share: the units of the whole batch this micro-batch belongs to, and the weight
         the engine gives its loss; read by a loss that weighs learner and expert rows by a fixed
-        weight (`mix`, rft.algorithms.expert_rows.mixed_loss). None / 1: this is the batch.
+        weight (`mix`, rft.algorithms.expert_rows.mixed_loss), and by the objective to weigh a
+        micro-batch by its share of what `loss_agg_mode` averages (rows for a seq-mean mode,
+        where the engine weighs tokens). None / 1: this is the batch.
     step: the number of the optimizer step this batch is trained in (1 for a run's first), for a
         loss whose weights follow a schedule (mix_chord's μ, rft.algorithms.chord).
     """
@@ -149,8 +151,13 @@ class AlgorithmLoss:
         shows there first. With `batch.expert`, see `expert_row_loss`.
         """
         if batch.expert is not None or self._expert_weighting is not None:
-            return self._with_demonstrations(logprob, entropy, batch)
-        return self._rollout_loss(logprob, entropy, batch)
+            return self._with_demonstrations(logprob, entropy, batch)  # weighs its own rows
+        loss, metrics = self._rollout_loss(logprob, entropy, batch)
+        factor = self._exact_share(batch)
+        if factor != 1.0:
+            loss = loss * factor
+            metrics["loss"] = float(loss.detach())
+        return loss, metrics
 
     def _rollout_loss(
         self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch
@@ -200,6 +207,21 @@ class AlgorithmLoss:
             metrics["entropy"] = float(masked_mean(entropy.detach(), batch.action_mask))
         metrics["loss"] = float(loss.detach())
         return loss, metrics
+
+    def _exact_share(self, batch: LossBatch) -> float:
+        """The factor that makes the engine's weighting of this micro-batch (`share`, by tokens
+        or rows) its share of the units `loss_agg_mode` averages over (rows for a seq-mean
+        mode), so that a batch split into micro-batches trains the loss of the whole batch: 1
+        when they agree (token-mean under token accumulation), when the loss names its own
+        accumulation (dpo), or when this micro-batch is the batch."""
+        units = batch.batch_units
+        if self.accumulation is not None or units is None or batch.share <= 0:
+            return 1.0
+        total = units.units(self.loss_agg_mode)[0]
+        if total <= 0:
+            return 1.0
+        factor = loss_units(batch.action_mask, self.loss_agg_mode) / total / batch.share
+        return 1.0 if abs(factor - 1.0) < 1e-12 else factor
 
     def _with_demonstrations(
         self, logprob: torch.Tensor, entropy: torch.Tensor | None, batch: LossBatch

@@ -127,10 +127,9 @@ def test_a_dataset_directory_is_read_at_its_subset_name_and_split(tmp_path: Path
     assert [t.replace(tok.eos_token, "") for t in texts] == ["row 3", "row 4"]
 
 
-def test_sft_on_several_trainer_ranks_is_refused(tmp_path: Path) -> None:
-    path = sft_config(tmp_path, trainer={"world_size": 2})
-    with pytest.raises(ConfigError, match=r"world_size` 2: algorithm 'sft' trains its dataset"):
-        load_config(path)
+def test_sft_on_several_trainer_ranks_loads_with_a_sharded_engine(tmp_path: Path) -> None:
+    cfg = load_config(sft_config(tmp_path, trainer={"trainer_type": "fsdp2", "world_size": 2}))
+    assert (cfg.trainer.engine_name, cfg.trainer.world_size) == ("fsdp2", 2)
 
 
 def test_the_example_loads_and_its_episodes_train_the_call_and_the_answer() -> None:

@@ -102,6 +102,24 @@ def test_a_token_budget_cuts_only_between_pairs_and_dpo_trains_the_same() -> Non
     assert max_diff(by_rows, by_tokens) <= 1e-10
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "seq-mean-token-sum", "token-mean"])
+def test_a_batch_split_into_micro_batches_trains_the_whole_batchs_loss(mode: str) -> None:
+    """GRPO's loss averaged by `mode`: one micro-batch of 9 rows and micro-batches of 2 give the
+    same weights (float64). A seq-mean mode averages rows, so each micro-batch must weigh its
+    share of the rows, not of the tokens the engine counts."""
+    loss = build_loss("grpo", {"loss_agg_mode": mode})
+
+    def trained(micro: int) -> dict[str, torch.Tensor]:
+        model, tok = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+        config = TorchTrainerConfig(lr=1e-2, micro_batch_size=micro, use_ref_model=True)
+        engine = TorchTrainerEngine(model, config, tokenizer=tok)
+        for step in range(2):
+            assert engine.train_step(_batch(9, seed=20 + step), loss)["skipped"] == 0.0
+        return dict(engine.state_dict_for_export())
+
+    assert max_diff(trained(9), trained(2)) <= 1e-10
+
+
 def _trained(config: TorchTrainerConfig) -> dict[str, torch.Tensor]:
     model, tok = load_model(ModelSpec("tiny", seed=4))
     engine = TorchTrainerEngine(model, config, tokenizer=tok)
