@@ -82,6 +82,11 @@ class StatusAnnouncer:
                 self._abort()
         return status
 
+    def kafka_down(self) -> bool:
+        """Whether this process has an open Kafka outage (its writer's outage window says so)."""
+        window = self.writer.window
+        return window is not None and window.down
+
     def _abort(self) -> None:
         """Abort a status's failed transaction: the caller's next one must not begin inside it."""
         try:
@@ -121,7 +126,10 @@ class WaitNotice:
             self.step = step
         line = f"waiting {waited:.0f}s for {text}"
         log.info("%s", line)
-        if self.announcer is not None:
+        if self.announcer is not None and not self.announcer.kafka_down():
+            # while Kafka is away the line is logged only: announcing it would ride the outage
+            # window inside the very wait it describes (a kafka-python trainer once sat 6 min in
+            # one), and the next line after the outage says where the wait stands
             self.announcer.announce("waiting", step=self.step, detail=line)
         return True
 
