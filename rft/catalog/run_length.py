@@ -36,7 +36,7 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
             found, said = task_supply(cfg, rows)
             issues += found
             notices += said
-    dataset = trains_on_dataset(cfg)
+    dataset = dataset_algorithm(cfg)
     if dataset is not None:
         # no explorer samples a dataset's rows: no sync style's bound applies to them
         return issues, notices + dataset_staleness(cfg, dataset)
@@ -51,8 +51,10 @@ def check_run_length(cfg: RftConfig) -> tuple[list[Issue], list[Notice]]:
     return issues + found, notices + said
 
 
-def trains_on_dataset(cfg: RftConfig) -> str | None:
-    """The algorithm_type when it trains on a dataset's rows (sft, cpt, dpo), else None."""
+def dataset_algorithm(cfg: RftConfig) -> str | None:
+    """The algorithm_type when it trains on a dataset's rows (its preset's trait `dataset`: sft,
+    cpt, dpo), else None (also for an algorithm section that does not resolve: the load names
+    that)."""
     from rft.algorithms.presets import resolve_algorithm
 
     try:

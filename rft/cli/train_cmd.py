@@ -66,9 +66,9 @@ def offline_source(args: argparse.Namespace, cfg: Any) -> Any:
 
 def trains_on_dataset(cfg: Any) -> bool:
     """Whether the config's algorithm trains on a published dataset (its preset's trait)."""
-    from rft.algorithms.presets import resolve_algorithm
+    from rft.catalog.run_length import dataset_algorithm
 
-    return resolve_algorithm(cfg.algorithm, check_repeat_times=False).dataset is not None
+    return dataset_algorithm(cfg) is not None
 
 
 def run(args: argparse.Namespace) -> int:
