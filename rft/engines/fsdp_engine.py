@@ -177,7 +177,6 @@ class Fsdp2TrainerEngine:
                     "total": total,
                     "passes": passes,
                     "batch_units": units,
-                    "unit_rows": unit_rows,
                 }
                 for s in shards
             ],

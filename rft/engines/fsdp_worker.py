@@ -52,7 +52,7 @@ from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import LossFn
 from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.logprobs import token_logprobs
-from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch
+from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch, rows_per_unit
 from rft.engines.weights import export_state_dict_names
 from rft.errors import EngineError
 
@@ -237,10 +237,8 @@ class ShardedWorker(TorchTrainerEngine):
         total: int,
         passes: int,
         batch_units: BatchUnits | None = None,
-        unit_rows: int = 1,
     ) -> dict[str, Any]:
-        """This rank's micro-batches of one optimizer step, then the step (on every rank);
-        `unit_rows`: rows no micro-batch cuts apart (a pair for a loss over pairs).
+        """This rank's micro-batches of one optimizer step, then the step (on every rank).
 
         Micro-batch k of this rank is weighted by its count (action tokens for unit "token",
         sequences for "sequence") over the whole batch's `total`. Returns this rank's weighted
@@ -248,7 +246,7 @@ class ShardedWorker(TorchTrainerEngine):
         """
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
-        groups = self._micro_batches(shard, unit_rows)
+        groups = self._micro_batches(shard, rows_per_unit(loss_fn))
         if unit == "token":
             counts = [sum(int(np.sum(shard.action_mask[i])) for i in g) for g in groups]
         else:
