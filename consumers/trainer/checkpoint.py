@@ -12,9 +12,9 @@ manifest (docs/weight-sync.md).
 
 Every `trainer.save_interval` steps, in the final step's version and in one a stop publishes, the
 version also gets the training state: AdamW moments, LR schedule and step, plus the float32
-master weights when the published ones are rounded. It is taken in memory before the manifest
-(the next step changes it) and written in the background, after the announcement, as the
-version's part `trainer_state` (rft.storage.checkpoint_store.write_part: files, then a listing
+master weights when the published ones are rounded. It is copied to the CPU before the manifest
+(the next step changes it; rft.engines.state_snapshot) and serialized and written in the
+background, after the announcement, as the version's part `trainer_state` (rft.storage.checkpoint_store.write_part: files, then a listing
 created if absent). At most one is in flight: the next version's write, and the end of the run,
 wait for it, and a failure surfaces there. A restart from a version whose part is complete
 continues the same optimisation exactly; from one whose part never completed (the trainer died
@@ -110,6 +110,19 @@ def _check_form(engine: TrainerEngine, manifest: CheckpointManifest, source: str
         )
 
 
+class _TorchObject:
+    """A training state taken at a version (CPU tensors of its own), serialized with
+    `torch.save` only when its part is written, on the background thread."""
+
+    def __init__(self, state: Mapping[str, Any]) -> None:
+        self.state = state
+
+    def payload(self) -> BytesPayload:
+        buffer = io.BytesIO()
+        torch.save(self.state, buffer)
+        return BytesPayload(buffer.getbuffer())
+
+
 def writer_identity() -> str:
     """`host:pid` of this process, kept in each manifest it commits (extra `writer`), so an
     operator (and the fencing test) can tell which of two trainers wrote a version."""
@@ -197,9 +210,7 @@ class TrainerCheckpointer:
             shutil.rmtree(tmp, ignore_errors=True)
         if state is not None:
             files, state_extra = state
-            future = self._background.submit(
-                self.store.write_part, step, STATE_PART, files, state_extra
-            )
+            future = self._background.submit(self._write_state, step, files, state_extra)
             self._state_write = (step, future)
             self._state_saved_at = step
         return manifest
@@ -220,19 +231,30 @@ class TrainerCheckpointer:
         )
         return self._token[1]
 
-    def _snapshot(self, engine: TrainerEngine) -> tuple[dict[str, Payload], dict[str, str]]:
-        """The training state as it is now, in memory (the next step changes the engine's):
-        the optimizer's file, and the float32 master weights when the published ones are
-        rounded."""
-        optimizer = io.BytesIO()
-        engine.save_optimizer(optimizer)
-        files: dict[str, Payload] = {_OPTIMIZER_FILE: BytesPayload(optimizer.getbuffer())}
+    def _write_state(
+        self, step: int, files: Mapping[str, Payload | _TorchObject], extra: Mapping[str, str]
+    ) -> CheckpointManifest:
+        """Version `step`'s part `trainer_state`, on the background thread: the optimizer
+        states are serialized here, off the step's path."""
+        payloads = {
+            name: item.payload() if isinstance(item, _TorchObject) else item
+            for name, item in files.items()
+        }
+        return self.store.write_part(step, STATE_PART, payloads, extra)
+
+    def _snapshot(
+        self, engine: TrainerEngine
+    ) -> tuple[dict[str, Payload | _TorchObject], dict[str, str]]:
+        """The training state as it is now, copied to the CPU (the next step changes the
+        engine's): the optimizers' states, serialized later in the background, and the float32
+        master weights when the published ones are rounded."""
+        files: dict[str, Payload | _TorchObject] = {
+            _OPTIMIZER_FILE: _TorchObject(engine.training_state())
+        }
         extra = {"trainer_state": _OPTIMIZER_FILE}
         critic = critic_of(engine)
         if critic is not None:
-            critic_optimizer = io.BytesIO()
-            critic.save_optimizer(critic_optimizer)
-            files[_CRITIC_OPTIMIZER_FILE] = BytesPayload(critic_optimizer.getbuffer())
+            files[_CRITIC_OPTIMIZER_FILE] = _TorchObject(critic.training_state())
             extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
             master = {k: v.clone() for k, v in engine.export_weights().items()}

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import torch
 
 from rft.algorithms.aggregation import LOSS_AGG_MODES
+from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.weights import file_or_path
 from rft.errors import ConfigError, EngineError
 
@@ -138,11 +139,14 @@ class Critic:
             for name, tensor in own.items():
                 tensor.copy_(tensors[name].to(device=tensor.device, dtype=tensor.dtype))
 
+    def training_state(self) -> dict[str, Any]:
+        """AdamW moments and the critic's step, for an exact resume: a CPU copy that the next
+        step does not change."""
+        return cpu_snapshot({"optimizer": self.optimizer.state_dict(), "step": self.step})
+
     def save_optimizer(self, path: str | BinaryIO) -> None:
-        """AdamW moments and the critic's step, for an exact resume."""
-        torch.save(
-            {"optimizer": self.optimizer.state_dict(), "step": self.step}, file_or_path(path)
-        )
+        """`training_state()` as one file."""
+        torch.save(self.training_state(), file_or_path(path))
 
     def load_optimizer(self, path: str | BinaryIO) -> None:
         try:

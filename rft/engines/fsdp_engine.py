@@ -272,9 +272,15 @@ class Fsdp2TrainerEngine:
         """Full weights (the fsdp2 engine trains no adapters): nothing to add to a manifest."""
         return {}
 
+    def training_state(self) -> dict[str, Any]:
+        """The consolidated training state (rank 0 gathers it to the CPU): any world size can
+        load it."""
+        state: dict[str, Any] = self._call("full_training_state", {})[0]
+        return state
+
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """The consolidated training state as one file: any world size can load it."""
-        state = self._call("full_training_state", {})[0]
+        """`training_state()` as one file."""
+        state = self.training_state()
         try:
             torch.save(state, file_or_path(path))
         except (OSError, RuntimeError) as exc:

@@ -52,6 +52,7 @@ from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import LossFn
 from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.logprobs import token_logprobs
+from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch, rows_per_unit
 from rft.engines.weights import export_state_dict_names
 from rft.errors import EngineError
@@ -328,12 +329,15 @@ class ShardedWorker(TorchTrainerEngine):
         )
         if self.rank != 0:
             return None
-        return {
+        full = {
             "optimizer": _strip_prefix(state),
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "format": "fsdp2-full",
         }
+        # gathered from a GPU, the CPU tensors are fresh; on the CPU one rank's may be the live
+        # shards themselves, which the next step changes while the state is being written
+        return full if self.device.type == "cuda" else cpu_snapshot(full)
 
     def load_training_state(
         self, optimizer: dict[str, Any] | None, scheduler: dict[str, Any], step: int

@@ -43,6 +43,7 @@ from rft.engines.critic import Critic
 from rft.engines.logprobs import token_logprobs
 from rft.engines.lora import LoraSpec
 from rft.engines.micro_batches import micro_batches
+from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.weights import (
     export_state_dict,
     export_state_dict_names,
@@ -505,9 +506,15 @@ class TrainerEngine(Protocol):
         into an engine that says the same."""
         ...
 
+    def training_state(self) -> dict[str, Any]:
+        """The training state (AdamW moments, LR schedule, step) now, as a CPU copy that the
+        next step does not change (rft.engines.state_snapshot): the checkpoint writer takes it
+        on the step's path and serializes it in the background."""
+        ...
+
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """The training state (AdamW moments, LR schedule, step) as one file (a path, or a
-        binary file object such as an in-memory buffer)."""
+        """`training_state()` as one file (a path, or a binary file object such as an
+        in-memory buffer)."""
         ...
 
     def load_optimizer(self, path: str | Path | BinaryIO) -> None:
@@ -980,16 +987,19 @@ class TorchTrainerEngine:
         """Full weights: nothing to add to a manifest."""
         return {}
 
-    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """Optimizer + scheduler + step counter, for an exact resume."""
-        torch.save(
+    def training_state(self) -> dict[str, Any]:
+        """Optimizer + scheduler + step counter, for an exact resume: a CPU copy."""
+        return cpu_snapshot(
             {
                 "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(),
                 "step": self.step,
-            },
-            file_or_path(path),
+            }
         )
+
+    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
+        """`training_state()` as one file."""
+        torch.save(self.training_state(), file_or_path(path))
 
     def skip_to_step(self, step: int) -> None:
         """Continue the LR schedule at `step` with fresh optimizer moments (no saved state)."""

@@ -8,6 +8,7 @@ it and says so, and a failure of the background write surfaces at the next write
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,32 @@ def test_restart_with_training_state_matches_an_uninterrupted_run(tmp_path: Path
     expect, got = weights(straight), weights(resumed)
     assert all(torch.equal(expect[k], got[k]) for k in expect)
     assert resumed.scheduler.get_last_lr() == straight.scheduler.get_last_lr()
+
+
+def test_the_state_written_is_the_versions_even_when_training_goes_on_first(
+    tmp_path: Path,
+) -> None:
+    """The state is serialized on the background thread, after the step's path has moved on:
+    what is written must be a copy taken at the version, not the engine's live moments."""
+    straight = engine()
+    train(straight, range(4))
+
+    first = engine()
+    train(first, range(2))
+    writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
+    held = threading.Event()
+    writer._background.submit(held.wait, 30)  # the state's write queues behind this
+    writer.write(first, 2, 0, OFFSETS, final=True)
+    train(first, range(2, 5))  # AdamW's moments and step change in place meanwhile
+    held.set()
+    writer.close()
+
+    resumed = engine()
+    TrainerCheckpointer(store(tmp_path), save_interval=100).restore(resumed)
+    assert resumed.step == 2
+    train(resumed, range(2, 4))
+    expect, got = weights(straight), weights(resumed)
+    assert all(torch.equal(expect[k], got[k]) for k in expect)
 
 
 def test_version_without_training_state_restarts_adamw_but_not_the_schedule(
