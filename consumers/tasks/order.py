@@ -50,6 +50,10 @@ Partition = tuple[str, int]
 STALL_S = 10.0
 # Records asked of the reader per poll while the merge waits for heads of other partitions
 POLL_RECORDS = 256
+# While an assigned partition has nothing buffered, the buffer may grow to this many times
+# POLL_RECORDS: the records of the partitions read first must not keep the others from being
+# read (the client hands records out partition after partition)
+STARVED_FACTOR = 16
 # Seconds a batch waits for more tasks before it goes with what it has
 BATCH_WAIT_S = 5.0
 
@@ -88,6 +92,11 @@ class TaskMerge:
                     queue.pop()
             queue.append(env)
             self._arrived = True
+
+    def headless(self, assigned: Collection[Partition]) -> set[Partition]:
+        """The partitions of `assigned` with nothing buffered: read to their end, or not read
+        far enough yet."""
+        return {tp for tp in assigned if not self._queues.get(tp)}
 
     def drop(self, partitions: Collection[Partition]) -> int:
         """Forget what is buffered of `partitions`; returns how many envelopes that was."""
@@ -280,8 +289,14 @@ class OrderedTasks:
         """Poll `reader` once into the merge; returns the partitions it revoked (their buffered
         tasks are dropped; a caller drops its own). With `poll_records` or more buffered it asks
         for one record: a poll made to serve the group (see `Explorer._poll_batch`) then grows
-        the buffer by at most one per step, while each step takes a batch from it."""
-        records = self.poll_records if self.merge.buffered < self.poll_records else 1
+        the buffer by at most one per step, while each step takes a batch from it. While an
+        assigned partition has nothing buffered, the bound is STARVED_FACTOR times higher: the
+        client hands out one partition's records after another's, so one-record polls would
+        reach a partition read late only after the STALL_S that gives up its order."""
+        buffered = self.merge.buffered
+        starved = bool(self.merge.headless(reader.assignment()))
+        full = buffered >= self.poll_records * (STARVED_FACTOR if starved else 1)
+        records = 1 if full else self.poll_records
         self.merge.add(reader.poll(records, timeout_s=timeout_s))
         revoked = reader.take_revoked()
         self.drop(revoked)
