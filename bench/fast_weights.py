@@ -131,17 +131,24 @@ def trainer(args: argparse.Namespace) -> None:
     fast = TrainerCheckpointer(checkpoints, 1_000_000, weights_dtype=rounded, fast=host)
     durable = TrainerCheckpointer(checkpoints, 1_000_000, weights_dtype=rounded)
     total = 2 * (args.versions + 1)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    explorer_device = args.explorer_device
+    if explorer_device.startswith("cuda:"):
+        # as rft's launchers place an explorer: its GPU is the only one it sees (vLLM refuses
+        # any device but cuda:0)
+        env["CUDA_VISIBLE_DEVICES"] = explorer_device.split(":", 1)[1]
+        explorer_device = "cuda:0"
     child = subprocess.Popen(  # noqa: S603 - this script
         [sys.executable, __file__, "--explorer", "--address", address, "--uri", uri]
         + ["--run", run, "--total", str(total), "--model", args.model, "--dtype", args.dtype]
         + ["--device", args.device, "--engine", args.engine, "--threads", str(args.threads)]
-        + (["--explorer-device", args.explorer_device] if args.explorer_device else []),
+        + (["--explorer-device", explorer_device] if explorer_device else []),
         stdout=subprocess.PIPE,
         text=True,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        },
+        env=env,
     )
     assert child.stdout is not None
     rows: list[dict[str, Any]] = []
