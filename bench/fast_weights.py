@@ -178,7 +178,7 @@ def trainer(args: argparse.Namespace) -> None:
             if version <= 2:
                 continue  # warm-up of each kind: lazy imports, allocators, connections
             size = sum(f.size for f in manifest.files if f.name.endswith(".safetensors"))
-            row = {"version": version, "group": over_group, "bytes": size}
+            row: dict[str, Any] = {"version": version, "group": over_group, "bytes": size}
             row["written"] = written - started
             row["durable"] = got["durable_at"] - started
             if "fast_at" in got:
