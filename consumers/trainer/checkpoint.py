@@ -14,8 +14,8 @@ Every `trainer.save_interval` steps, in the final step's version and in one a st
 version also gets the training state: AdamW moments, LR schedule and step, plus the float32
 master weights when the published ones are rounded. It is copied to the CPU before the manifest
 (the next step changes it; rft.engines.state_snapshot) and serialized and written in the
-background, after the announcement, as the version's part `trainer_state` (rft.storage.checkpoint_store.write_part: files, then a listing
-created if absent). At most one is in flight: the next version's write, and the end of the run,
+background, after the announcement, as the version's part `trainer_state`
+(rft.storage.checkpoint_store.write_part: files, then a listing created if absent). At most one is in flight: the next version's write, and the end of the run,
 wait for it, and a failure surfaces there. A restart from a version whose part is complete
 continues the same optimisation exactly; from one whose part never completed (the trainer died
 in the seconds it was being written) it resumes the weights, the log position and the LR
@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from rft.engines.critic import Critic
+from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.trainer import TrainerEngine
 from rft.engines.weights import (
     ADAPTER_SAFETENSORS,
@@ -257,7 +258,7 @@ class TrainerCheckpointer:
             files[_CRITIC_OPTIMIZER_FILE] = _TorchObject(critic.training_state())
             extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
-            master = {k: v.clone() for k, v in engine.export_weights().items()}
+            master = cpu_snapshot(engine.export_weights())
             files[f"{_MASTER_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
                 master, _SAFETENSORS_METADATA
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import random
 import threading
 import time
@@ -214,7 +215,7 @@ def test_a_member_living_off_its_buffer_lets_a_newcomer_take_its_share(
 
 
 def test_a_partition_read_late_is_not_starved_by_a_full_buffer(
-    stack: StackSettings, unique: str
+    stack: StackSettings, unique: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A taskset larger than one poll: the first poll may fill the merge's buffer with the
     records of some partitions only. The merge must go on reading until every partition has a
@@ -231,10 +232,10 @@ def test_a_partition_read_late_is_not_starved_by_a_full_buffer(
     stop = threading.Event()
     with EventReader.open(kafka, group, [topic], from_beginning=True) as reader:
         ordered = OrderedTasks(PartitionEnds(kafka, group, StreamStart("earliest")))
-        started = time.monotonic()
-        taken: list[int] = []
-        while len(taken) < 96:
-            taken += [env.event.position for env in ordered.batch(reader, 32, stop)]
-        waited = time.monotonic() - started
+        taken: list[int | None] = []
+        with caplog.at_level(logging.WARNING, logger="rft.consumers.tasks.order"):
+            while len(taken) < 96:
+                batch = [env.event for env in ordered.batch(reader, 32, stop)]
+                taken += [t.position for t in batch if isinstance(t, Task)]
     assert taken == list(range(96)), taken[:40]
-    assert waited < 10.0  # STALL_S: no partition was given up on
+    assert "nothing to read" not in caplog.text  # no partition's order was given up on
