@@ -5,6 +5,8 @@
 (every normal run) a point costs one environment lookup. The points:
 
 - `trainer.after_step`: an optimizer step is done in memory, its version not yet written;
+- `checkpoint.upload`: a version's files start going up, on the checkpoint writer's thread, while
+  the trainer goes on training (a pause here makes a slow store);
 - `checkpoint.before_manifest`: a version's files are uploaded, its manifest not yet;
 - `trainer.before_announce`: a version's manifest is written, its WeightVersion not yet sent;
 - `explorer.in_transaction`: a step's experiences are sent in its transaction, not committed.

@@ -45,13 +45,15 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from opentelemetry import trace
+from opentelemetry.context import Context
 
 from rft.engines.critic import Critic
-from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.trainer import TrainerEngine
 from rft.engines.weights import (
     ADAPTER_SAFETENSORS,
@@ -60,18 +62,22 @@ from rft.engines.weights import (
     tensors_of_files,
 )
 from rft.errors import CheckpointError
+from rft.fault_points import fault_point
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
     BASE_VERSION,
     TRAINER_STATE_DIR,
     CheckpointStore,
     OffsetLike,
+    StagedVersion,
 )
 from rft.storage.payload import BytesPayload, Payload
 from rft.synchronizer.fast_path import FAST_TOKEN, new_token
 from rft.synchronizer.weight_group import WeightGroupHost
+from rft.tracing.spans import UPLOAD
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer("rft.trainer")
 
 _OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
@@ -124,6 +130,16 @@ class _TorchObject:
         return BytesPayload(buffer.getbuffer())
 
 
+@dataclass
+class _Pending:
+    """A version begun and not landed: its upload in the background, and the training state
+    taken with it (written once the version is committed)."""
+
+    step: int
+    upload: Future[StagedVersion]
+    state: tuple[dict[str, Payload | _TorchObject], dict[str, str]] | None
+
+
 def writer_identity() -> str:
     """`host:pid` of this process, kept in each manifest it commits (extra `writer`), so an
     operator (and the fencing test) can tell which of two trainers wrote a version."""
@@ -151,8 +167,10 @@ class TrainerCheckpointer:
         self.fast = fast
         self._token: tuple[int, int] | None = None  # (version, its token) sent last
         self._state_saved_at = 0  # train step of the newest version that carries training state
-        self._background = ThreadPoolExecutor(1, thread_name_prefix="training-state")
+        # one thread: a version's upload, then its training state, then the next version's
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
         self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
+        self._pending: _Pending | None = None  # begun, not landed
 
     def write(
         self,
@@ -166,13 +184,36 @@ class TrainerCheckpointer:
         before_commit: Callable[[CheckpointManifest], None] | None = None,
     ) -> CheckpointManifest:
         """Write version `step` (weights and sampler state: `before_commit` as in
-        `CheckpointStore.write`) and return its manifest once it is committed; the training
-        state, when due or `final`, follows in the background (`wait_for_state`)."""
+        `CheckpointStore.write`) and return its manifest once it is committed: `begin`, then
+        `land`. The training state, when due or `final`, follows in the background
+        (`wait_for_state`)."""
+        self.begin(engine, step, parent, offsets, final=final, sampler_state=sampler_state)
+        return self.land(before_commit)
+
+    def begin(
+        self,
+        engine: TrainerEngine,
+        step: int,
+        parent: int,
+        offsets: Iterable[OffsetLike],
+        *,
+        final: bool,
+        sampler_state: Mapping[str, Any] | None = None,
+        trace_context: Context | None = None,
+    ) -> None:
+        """Start writing version `step`: what it holds is taken from the engine here, as copies
+        of their own, and sent to the weight-sync group; its files go up in the background,
+        while the trainer may go on training. `land` commits it. One version at a time."""
+        if self._pending is not None:
+            raise CheckpointError(
+                f"checkpoint v{step} begun while v{self._pending.step} is not landed "
+                "(versions are committed in order)"
+            )
         self.wait_for_state()
         with_state = final or step - self._state_saved_at >= self.save_interval
         form = engine.version_extra()
         extra: dict[str, str] = {"writer": writer_identity(), **form}
-        weights = engine.export_weights(self.weights_dtype)
+        weights = engine.export_weights(self.weights_dtype, owned=True)
         if self.fast is not None:
             extra[FAST_TOKEN] = str(self._send_fast(step, weights))
         payloads: dict[str, Payload] = {
@@ -197,24 +238,83 @@ class TrainerCheckpointer:
         tmp = Path(tempfile.mkdtemp(prefix="rft-ckpt-"))
         try:
             engine.save_hf(tmp, dtype=self.weights_dtype, weights=False)  # config, tokenizer
-            manifest = self.store.write(
-                step,
-                step,
-                tmp,
-                consumed_offsets=offsets,
-                parent_version=parent,
-                extra=extra,
-                before_commit=before_commit,
-                payloads=payloads,
-            )
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        upload = self._background.submit(
+            self._upload, step, tmp, tuple(offsets), parent, extra, payloads, trace_context
+        )
+        self._pending = _Pending(step, upload, state)
+
+    @property
+    def pending(self) -> int | None:
+        """The version begun and not yet landed, if any."""
+        return None if self._pending is None else self._pending.step
+
+    def uploaded(self) -> bool:
+        """Whether the pending version's files are all up (or their upload failed): `land`
+        would not wait."""
+        return self._pending is not None and self._pending.upload.done()
+
+    def land(
+        self, before_commit: Callable[[CheckpointManifest], None] | None = None
+    ) -> CheckpointManifest:
+        """Commit the pending version once its files are up (`before_commit` as in
+        `CheckpointStore.write`), on the calling thread, and return its manifest; its training
+        state then goes up in the background. If the commit fails the version stays pending,
+        and landing it again commits the same files (the engine has moved on since `begin`);
+        if the upload failed, the version is dropped and its error raised."""
+        pending = self._pending
+        if pending is None:
+            raise CheckpointError("no checkpoint version is pending")
+        try:
+            staged = pending.upload.result()
+        except BaseException:
+            self._pending = None
+            raise
+        manifest = self.store.commit(staged, before_commit)
+        self._pending = None
+        if pending.state is not None:
+            files, state_extra = pending.state
+            future = self._background.submit(self._write_state, pending.step, files, state_extra)
+            self._state_write = (pending.step, future)
+            self._state_saved_at = pending.step
+        return manifest
+
+    def forget_pending(self) -> None:
+        """Drop the pending version: its manifest exists already (a commit whose response was
+        lost), so there is nothing left to land."""
+        self._pending = None
+
+    def _upload(
+        self,
+        step: int,
+        tmp: Path,
+        offsets: tuple[OffsetLike, ...],
+        parent: int,
+        extra: Mapping[str, str],
+        payloads: Mapping[str, Payload],
+        trace_context: Context | None,
+    ) -> StagedVersion:
+        """Version `step`'s files up, on the background thread, in a span of the version's."""
+        try:
+            with tracer.start_as_current_span(UPLOAD, context=trace_context) as span:
+                fault_point("checkpoint.upload")
+                staged = self.store.upload(
+                    step, step, tmp, offsets, parent, extra, payloads=payloads
+                )
+                span.set_attributes(
+                    {
+                        "rft.version": step,
+                        "rft.uri": self.store.uri(step),
+                        "rft.files": len(staged.manifest.files),
+                        "rft.bytes": staged.manifest.total_size,
+                        "rft.with_trainer_state": "trainer_state_part" in extra,
+                    }
+                )
+                return staged
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        if state is not None:
-            files, state_extra = state
-            future = self._background.submit(self._write_state, step, files, state_extra)
-            self._state_write = (step, future)
-            self._state_saved_at = step
-        return manifest
 
     def _send_fast(self, step: int, weights: dict[str, torch.Tensor]) -> int:
         """Broadcast version `step` to the weight-sync group; its token. A version written
@@ -258,9 +358,8 @@ class TrainerCheckpointer:
             files[_CRITIC_OPTIMIZER_FILE] = _TorchObject(critic.training_state())
             extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
-            master = cpu_snapshot(engine.export_weights())
             files[f"{_MASTER_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
-                master, _SAFETENSORS_METADATA
+                engine.export_weights(owned=True), _SAFETENSORS_METADATA
             )
             extra["master_weights"] = _MASTER_DIR
         return files, extra
@@ -279,12 +378,21 @@ class TrainerCheckpointer:
 
     def close(self) -> None:
         """Wait for a training state still being written, then stop the background thread.
-        A failure is logged, not raised: this runs while the trainer shuts down."""
+        A failure is logged, not raised: this runs while the trainer shuts down. A version
+        begun and not landed is left uncommitted (its files are invisible without a manifest,
+        and retention removes them)."""
+        if self._pending is not None:
+            log.warning(
+                "checkpoint v%d was not committed before the trainer stopped: a restart "
+                "resumes from the version before it",
+                self._pending.step,
+            )
+            self._pending = None
         try:
             self.wait_for_state()
         except Exception as exc:  # noqa: BLE001 - shutting down; the next resume says it too
             log.error("the training state written in the background failed: %s", exc)
-        self._background.shutdown(wait=True)
+        self._background.shutdown(wait=True, cancel_futures=True)
         if self.fast is not None:
             self.fast.close()
 

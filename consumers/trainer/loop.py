@@ -10,8 +10,16 @@ consumed offsets, with the sampler's state under `trainer_state/`) and announced
 topic. The trainer's producer is transactional with one id per run, so a second trainer fences
 the first; everything it writes goes inside a transaction. A publish runs in this order:
 
-    upload files -> begin; stage the WeightVersion and the group offsets; flush
-    -> create the manifest if absent (the commit point) -> commit the transaction
+    begin: take the version (weights copied, offsets, sampler state); its files start going up
+      on the checkpoint writer's thread, and the loop goes on (it may train the next step)
+    land (on this thread, at the first tick that finds the upload done or nothing to train,
+      before the next version begins, and at once for the run's last version):
+      begin the transaction; stage the WeightVersion and the group offsets; flush
+      -> create the manifest if absent (the commit point) -> commit the transaction
+
+So a store slower than a step costs the trainer nothing while batches are ready (fully_async);
+an explorer that waits for each version (`fixed`) finds the trainer waiting too, and the version
+lands as soon as its files are up. Kafka is used from this thread only.
 
 A fenced trainer fails at the flush (or at any step's metrics transaction before it), before
 its manifest exists; a manifest another writer created first voids this one's version and
@@ -54,7 +62,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind
 
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.experience_pipeline import ExperiencePipeline
@@ -89,7 +98,6 @@ from rft.tracing.spans import (
     CONSUME,
     PUBLISH_VERSION,
     TRAIN_STEP,
-    UPLOAD,
     new_trace,
 )
 
@@ -130,6 +138,18 @@ class ExperienceSource(Protocol):
     def seek(self, topic: str, partition: int, offset: int) -> None: ...
 
     def commit(self) -> object: ...
+
+
+@dataclass
+class _Publishing:
+    """A version begun and not yet announced: what its announcement needs."""
+
+    step: int
+    span: Span  # trainer.publish, ended when the version is announced (or given up)
+    context: Context  # the span's, for its children on either thread
+    positions: list[TopicPartitionOffset]  # the group offsets its transaction commits
+    trained: TrainedLog | None
+    started: float
 
 
 @dataclass
@@ -215,6 +235,7 @@ class TrainerLoop:
         self.trained_since_publish: dict[tuple[str, int], dict[int, int]] = {}
         self.settled_since_publish: dict[tuple[str, int], list[int]] = {}
         self.resumed_log: TrainedLog | None = None  # of the version a restart resumed from
+        self.publishing: _Publishing | None = None  # a version begun, not yet announced
 
     # -- the loop -------------------------------------------------------------------------------
 
@@ -250,6 +271,8 @@ class TrainerLoop:
         read = self.ingest(wait_s=0.0 if self.trained_last_tick else 1.0)
         sampled = self.sampler.take_batch(self.step)
         batch = sampled if sampled is None else self.through_pipeline(sampled)
+        # a version still going up is committed once it is, or now if there is nothing to train
+        self.land(wait=batch is None)
         if batch is not None:
             self.train(batch)
         self.settle()
@@ -337,6 +360,7 @@ class TrainerLoop:
 
     def finish(self) -> TrainerSummary:
         """Publish what is unpublished (its version carries the training state) and report."""
+        self.land(wait=True)
         if self.step > self.last_published:
             self.publish(final=True)
         self.checkpoints.wait_for_state()  # the last version's training state, written behind it
@@ -357,6 +381,11 @@ class TrainerLoop:
     @property
     def finished(self) -> bool:
         return self.step >= self.total_steps
+
+    @property
+    def newest_version(self) -> int:
+        """The newest version begun: announced, or still going up."""
+        return self.last_published if self.publishing is None else self.publishing.step
 
     # -- the steps of a tick --------------------------------------------------------------------
 
@@ -380,7 +409,7 @@ class TrainerLoop:
                     req.current_version,
                 )
                 self.sync_requested = True
-        if self.sync_requested and self.step > self.last_published:
+        if self.sync_requested and self.step > self.newest_version:
             self.publish(final=False)
 
     def ingest(self, wait_s: float = 1.0) -> int:
@@ -566,111 +595,140 @@ class TrainerLoop:
             self.settled_since_publish.setdefault(item.tp, []).append(item.offset)
 
     def publish(self, *, final: bool) -> None:
-        """Checkpoint first (manifest last), then announce: readers trust only what is verified.
+        """Begin version `self.step` (the one before it landed first: versions commit in order).
+        Its files go up in the background while the loop goes on; `land` commits and announces
+        it, at the next tick that finds the upload done or has nothing to train, and a final
+        version at once."""
+        self.land(wait=True)
+        self.begin_version(final)
+        if final:
+            self.land(wait=True)
 
-        A fence the broker made on its own (rft.events.claims) is not the end, nor is Kafka
-        failing the announcement in an outage (a record expired, a transaction the broker
-        aborted): the producer is replaced or the transaction aborted, and the version announced
-        (its manifest was written) or written again, for as long as the outage window allows."""
-        started = time.monotonic()
-        again = False
-        while True:
-            try:
-                if again and self.checkpoints.store.has_manifest(self.step):
-                    # written before a failed announcement: the version's own steps, as its
-                    # saved state holds them
-                    saved = self.checkpoints.read_sampler_state(self.step)
-                    self.announce_written(self.step, trained_log_of(saved or {}))
-                else:
-                    self.write_and_announce(final)
-                break
-            except FencedError as exc:
-                if not self.recovered_from_fence(exc):
-                    raise
-                again = True
-            except TransportError as exc:
-                again = True
-                self.abort_transaction(exc, "the announcement")
-                window = self.clients.writer.window
-                if window is None:
-                    raise
-                window.failed(f"announcing v{self.step}: {exc}")  # OutageError past the window
-                log.warning("announcing v%d failed (%s): done again", self.step, exc)
-        step = self.step
-        if self.keep_checkpoints:
-            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
-        self.last_published, self.sync_requested = step, False
-        self.trained_since_publish, self.settled_since_publish = {}, {}
-        self.summary.published_versions.append(step)
-        log.info("published weight version %d in %.1fs", step, time.monotonic() - started)
-
-    def write_and_announce(self, final: bool) -> None:
-        """The version's files and manifest, and its announcement, in one transaction."""
+    def begin_version(self, final: bool) -> None:
+        """What version `self.step` holds, taken now: the engine's weights (copies of their
+        own), the offsets it consumed and the sampler's state; its upload starts."""
         step, parent_version = self.step, self.last_published
         steps, self.unpublished_steps = self.unpublished_steps, []
         # the version is part of the newest step's trace, and linked to every step it holds
         parent = trace.set_span_in_context(NonRecordingSpan(steps[-1])) if steps else new_trace()
-        with tracer.start_as_current_span(
-            PUBLISH_VERSION, context=parent, links=[Link(s) for s in steps]
-        ) as span:
-            span.set_attributes(
-                {"rft.run": self.run_id, "rft.version": step, "rft.parent_version": parent_version}
+        span = tracer.start_span(PUBLISH_VERSION, context=parent, links=[Link(s) for s in steps])
+        span.set_attributes(
+            {"rft.run": self.run_id, "rft.version": step, "rft.parent_version": parent_version}
+        )
+        offsets = [(t, p, o) for (t, p), o in sorted(self.ledger.safe_offsets().items())]
+        state = {
+            **self.extra_state,
+            "sampler": self.sampler.state(),
+            "settled_ahead": [
+                [t, p, to_ranges(offs)]
+                for (t, p), offs in sorted(self.ledger.settled_ahead().items())
+            ],
+            "trained_log": self.trained_log(),
+        }
+        context = trace.set_span_in_context(span)
+        try:
+            self.checkpoints.begin(
+                self.step_trainer.engine,
+                step,
+                parent_version,
+                offsets,
+                final=final,
+                sampler_state=state,
+                trace_context=context,
             )
-            offsets = [(t, p, o) for (t, p), o in sorted(self.ledger.safe_offsets().items())]
-            state = {
-                **self.extra_state,
-                "sampler": self.sampler.state(),
-                "settled_ahead": [
-                    [t, p, to_ranges(offs)]
-                    for (t, p), offs in sorted(self.ledger.settled_ahead().items())
-                ],
-                "trained_log": self.trained_log(),
-            }
-            positions = [TopicPartitionOffset(t, p, o) for t, p, o in offsets]
-            trained = trained_log_of(state)
-            publish_context = trace.set_span_in_context(span)
+        except BaseException as exc:
+            span.record_exception(exc)
+            span.end()
+            raise
+        self.trained_since_publish, self.settled_since_publish = {}, {}
+        self.publishing = _Publishing(
+            step,
+            span,
+            context,
+            [TopicPartitionOffset(t, p, o) for t, p, o in offsets],
+            trained_log_of(state),
+            time.monotonic(),
+        )
 
-            def stage(manifest: CheckpointManifest) -> None:
-                # a sibling of the upload under the version's span; the WeightVersion's headers
-                # carry it, and each explorer's load links to it
-                with tracer.start_as_current_span(
-                    ANNOUNCE, context=publish_context, kind=SpanKind.PRODUCER
-                ) as announce:
-                    announce.set_attributes(
-                        {
-                            "rft.version": step,
-                            "messaging.destination.name": self.clients.weights_topic,
-                        }
-                    )
-                    self.stage_announcement(manifest, positions, trained)
+    def land(self, *, wait: bool) -> None:
+        """Commit and announce the version whose files are going up (nothing when none is, or
+        when its upload is not done and not `wait`).
 
-            try:
-                with tracer.start_as_current_span(UPLOAD) as upload:
-                    manifest = self.checkpoints.write(
-                        self.step_trainer.engine,
-                        step,
-                        parent_version,
-                        offsets,
-                        final=final,
-                        sampler_state=state,
-                        before_commit=stage,
-                    )
-                    upload.set_attributes(
-                        {
-                            "rft.version": step,
-                            "rft.uri": self.checkpoints.store.uri(step),
-                            "rft.files": len(manifest.files),
-                            "rft.bytes": sum(f.size for f in manifest.files),
-                            "rft.with_trainer_state": bool(
-                                manifest.extra.get("trainer_state_part")
-                            ),
-                        }
-                    )
-                fault_point("trainer.before_announce")  # the manifest exists, not yet announced
-            except BaseException as exc:
-                self.abort_transaction(exc, "the announcement")
-                raise
-            self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
+        A fence the broker made on its own (rft.events.claims) is not the end, nor is Kafka
+        failing the announcement in an outage (a record expired, a transaction the broker
+        aborted): the producer is replaced or the transaction aborted, and the version announced
+        (its manifest was written) or committed again from the same files, for as long as the
+        outage window allows."""
+        publishing = self.publishing
+        if publishing is None or (not wait and not self.checkpoints.uploaded()):
+            return
+        step = publishing.step
+        again = False
+        try:
+            while True:
+                try:
+                    if again and self.checkpoints.store.has_manifest(step):
+                        # committed before a failed announcement: the version's own steps, as
+                        # its saved state holds them
+                        self.checkpoints.forget_pending()
+                        saved = self.checkpoints.read_sampler_state(step)
+                        self.announce_written(step, trained_log_of(saved or {}))
+                    else:
+                        self.commit_and_announce(publishing)
+                    break
+                except FencedError as exc:
+                    if not self.recovered_from_fence(exc):
+                        raise
+                    again = True
+                except TransportError as exc:
+                    again = True
+                    self.abort_transaction(exc, "the announcement")
+                    window = self.clients.writer.window
+                    if window is None:
+                        raise
+                    window.failed(f"announcing v{step}: {exc}")  # OutageError past the window
+                    log.warning("announcing v%d failed (%s): done again", step, exc)
+        except BaseException as exc:
+            publishing.span.record_exception(exc)
+            raise
+        finally:
+            publishing.span.end()
+            self.publishing = None
+        if self.keep_checkpoints:
+            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
+        self.last_published, self.sync_requested = step, False
+        self.summary.published_versions.append(step)
+        log.info(
+            "published weight version %d in %.1fs (trained to step %d meanwhile)",
+            step,
+            time.monotonic() - publishing.started,
+            self.step,
+        )
+
+    def commit_and_announce(self, publishing: _Publishing) -> None:
+        """The version's manifest and its announcement, in one transaction."""
+
+        def stage(manifest: CheckpointManifest) -> None:
+            # a sibling of the upload under the version's span; the WeightVersion's headers
+            # carry it, and each explorer's load links to it
+            with tracer.start_as_current_span(
+                ANNOUNCE, context=publishing.context, kind=SpanKind.PRODUCER
+            ) as announce:
+                announce.set_attributes(
+                    {
+                        "rft.version": publishing.step,
+                        "messaging.destination.name": self.clients.weights_topic,
+                    }
+                )
+                self.stage_announcement(manifest, publishing.positions, publishing.trained)
+
+        try:
+            self.checkpoints.land(before_commit=stage)
+            fault_point("trainer.before_announce")  # the manifest exists, not yet announced
+        except BaseException as exc:
+            self.abort_transaction(exc, "the announcement")
+            raise
+        self.clients.writer.commit()  # the WeightVersion becomes visible to explorers
 
     def trained_log(self) -> dict[str, list[list[Any]]]:
         """What the steps since the last publish trained and settled, as JSON: `trained` holds

@@ -121,9 +121,10 @@ class Critic:
         return norm, skipped
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The value model's weights (decoder and head) on the CPU, each storage once."""
+        """The value model's weights (decoder and head) on the CPU, each storage once: a copy of
+        their own, which the checkpoint writer uploads while training goes on."""
         state = self.model.state_dict()
-        return {name: t.detach().to("cpu") for name, t in state.items()}
+        return {name: t.detach().to("cpu", copy=True) for name, t in state.items()}
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor]) -> None:
         """Copy `tensors` (every name of `state_dict`) into the value model in place."""

@@ -239,7 +239,10 @@ class Fsdp2TrainerEngine:
         except (OSError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{file}: cannot save weights: {exc}") from exc
 
-    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def export_weights(
+        self, dtype: torch.dtype | None = None, *, owned: bool = False
+    ) -> dict[str, torch.Tensor]:
+        # always owned: the gathered copy is the step's own, replaced (not changed) by the next
         tensors = self.state_dict_for_export()
         return tensors if dtype is None else {k: v.to(dtype) for k, v in tensors.items()}
 

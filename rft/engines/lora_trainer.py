@@ -63,9 +63,11 @@ class LoraTrainerEngine(TorchTrainerEngine):
             for k, v in lora.adapter_tensors(self.model).items()
         }
 
-    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def export_weights(
+        self, dtype: torch.dtype | None = None, *, owned: bool = False
+    ) -> dict[str, torch.Tensor]:
         return {
-            k: v.detach().to(device="cpu", dtype=dtype or v.dtype).contiguous()
+            k: v.detach().to(device="cpu", dtype=dtype or v.dtype, copy=owned).contiguous()
             for k, v in lora.adapter_tensors(self.model).items()
         }
 

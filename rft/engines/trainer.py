@@ -487,9 +487,13 @@ class TrainerEngine(Protocol):
         without `weights`, the directory's other files only (the weights travel as tensors)."""
         ...
 
-    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def export_weights(
+        self, dtype: torch.dtype | None = None, *, owned: bool = False
+    ) -> dict[str, torch.Tensor]:
         """The current weights to publish: HF names (each storage once), on CPU, in `dtype`.
-        They may share the model's memory: read them before the next step."""
+        They may share the model's memory (read them before the next step) unless `owned`:
+        then they are a copy of their own that later steps do not change, which the checkpoint
+        writer uploads while the trainer goes on (a transfer from a GPU is that copy already)."""
         ...
 
     def save_weights(self, file: str | Path, dtype: torch.dtype | None = None) -> None:
@@ -932,10 +936,14 @@ class TorchTrainerEngine:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
         return export_state_dict(self.model)
 
-    def export_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    def export_weights(
+        self, dtype: torch.dtype | None = None, *, owned: bool = False
+    ) -> dict[str, torch.Tensor]:
         state = self.model.state_dict()
         return {
-            name: state[name].detach().to(device="cpu", dtype=dtype or state[name].dtype)
+            name: state[name]
+            .detach()
+            .to(device="cpu", dtype=dtype or state[name].dtype, copy=owned)
             for name in export_state_dict_names(state)
         }
 

@@ -68,6 +68,15 @@ class VersionTakenError(CheckpointError, FencedError):
     """Another writer created this version's manifest first; this writer's version is void."""
 
 
+@dataclasses.dataclass(frozen=True)
+class StagedVersion:
+    """A version whose files are in the store and whose manifest is not: `upload`'s result,
+    which `commit` turns into a version."""
+
+    manifest: CheckpointManifest
+    manifest_json: bytes
+
+
 class CheckpointStore:
     """Checkpoints of one run (`project`/`name`) inside an object store."""
 
@@ -127,7 +136,8 @@ class CheckpointStore:
     ) -> CheckpointManifest:
         """Upload every file under `local_dir` and every one of `payloads` (name -> what it
         holds, from memory: no trip through the local disk) as `version`, then its manifest;
-        return it. Each file's sha256 is taken as it is uploaded.
+        return it. Each file's sha256 is taken as it is uploaded. `upload` then `commit`, for
+        a writer that does both in one place.
 
         `before_commit(manifest)` runs after the files are up and before the manifest is
         created; if it raises, no manifest is written (the trainer checks there that it still
@@ -138,6 +148,26 @@ class CheckpointStore:
         VersionTakenError. Rewriting a version whose earlier write crashed (files, no manifest) is
         allowed and overwrites the leftovers.
         """
+        staged = self.upload(
+            version, train_step, local_dir, consumed_offsets, parent_version, extra, payloads
+        )
+        return self.commit(staged, before_commit)
+
+    def upload(
+        self,
+        version: int,
+        train_step: int,
+        local_dir: Path | str | None,
+        consumed_offsets: Iterable[OffsetLike] = (),
+        parent_version: int | None = None,
+        extra: Mapping[str, Any] | None = None,
+        payloads: Mapping[str, Payload] | None = None,
+    ) -> StagedVersion:
+        """The first half of `write`: the files up, and the manifest that will commit them
+        (not yet created: the version does not exist for readers). Thread-safe against the
+        writer's other work, so a trainer may upload while it trains; `commit` may be called
+        more than once with the same staged version (a commit whose announcement failed is
+        tried again with the same files, never uploaded twice)."""
         self._check_version(version)
         if parent_version is not None and not (0 <= parent_version < version):
             raise CheckpointError(
@@ -169,17 +199,29 @@ class CheckpointStore:
             parent_version=parent_version,
             extra={**(extra or {}), OBJECT_DIR_KEY: object_dir},
         )
-        payload = manifest.to_json()  # serialize before the upload: bad extras fail early
+        # serialized here, not at the commit: bad extras fail before anything is staged
+        return StagedVersion(manifest, manifest.to_json())
+
+    def commit(
+        self,
+        staged: StagedVersion,
+        before_commit: Callable[[CheckpointManifest], None] | None = None,
+    ) -> CheckpointManifest:
+        """The second half of `write`: `before_commit(manifest)`, then the manifest created if
+        absent (the commit point); the committed manifest."""
+        manifest = staged.manifest
         fault_point("checkpoint.before_manifest")
         if before_commit is not None:
             before_commit(manifest)
-        self._commit_manifest(version, manifest_key, payload)
+        self._commit_manifest(
+            manifest.version, self._manifest_key(manifest.version), staged.manifest_json
+        )
         log.info(
             "checkpoint v%d written: %d files, %d bytes at %s",
-            version,
-            len(entries),
+            manifest.version,
+            len(manifest.files),
             manifest.total_size,
-            self.uri(version),
+            self.uri(manifest.version),
         )
         return manifest
 

@@ -417,6 +417,7 @@ def _trainer_kill(point: str) -> Fault:
 
 TRAINER_KILL_POINTS = (
     "trainer.after_step",
+    "checkpoint.upload",  # a version going up on the writer's thread, the trainer going on
     "checkpoint.before_manifest",
     "trainer.before_announce",
 )

@@ -3,7 +3,10 @@ when versions are published in bf16: the float32 master copy rides along); one w
 the weights and the LR schedule but restarts AdamW; the KL reference stays the base model;
 explorers' downloads leave the training state out. The training state is a part of the version
 written in the background: a restart from a version whose part never completed resumes without
-it and says so, and a failure of the background write surfaces at the next write."""
+it and says so, and a failure of the background write surfaces at the next write. A version's
+files go up in the background too (`begin`, then `land`): what it holds is the engine's state at
+`begin`, however far training has gone when it lands, and a commit that failed lands again from
+the same files."""
 
 from __future__ import annotations
 
@@ -78,8 +81,9 @@ def test_the_state_written_is_the_versions_even_when_training_goes_on_first(
     train(first, range(2))
     writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
     held = threading.Event()
+    writer.begin(first, 2, 0, OFFSETS, final=True)  # the state is taken here
     writer._background.submit(held.wait, 30)  # the state's write queues behind this
-    writer.write(first, 2, 0, OFFSETS, final=True)
+    writer.land()
     train(first, range(2, 5))  # AdamW's moments and step change in place meanwhile
     held.set()
     writer.close()
@@ -90,6 +94,66 @@ def test_the_state_written_is_the_versions_even_when_training_goes_on_first(
     train(resumed, range(2, 4))
     expect, got = weights(straight), weights(resumed)
     assert all(torch.equal(expect[k], got[k]) for k in expect)
+
+
+def test_a_version_holds_the_weights_it_began_with_while_training_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The upload runs on the background thread while the trainer trains the next steps: the
+    weights it sends must be a copy taken at `begin` (the float32 engine's export would
+    otherwise be its live parameters)."""
+    first = engine()
+    train(first, range(2))
+    at_two = weights(first)
+    writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
+    held = threading.Event()
+    writer._background.submit(held.wait, 30)  # the upload queues behind this
+    writer.begin(first, 2, 0, OFFSETS, final=False)
+    assert writer.pending == 2 and not writer.uploaded()
+    train(first, range(2, 5))  # the parameters change in place meanwhile
+    assert not torch.equal(weights(first)["lm_head.weight"], at_two["lm_head.weight"])
+    held.set()
+    manifest = writer.land()
+    writer.close()
+    assert (manifest.version, writer.pending) == (2, None)
+
+    resumed = engine()
+    assert TrainerCheckpointer(store(tmp_path), save_interval=100).restore(resumed)[0] == 2
+    got = weights(resumed)
+    assert all(torch.equal(at_two[k], got[k]) for k in at_two)
+
+
+def test_a_commit_that_failed_lands_again_from_the_same_files(tmp_path: Path) -> None:
+    """`before_commit` failing (the announcement's transaction, in an outage) leaves the
+    version pending; landing it again commits the files uploaded at `begin`, not the engine's
+    weights of now, and versions land in order."""
+    first = engine()
+    train(first, range(2))
+    at_two = weights(first)
+    checkpoints = store(tmp_path)
+    writer = TrainerCheckpointer(checkpoints, save_interval=100)
+    writer.begin(first, 2, 0, OFFSETS, final=False)
+
+    def outage(manifest: object) -> None:
+        raise CheckpointError("the announcement failed")
+
+    with pytest.raises(CheckpointError, match="announcement failed"):
+        writer.land(before_commit=outage)
+    assert writer.pending == 2 and not checkpoints.has_manifest(2)
+    train(first, range(2, 4))
+    with pytest.raises(CheckpointError, match="v2 is not landed"):
+        writer.begin(first, 4, 2, OFFSETS, final=False)
+    uploaded = [o.key for o in checkpoints.store.list(checkpoints.version_prefix(2))]
+    writer.land()
+    writer.write(first, 4, 2, OFFSETS, final=False)
+    writer.close()
+    # the second try uploaded nothing: the version's objects are those of the first
+    listed = [o.key for o in checkpoints.store.list(checkpoints.version_prefix(2))]
+    assert sorted(listed) == sorted([*uploaded, checkpoints.version_prefix(2) + "manifest.json"])
+    _, files = checkpoints.read_files(2)
+    got = tensors_of_files({"model.safetensors": files["model.safetensors"]}, "v2")
+    assert all(torch.equal(at_two[k], got[k]) for k in got)
+    assert checkpoints.latest_version() == 4
 
 
 def test_version_without_training_state_restarts_adamw_but_not_the_schedule(
