@@ -33,13 +33,16 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 OFFSETS = [("bench.experiences", 0, 1)]
 JOIN_TIMEOUT_S = 300.0
+# the explorer side's lines for the trainer side start with this; anything else on its stdout
+# (vLLM logs there) is passed on to stderr
+PROTOCOL = "@bench "
 
 
 def digest(tensors: dict[str, Any]) -> str:
@@ -50,6 +53,15 @@ def digest(tensors: dict[str, Any]) -> str:
         h.update(name.encode())
         h.update(tensors[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
+
+
+def protocol_line(stream: IO[str]) -> str:
+    """The explorer side's next line for the trainer side ("" once it has ended)."""
+    for line in stream:
+        if line.startswith(PROTOCOL):
+            return line[len(PROTOCOL) :].strip()
+        sys.stderr.write(line)
+    return ""
 
 
 def explorer(args: argparse.Namespace) -> None:
@@ -71,7 +83,7 @@ def explorer(args: argparse.Namespace) -> None:
     engine = create_rollout_engine(args.engine, RolloutEngineConfig(model=spec, options=options))
     member = WeightGroupMember(args.address, 60.0, "bench-explorer", device=spec.device)
     checkpoints = CheckpointStore(open_object_store(args.uri), "bench", args.run)
-    print("ready", flush=True)
+    print(f"{PROTOCOL}ready", flush=True)
     for version in range(1, args.total + 1):
         row: dict[str, Any] = {"version": version}
         received = None
@@ -101,7 +113,7 @@ def explorer(args: argparse.Namespace) -> None:
             stored = tensors_of_files(files, checkpoints.uri(version))
             if digest(stored) != digest(received):
                 raise SystemExit(f"v{version}: the weights from the group differ from the store's")
-        print(json.dumps(row), flush=True)
+        print(PROTOCOL + json.dumps(row), flush=True)
     member.close()
 
 
@@ -153,7 +165,7 @@ def trainer(args: argparse.Namespace) -> None:
     assert child.stdout is not None
     rows: list[dict[str, Any]] = []
     try:
-        if child.stdout.readline().strip() != "ready":
+        if protocol_line(child.stdout) != "ready":
             raise SystemExit("the explorer side did not start")
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         warm = engine.export_weights(rounded)
@@ -171,7 +183,7 @@ def trainer(args: argparse.Namespace) -> None:
                 engine, version, version - 1, OFFSETS, final=False
             )
             written = time.time()
-            line = child.stdout.readline()
+            line = protocol_line(child.stdout)
             if not line:
                 raise SystemExit(f"the explorer side ended before version {version}")
             got = json.loads(line)
