@@ -19,7 +19,7 @@ the first; everything it writes goes inside a transaction. A publish runs in thi
 
 So a store slower than a step costs the trainer nothing while batches are ready (fully_async);
 an explorer that waits for each version (`fixed`) finds the trainer waiting too, and the version
-lands as soon as its files are up. Kafka is used from this thread only.
+lands as soon as its files are up. The trainer's producer is used from this thread only.
 
 A fenced trainer fails at the flush (or at any step's metrics transaction before it), before
 its manifest exists; a manifest another writer created first voids this one's version and
@@ -695,7 +695,7 @@ class TrainerLoop:
             publishing.span.end()
             self.publishing = None
         if self.keep_checkpoints:
-            self.checkpoints.store.prune(self.keep_checkpoints, self.versions_in_use)
+            self.checkpoints.prune_behind(self.keep_checkpoints, self.versions_in_use)
         self.last_published, self.sync_requested = step, False
         self.summary.published_versions.append(step)
         log.info(

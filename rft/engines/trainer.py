@@ -43,7 +43,7 @@ from rft.engines.critic import Critic
 from rft.engines.logprobs import token_logprobs
 from rft.engines.lora import LoraSpec
 from rft.engines.micro_batches import micro_batches
-from rft.engines.state_snapshot import cpu_snapshot
+from rft.engines.state_snapshot import cpu_snapshot, host_tensors
 from rft.engines.weights import (
     export_state_dict,
     export_state_dict_names,
@@ -940,12 +940,9 @@ class TorchTrainerEngine:
         self, dtype: torch.dtype | None = None, *, owned: bool = False
     ) -> dict[str, torch.Tensor]:
         state = self.model.state_dict()
-        return {
-            name: state[name]
-            .detach()
-            .to(device="cpu", dtype=dtype or state[name].dtype, copy=owned)
-            for name in export_state_dict_names(state)
-        }
+        return host_tensors(
+            {name: state[name] for name in export_state_dict_names(state)}, dtype, owned=owned
+        )
 
     def save_hf(
         self, directory: str | Path, dtype: torch.dtype | None = None, *, weights: bool = True
