@@ -33,6 +33,7 @@ from rft.events.models import Experience, WeightVersion
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
 from rft.events.writer import EventWriter
+from rft.fault_points import ENV as FAULT_ENV
 from rft.producers.task_publisher import TaskPublisher, load_run_tasksets, publish_tasksets
 from rft.stack.local_stack import LocalStack
 from rft.storage import CheckpointStore, S3ObjectStore
@@ -44,6 +45,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.slow]
 
 STEPS = 6
 OUTAGE_S = 20.0  # well inside outage_timeout, and long enough for every client to notice
+IN_STEP_PAUSE_S = 8.0  # longer than stopping the broker takes
 
 
 def outage_lines(log: str, service: str, address: str) -> tuple[int, int]:
@@ -58,11 +60,15 @@ def summary_of(log: str) -> dict:
     return json.loads([line for line in log.splitlines() if line.startswith("{")][-1])
 
 
-def start(verb: str, config: Path, log: Path, *overrides: str) -> subprocess.Popen:
+def start(verb: str, config: Path, log: Path, *overrides: str, pause: str = "") -> subprocess.Popen:
+    """`rft VERB` logging to `log`; `pause`: its RFT_FAULT_PAUSE (rft.fault_points)."""
     argv = [sys.executable, "-m", "rft.cli.main", verb, "--config", str(config)]
     for item in overrides:
         argv += ["--override", item]
-    return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True)
+    env = {**os.environ, FAULT_ENV: pause} if pause else None
+    return subprocess.Popen(
+        argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, env=env
+    )
 
 
 def wait_for_line(log: Path, pattern: str, procs: list[subprocess.Popen], timeout_s: float) -> None:
@@ -109,11 +115,20 @@ def test_kafka_outage_mid_run_is_ridden_out_with_nothing_lost_or_trained_twice(
     config, cfg, plan = published_run(stack, unique, tmp_path, outage_timeout=240)
     logs = {name: tmp_path / f"{name}.log" for name in ("trainer", "explorer")}
     trainer = start("train", config, logs["trainer"])
-    explorer = start("explore", config, logs["explorer"])
+    # each explorer step waits inside its transaction, so that the outage below begins while
+    # one is open: an explorer idle between steps (waiting for a version) would ride it out
+    # without a call that fails, and log no outage
+    explorer = start(
+        "explore", config, logs["explorer"], pause=f"explorer.in_transaction:{IN_STEP_PAUSE_S:g}"
+    )
     procs = [trainer, explorer]
     try:
         # mid-run: a version announced and loaded, steps still to come on both sides
         wait_for_line(logs["trainer"], r"published weight version 2\b", procs, 400)
+        # the explorer's step 3 (on version 2) holds its transaction open
+        wait_for_line(
+            logs["explorer"], r"(?s)(rft fault point explorer\.in_transaction.*){3}", procs, 120
+        )
         private_stack.down(["kafka"])
         time.sleep(OUTAGE_S)
         assert all(p.poll() is None for p in procs), "a component gave up inside the window"
@@ -163,6 +178,7 @@ from pathlib import Path
 from rft.config.connections import KafkaSettings, ObjectStoreSettings
 from rft.events.models import ManifestEntry, WeightVersion
 from rft.events.writer import EventWriter
+from rft.fault_points import ENV as FAULT_ENV
 from rft.storage import CheckpointStore, S3ObjectStore
 bootstrap, endpoint, bucket, prefix, src, topic, timeout = sys.argv[1:8]
 settings = ObjectStoreSettings(endpoint=endpoint, bucket=bucket, outage_timeout=float(timeout))
