@@ -608,7 +608,8 @@ class TorchTrainerEngine:
     def train_step(
         self, batch: TrainBatch, loss_fn: LossFn, advantages: Advantages | None = None
     ) -> dict[str, float]:
-        """One optimizer step over `batch`; returns loss, grad_norm, lr and the loss's metrics.
+        """One optimizer step over `batch`; returns loss, grad_norm, lr and the loss's metrics
+        (on a GPU also `gpu_peak_gib`, the step's peak of memory torch allocated there).
 
         With `advantages` (the algorithm's), the advantages come first from the batch's rewards
         (`fill_advantages`: the reference pass, when a reward KL penalty needs it, runs here).
@@ -619,6 +620,9 @@ class TorchTrainerEngine:
         batch.validate()
         if len(batch) == 0:
             raise EngineError("train_step needs at least one sequence")
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(self.device)
         values = (
             {}
             if advantages is None
@@ -645,6 +649,8 @@ class TorchTrainerEngine:
         grad_norm, skipped = self._apply_gradients()
         if batch.critic_targets is not None:
             values |= self._critic_update(batch, batch.critic_targets)
+        if on_gpu:  # the step's peak of what torch allocated on the trainer's GPU
+            values["gpu_peak_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         return {
             **values,
             **sums,

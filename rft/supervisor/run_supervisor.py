@@ -42,6 +42,7 @@ class RunSummary:
     eval_accuracy: dict[int, float] = field(default_factory=dict)  # explorer step -> accuracy
     rollout_tokens_per_s: list[float] = field(default_factory=list)
     train_step_s: list[float] = field(default_factory=list)
+    trainer_gpu_peak_gib: float = 0.0  # the largest step's peak on the trainer's GPU (0: none)
     peak_rss_bytes: int = 0
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # components that ended the run badly
@@ -73,7 +74,12 @@ class RunSummary:
             )
         if self.train_step_s:
             out.append(f"trainer step time: median {statistics.median(self.train_step_s):.1f} s")
-        out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB")
+        if self.trainer_gpu_peak_gib:
+            out.append(
+                f"trainer GPU memory: peak {self.trainer_gpu_peak_gib:.2f} GiB allocated by torch "
+                "(its largest step)"
+            )
+        out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB (host)")
         out.extend(self.endings)
         if self.traces:
             out.append(f"traces: {self.traces}")
@@ -98,6 +104,7 @@ class RunSummaryTracker:
         elif metric.component == "trainer" and "step_time_s" in v:
             s.trainer_steps = max(s.trainer_steps, metric.step)
             s.train_step_s.append(v["step_time_s"])
+            s.trainer_gpu_peak_gib = max(s.trainer_gpu_peak_gib, v.get("gpu_peak_gib", 0.0))
 
     def close(self) -> None:
         pass

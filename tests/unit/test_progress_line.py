@@ -98,3 +98,14 @@ def test_off_a_terminal_a_plain_line_is_printed_once_per_step() -> None:
     assert log.getvalue().splitlines() == [
         "rft run: step 1/4 (explorer 1, trainer 1) | ETA ? | reward 0.500 | eval accuracy -"
     ]
+
+
+def test_the_summary_gives_the_trainers_largest_gpu_peak_only_when_it_reported_one() -> None:
+    on_cpu = RunSummaryTracker(RunSummary())
+    on_cpu.write(trainer(1))
+    assert not any("GPU" in line for line in on_cpu.summary.lines())
+    on_gpu = RunSummaryTracker(RunSummary())
+    for step, peak in ((1, 31.5), (2, 40.25), (3, 38.0)):
+        on_gpu.write(Metric("trainer", "r", step, {"step_time_s": 4.0, "gpu_peak_gib": peak}))
+    lines = on_gpu.summary.lines()
+    assert "trainer GPU memory: peak 40.25 GiB allocated by torch (its largest step)" in lines
