@@ -60,13 +60,9 @@ def host_tensors(
         cast = dtype is not None and value.dtype != dtype
         if cast:
             value = value.to(dtype)
-        if value.device.type == "cuda":
-            devices.add(value.device)
-            out[name] = value.to("cpu", non_blocking=True)
-        elif value.device.type == "cpu":
-            out[name] = value.clone() if owned and not cast else value
-        else:
-            out[name] = value.to("cpu", copy=owned)
+        on_cpu = value.device.type == "cpu"
+        # the copy cpu_snapshot makes, except of a CPU tensor that is fresh or may be borrowed
+        out[name] = value if on_cpu and (cast or not owned) else _copy(value, devices)
     for device in devices:
         torch.cuda.synchronize(device)
     return out
