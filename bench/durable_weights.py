@@ -7,8 +7,9 @@ version (the weights durable and verified-to-be: sha256 per file, manifest creat
 explorer side's `load_version` (rft.consumers.explorer.weight_follower) fetches it, verifies
 every file and loads it into a running hf rollout engine. Timed per version from the start of
 the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
-ceiling, measured in the same process right after each version: the version's weights file
-through the same store without rft, `put_file` + `get_file` (a file to a file). A version that
+ceiling, measured in the same process right after each version: the version's weights bytes
+through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
+as `--raw-files` pieces moved at once; the ratio is against the faster of the two. A version that
 carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
 until its weights are announceable, and until its training state is durable as well.
 
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,7 @@ def worker(args: argparse.Namespace) -> None:
                 for p in trainer.model.parameters():
                     p.add_(torch.randn_like(p) * 1e-4)
             with_state = version > args.versions + 1  # the last ones carry the training state
+            os.sync()  # each timed copy starts with no earlier copy's writeback still pending
             started = time.perf_counter()
             manifest = checkpointer.write(trainer, version, version - 1, OFFSETS, final=with_state)
             published = time.perf_counter()
@@ -111,15 +114,22 @@ def worker(args: argparse.Namespace) -> None:
             loaded = time.perf_counter()
             if version == 1:
                 continue  # warm-up: lazy imports, the allocator, the store's connections
-            weights = sum(f.size for f in manifest.files if f.name.endswith(".safetensors"))
-            row: dict[str, Any] = {"version": version, "bytes": weights, "state": with_state}
+            shards = [f for f in manifest.files if f.name.endswith(".safetensors")]
+            weights = sum(f.size for f in shards)
+            row: dict[str, Any] = {
+                "version": version,
+                "bytes": weights,
+                "files": len(shards),
+                "state": with_state,
+            }
             if with_state:
                 row["published"] = published - started
                 row["state_durable"] = state_durable - started
             else:
                 row["published"] = published - started
                 row["loaded"] = loaded - started
-                row["raw"] = _raw_copy(objects, trainer, scratch)
+                row["raw"] = _raw_copy(objects, trainer, scratch, 1)
+                row["raw_parallel"] = _raw_copy(objects, trainer, scratch, args.raw_files)
                 got = explorer.model.state_dict()
                 want = trainer.model.state_dict()
                 if not all(torch.equal(got[k], want[k]) for k in want):
@@ -134,17 +144,32 @@ def worker(args: argparse.Namespace) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _raw_copy(objects: Any, trainer: Any, scratch: Path) -> float:
-    """The weights file through the same store, without rft: put_file + get_file."""
+def _raw_copy(objects: Any, trainer: Any, scratch: Path, files: int) -> float:
+    """The weights' bytes through the same store, without rft: put_file + get_file of each of
+    `files` local files (the weights file cut in as many pieces), all at once when several."""
     local = scratch / "raw" / "model.safetensors"
     local.parent.mkdir(parents=True, exist_ok=True)
     trainer.save_weights(local)  # untimed: the bytes are on the disk before the copy starts
-    key = f"raw/{uuid.uuid4().hex}/model.safetensors"
+    data = local.read_bytes()
+    step = -(-len(data) // files)
+    pieces = []
+    for k in range(files):
+        piece = local.parent / f"piece-{k}"
+        piece.write_bytes(data[k * step : (k + 1) * step])
+        pieces.append((piece, f"raw/{uuid.uuid4().hex}/piece-{k}", local.parent / f"copy-{k}"))
+    del data
+    os.sync()
+
+    def copy(item: tuple[Path, str, Path]) -> None:
+        objects.put_file(item[1], item[0])
+        objects.get_file(item[1], item[2])
+
     started = time.perf_counter()
-    objects.put_file(key, local)
-    objects.get_file(key, scratch / "raw" / "copy.safetensors")
+    with ThreadPoolExecutor(files) as pool:
+        list(pool.map(copy, pieces))
     took = time.perf_counter() - started
-    objects.delete(key)
+    for _, key, _ in pieces:
+        objects.delete(key)
     shutil.rmtree(local.parent)
     return took
 
@@ -163,7 +188,7 @@ def driver(args: argparse.Namespace) -> None:
                     done = subprocess.run(
                         [sys.executable, str(Path(__file__).resolve()), "--root", str(root)]
                         + ["--model", model, "--store", store, "--versions", str(args.versions)]
-                        + ["--threads", str(args.threads)]
+                        + ["--threads", str(args.threads), "--raw-files", str(args.raw_files)]
                         + ["--device", args.device, "--dtype", args.dtype],
                         cwd=root,
                         # the checkout first; what the environment adds (a GPU machine's wheels)
@@ -182,7 +207,7 @@ def driver(args: argparse.Namespace) -> None:
                     got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
                     rows.setdefault((model, store, root), []).extend(got)
                     ratios = " / ".join(
-                        f"{r['loaded'] / r['raw']:.2f}" for r in got if not r["state"]
+                        f"{r['loaded'] / _ceiling(r):.2f}" for r in got if not r["state"]
                     )
                     name = label.get(str(root), root.name)
                     print(
@@ -194,11 +219,11 @@ def driver(args: argparse.Namespace) -> None:
         f"(torch threads {args.threads}), seconds from the start of the publish\n"
     )
     print(
-        "| model | store | checkout | weights MiB | published | loaded in the explorer "
-        "| raw copy (put + get) | loaded / raw | with training state: announceable "
-        "| … state durable too |"
+        "| model | store | checkout | weights MiB (files) | published | loaded in the explorer "
+        f"| raw copy, 1 file | raw copy, {args.raw_files} files at once | loaded / faster raw "
+        "| with training state: announceable | … state durable too |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (model, store, root), got in rows.items():
         plain = [r for r in got if not r["state"]]
         state = [r for r in got if r["state"]]
@@ -208,11 +233,18 @@ def driver(args: argparse.Namespace) -> None:
 
         print(
             f"| {model} | {store} | {label.get(str(root), root.name)} "
-            f"| {plain[0]['bytes'] / 2**20:.0f} | {med('published', plain):.2f} "
+            f"| {plain[0]['bytes'] / 2**20:.0f} ({plain[0].get('files', 1)}) "
+            f"| {med('published', plain):.2f} "
             f"| {med('loaded', plain):.2f} | {med('raw', plain):.2f} "
-            f"| {statistics.median(r['loaded'] / r['raw'] for r in plain):.2f}× "
+            f"| {med('raw_parallel', plain):.2f} "
+            f"| {statistics.median(r['loaded'] / _ceiling(r) for r in plain):.2f}× "
             f"| {med('published', state):.2f} | {med('state_durable', state):.2f} |"
         )
+
+
+def _ceiling(row: dict[str, Any]) -> float:
+    """The raw copy to measure against: the faster of one file and several at once."""
+    return float(min(row["raw"], row["raw_parallel"]))
 
 
 def main() -> None:
@@ -224,6 +256,9 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--raw-files", type=int, default=8, help="the parallel raw copy's number of files"
+    )
     parser.add_argument("--device", default="cpu", help="trainer's and explorer's (cuda on a GPU)")
     parser.add_argument("--dtype", default="float32", help="of both engines' weights")
     parser.add_argument(

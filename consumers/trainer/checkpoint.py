@@ -2,7 +2,8 @@
 
 Every published version holds the weights in HF layout, in the dtype explorers roll out with
 (bf16 on a GPU: half the bytes of the trainer's float32 master copy), streamed from the
-engine's tensors to the store (no local file; sha256 taken as they go), and the sampler's state
+engine's tensors to the store (no local file; sha256 taken as they go; past 128 MiB cut into
+HF shards that move and hash several at once), and the sampler's state
 (`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
 counters), so a restarted trainer's batches continue too. Its manifest is created, and the
 version announced, as soon as these are durable. With a weight-sync group (`sync_method: nccl`)
@@ -58,7 +59,9 @@ from rft.engines.trainer import TrainerEngine
 from rft.engines.weights import (
     ADAPTER_SAFETENSORS,
     SAFETENSORS,
+    SHARD_BYTES,
     SafetensorsPayload,
+    safetensors_payloads,
     tensors_of_files,
 )
 from rft.errors import CheckpointError
@@ -94,11 +97,6 @@ def critic_of(engine: TrainerEngine) -> Critic | None:
     """The critic an engine trains beside its policy, if any (engines without one have none)."""
     critic: Critic | None = getattr(engine, "critic", None)
     return critic
-
-
-def _weights_file(form: Mapping[str, str]) -> str:
-    """Where a version's weights go: peft's file name for an adapter, else the model's."""
-    return ADAPTER_SAFETENSORS if form else SAFETENSORS
 
 
 def _check_form(engine: TrainerEngine, manifest: CheckpointManifest, source: str) -> None:
@@ -159,10 +157,13 @@ class TrainerCheckpointer:
         save_interval: int,
         weights_dtype: torch.dtype | None = None,
         fast: WeightGroupHost | None = None,
+        shard_bytes: int = SHARD_BYTES,
     ) -> None:
         self.store = store
         self.save_interval = save_interval
         self.weights_dtype = weights_dtype
+        # weights past twice this go up as HF shards, moved and hashed several at once
+        self.shard_bytes = shard_bytes
         # the weight-sync group (sync_method: nccl): each version goes to it before the store
         self.fast = fast
         self._token: tuple[int, int] | None = None  # (version, its token) sent last
@@ -217,9 +218,11 @@ class TrainerCheckpointer:
         weights = engine.export_weights(self.weights_dtype, owned=True)
         if self.fast is not None:
             extra[FAST_TOKEN] = str(self._send_fast(step, weights))
-        payloads: dict[str, Payload] = {
-            _weights_file(form): SafetensorsPayload(weights, _SAFETENSORS_METADATA)
-        }
+        payloads: dict[str, Payload] = (
+            {ADAPTER_SAFETENSORS: SafetensorsPayload(weights, _SAFETENSORS_METADATA)}
+            if form  # an adapter: megabytes, one file
+            else dict(safetensors_payloads(weights, _SAFETENSORS_METADATA, self.shard_bytes))
+        )
         critic = critic_of(engine)
         if critic is not None:
             # every version: a resume from any version continues with the critic it trained
@@ -380,9 +383,10 @@ class TrainerCheckpointer:
             files[_CRITIC_OPTIMIZER_FILE] = _TorchObject(critic.training_state())
             extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
-            files[f"{_MASTER_DIR}/{SAFETENSORS}"] = SafetensorsPayload(
-                engine.export_weights(owned=True), _SAFETENSORS_METADATA
+            master = safetensors_payloads(
+                engine.export_weights(owned=True), _SAFETENSORS_METADATA, self.shard_bytes
             )
+            files.update({f"{_MASTER_DIR}/{name}": payload for name, payload in master.items()})
             extra["master_weights"] = _MASTER_DIR
         return files, extra
 

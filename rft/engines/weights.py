@@ -5,8 +5,10 @@ input embedding); `load_weights_into` copies tensors in place, so ties and the o
 references to parameters survive; `read_safetensors_dir` reads an HF directory's weights.
 
 Weights also travel as safetensors bytes without a file: `SafetensorsPayload` streams tensors
-as one safetensors file straight from their memory (nothing serialized ahead), and
-`tensors_from_safetensors` views a downloaded buffer's tensors in place (no copy, no disk).
+as one safetensors file straight from their memory (nothing serialized ahead),
+`safetensors_payloads` cuts a version's weights into HF-style shards that move and hash in
+parallel, and `tensors_of_files` views a downloaded version's tensors in place (no copy, no
+disk).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, BinaryIO, cast
 import torch
 
 from rft.errors import EngineError
+from rft.storage.payload import BytesPayload
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -40,6 +43,57 @@ _CODES: dict[torch.dtype, str] = {
     torch.bool: "BOOL",
 }
 _DTYPES = {code: dtype for dtype, code in _CODES.items()}
+
+
+#: A version's weights are cut into shards of at least this many bytes (HF's sharded layout:
+#: model-0000k-of-0000n.safetensors and an index), at most _MAX_SHARDS of them: the store
+#: moves and hashes a version's files several at once, so each shard is a core's worth of
+#: sha256 on both sides (a single file is one serial digest, about 0.15 s per 257 MiB).
+SHARD_BYTES = 64 << 20
+_MAX_SHARDS = 16
+
+
+def shard_names(
+    tensors: Mapping[str, torch.Tensor], shard_bytes: int = SHARD_BYTES
+) -> list[list[str]]:
+    """The tensors' names cut into consecutive groups (in name order) of about equal bytes:
+    one group under `2 * shard_bytes`, else up to _MAX_SHARDS. A tensor is never split."""
+    names = sorted(tensors)
+    sizes = [tensors[n].numel() * tensors[n].element_size() for n in names]
+    total = sum(sizes)
+    count = max(1, min(_MAX_SHARDS, total // max(shard_bytes, 1), len(names)))
+    groups: list[list[str]] = [[]]
+    done = 0
+    for name, size in zip(names, sizes, strict=True):
+        # a new group starts once this one holds its share of the bytes
+        if groups[-1] and len(groups) < count and done >= total * len(groups) / count:
+            groups.append([])
+        groups[-1].append(name)
+        done += size
+    return groups
+
+
+def safetensors_payloads(
+    tensors: Mapping[str, torch.Tensor],
+    metadata: Mapping[str, str] | None = None,
+    shard_bytes: int = SHARD_BYTES,
+) -> dict[str, SafetensorsPayload | BytesPayload]:
+    """`tensors` (on CPU) as a version's weight files, streamed from their memory: one
+    model.safetensors, or shards and model.safetensors.index.json (HF's names, so a downloaded
+    version is an HF directory). `tensors_of_files` reads either."""
+    groups = shard_names(tensors, shard_bytes)
+    if len(groups) == 1:
+        return {SAFETENSORS: SafetensorsPayload(tensors, metadata)}
+    files: dict[str, SafetensorsPayload | BytesPayload] = {}
+    weight_map: dict[str, str] = {}
+    for k, group in enumerate(groups, start=1):
+        shard = f"model-{k:05d}-of-{len(groups):05d}.safetensors"
+        files[shard] = SafetensorsPayload({n: tensors[n] for n in group}, metadata)
+        weight_map.update(dict.fromkeys(group, shard))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    files[SAFETENSORS_INDEX] = BytesPayload(json.dumps(index, sort_keys=True).encode())
+    return files
 
 
 class SafetensorsPayload:

@@ -21,10 +21,11 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from rft.errors import CheckpointError, FencedError, StorageError
 from rft.fault_points import fault_point
@@ -62,6 +63,31 @@ OffsetLike = ConsumedOffset | tuple[str, int, int]
 
 # manifest.extra key naming the directory, under the version prefix, that holds its files
 OBJECT_DIR_KEY = "object_dir"
+
+#: How many of a version's files move at once. Each file's sha256 is one serial pass, so a
+#: version cut into several files (rft.engines.weights.safetensors_payloads) is hashed on as
+#: many cores on both sides, and its transfers overlap.
+TRANSFER_THREADS = 8
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _each_at_once(
+    work: Callable[[_Item], _Result], items: Sequence[_Item], what: str
+) -> list[_Result]:
+    """`work` on every item, up to TRANSFER_THREADS at once; results in the items' order. The
+    first failure (in that order) is raised once every transfer has stopped, so no thread is
+    still writing when the caller cleans up."""
+    if len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(min(len(items), TRANSFER_THREADS), thread_name_prefix=what) as pool:
+        futures = [pool.submit(work, item) for item in items]
+        errors = [future.exception() for future in futures]
+    for error in errors:
+        if error is not None:
+            raise error
+    return [future.result() for future in futures]
 
 
 class VersionTakenError(CheckpointError, FencedError):
@@ -186,10 +212,13 @@ class CheckpointStore:
         # Each write puts its files under a directory of its own: a writer fenced mid-upload that
         # goes on uploading cannot overwrite the files of the version another writer committed.
         object_dir = secrets.token_hex(6)
-        entries = [
-            self._upload(version, name, source, self.object_key(version, name, object_dir))
-            for name, source in files.items()
-        ]
+        entries = _each_at_once(
+            lambda item: self._upload(
+                version, item[0], item[1], self.object_key(version, item[0], object_dir)
+            ),
+            list(files.items()),
+            "checkpoint-put",
+        )
         manifest = CheckpointManifest(
             version=version,
             train_step=train_step,
@@ -289,10 +318,13 @@ class CheckpointStore:
         version does not before its manifest."""
         manifest = self.read_manifest(version)
         object_dir = secrets.token_hex(6)
-        entries = [
-            self._upload(version, name, source, self.object_key(version, name, object_dir))
-            for name, source in _sources(None, payloads).items()
-        ]
+        entries = _each_at_once(
+            lambda item: self._upload(
+                version, item[0], item[1], self.object_key(version, item[0], object_dir)
+            ),
+            list(_sources(None, payloads).items()),
+            "checkpoint-put",
+        )
         listing = dataclasses.replace(
             manifest,
             created_at=int(time.time() * 1000),
@@ -405,41 +437,45 @@ class CheckpointStore:
     def _fetch(
         self, manifest: CheckpointManifest, files: Iterable[ManifestFile]
     ) -> dict[str, memoryview]:
+        wanted = list(files)
+        fetched = _each_at_once(
+            lambda entry: self._fetch_file(manifest, entry), wanted, "checkpoint-get"
+        )
+        return {entry.name: data for entry, data in zip(wanted, fetched, strict=True)}
+
+    def _fetch_file(self, manifest: CheckpointManifest, entry: ManifestFile) -> memoryview:
+        """One file into memory, hashed as it lands and checked against the manifest."""
         version, object_dir = manifest.version, manifest.extra.get(OBJECT_DIR_KEY)
-        out: dict[str, memoryview] = {}
-        for entry in files:
-            uri = self.store.uri(self.object_key(version, entry.name, object_dir))
-            digest = Sha256Sink()
-            try:
-                data = self.store.get_into(
-                    self.object_key(version, entry.name, object_dir), entry.size, digest
-                )
-            except ObjectNotFoundError as exc:
-                digest.close()
-                raise CheckpointError(
-                    f"checkpoint v{version}: file {entry.name!r} listed in the manifest is "
-                    f"missing at {uri}"
-                ) from exc
-            except ObjectSizeError as exc:
-                digest.close()
-                raise CheckpointError(
-                    f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: "
-                    f"expected {exc.expected} bytes, got {exc.held}"
-                ) from exc
-            except StorageError as exc:
-                digest.close()
-                raise CheckpointError(
-                    f"checkpoint v{version}: download of file {entry.name!r} from {uri} "
-                    f"failed: {exc}"
-                ) from exc
-            actual = digest.hexdigest()
-            if actual != entry.sha256:
-                raise CheckpointError(
-                    f"checkpoint v{version}: file {entry.name!r} at {uri} is corrupt: "
-                    f"expected sha256 {entry.sha256}, got {actual}"
-                )
-            out[entry.name] = data
-        return out
+        uri = self.store.uri(self.object_key(version, entry.name, object_dir))
+        digest = Sha256Sink()
+        try:
+            data = self.store.get_into(
+                self.object_key(version, entry.name, object_dir), entry.size, digest
+            )
+        except ObjectNotFoundError as exc:
+            digest.close()
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} listed in the manifest is "
+                f"missing at {uri}"
+            ) from exc
+        except ObjectSizeError as exc:
+            digest.close()
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} at {uri} has the wrong size: "
+                f"expected {exc.expected} bytes, got {exc.held}"
+            ) from exc
+        except StorageError as exc:
+            digest.close()
+            raise CheckpointError(
+                f"checkpoint v{version}: download of file {entry.name!r} from {uri} failed: {exc}"
+            ) from exc
+        actual = digest.hexdigest()
+        if actual != entry.sha256:
+            raise CheckpointError(
+                f"checkpoint v{version}: file {entry.name!r} at {uri} is corrupt: "
+                f"expected sha256 {entry.sha256}, got {actual}"
+            )
+        return data
 
     def download(
         self, version: int, dest_dir: Path | str, skip_prefixes: tuple[str, ...] = ()
@@ -462,9 +498,12 @@ class CheckpointStore:
         tmp = dest.with_name(f".{dest.name}.partial-{secrets.token_hex(4)}")
         try:
             tmp.mkdir(parents=True)
-            for entry in manifest.files:
-                if not entry.name.startswith(skip_prefixes):
-                    self._download_file(version, entry, tmp, manifest.extra.get(OBJECT_DIR_KEY))
+            object_dir = manifest.extra.get(OBJECT_DIR_KEY)
+            _each_at_once(
+                lambda entry: self._download_file(version, entry, tmp, object_dir),
+                [f for f in manifest.files if not f.name.startswith(skip_prefixes)],
+                "checkpoint-get",
+            )
             (tmp / MANIFEST_NAME).write_bytes(manifest.to_json())
             if dest.exists():
                 dest.rmdir()

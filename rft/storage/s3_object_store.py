@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, NoReturn, TypeVar, cast
@@ -139,6 +140,7 @@ class S3ObjectStore(ObjectStore):
         self.endpoint, self.secure = _split_endpoint(settings.endpoint, settings.secure)
         self._pool: urllib3.PoolManager | None = None
         self._client: Minio | None = None
+        self._client_lock = threading.Lock()
         self.window = OutageWindow(
             "object store",
             self.endpoint,
@@ -155,22 +157,26 @@ class S3ObjectStore(ObjectStore):
 
     @property
     def client(self) -> Minio:
-        """The SDK client, created on first use."""
-        if self._client is None:
-            self._pool = urllib3.PoolManager(timeout=_TIMEOUT, retries=_RETRIES, maxsize=8)
-            try:
-                self._client = Minio(
-                    self.endpoint,
-                    access_key=self.settings.access_key,
-                    secret_key=self.settings.secret_key,
-                    secure=self.secure,
-                    region=self.settings.region,
-                    http_client=self._pool,
-                )
-            except (ValueError, MinioException) as exc:
-                raise StorageError(
-                    f"invalid S3 endpoint {self.settings.endpoint!r} for {self.base_uri}: {exc}"
-                ) from exc
+        """The SDK client, created on first use (once, though several transfers may ask)."""
+        with self._client_lock:
+            return self._client if self._client is not None else self._create_client()
+
+    def _create_client(self) -> Minio:
+        # a checkpoint moves several files at once, each in _PARALLEL parts
+        self._pool = urllib3.PoolManager(timeout=_TIMEOUT, retries=_RETRIES, maxsize=32)
+        try:
+            self._client = Minio(
+                self.endpoint,
+                access_key=self.settings.access_key,
+                secret_key=self.settings.secret_key,
+                secure=self.secure,
+                region=self.settings.region,
+                http_client=self._pool,
+            )
+        except (ValueError, MinioException) as exc:
+            raise StorageError(
+                f"invalid S3 endpoint {self.settings.endpoint!r} for {self.base_uri}: {exc}"
+            ) from exc
         return self._client
 
     def close(self) -> None:

@@ -55,8 +55,9 @@ def test_a_published_version_loads_into_the_explorer_engine_from_memory(
     assert checkpoints.read_part(1, STATE_PART) is None
 
 
+@pytest.mark.parametrize("shards", [False, True], ids=["one-file", "sharded"])
 def test_training_state_written_behind_the_announcement_resumes_exactly(
-    stack: StackSettings, unique: str
+    stack: StackSettings, unique: str, shards: bool
 ) -> None:
     straight = trainer_engine()
     for step in range(4):
@@ -65,13 +66,23 @@ def test_training_state_written_behind_the_announcement_resumes_exactly(
     objects = S3ObjectStore(stack.object_store, bucket="rft-it", prefix=unique)
     checkpoints = CheckpointStore(objects, "proj", "run")
     first = trainer_engine()
-    writer = TrainerCheckpointer(checkpoints, save_interval=2, weights_dtype=torch.bfloat16)
+    # sharded: the published bf16 weights and the float32 master copy each cut in several
+    # files, moved at once; a resume must put them back together exactly
+    shard_bytes = sum(p.nbytes for p in first.model.parameters()) // 8 if shards else 1 << 40
+    writer = TrainerCheckpointer(
+        checkpoints, save_interval=2, weights_dtype=torch.bfloat16, shard_bytes=shard_bytes
+    )
     for step in range(1, 3):
         first.train_step(_batch(4, seed=step - 1), maximise_logprob)
-        writer.write(first, step, step - 1, OFFSETS, final=False)
+        manifest = writer.write(first, step, step - 1, OFFSETS, final=False)
     writer.close()
     assert checkpoints.read_part(1, STATE_PART) is None  # not due at step 1
-    assert checkpoints.read_part(2, STATE_PART) is not None
+    part = checkpoints.read_part(2, STATE_PART)
+    assert part is not None
+    published = [f.name for f in manifest.files if f.name.endswith(".safetensors")]
+    master = [n for n in part[1] if n.endswith(".safetensors")]
+    assert (len(published) > 1, len(master) > 1) == (shards, shards)
+    assert ("model.safetensors.index.json" in {f.name for f in manifest.files}) == shards
 
     resumed = trainer_engine()
     step, offsets = TrainerCheckpointer(checkpoints, 2, torch.bfloat16).restore(resumed)

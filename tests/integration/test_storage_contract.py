@@ -387,12 +387,15 @@ def test_two_writers_of_one_version_exactly_one_commits(
 def test_manifest_created_by_another_writer_voids_this_write(
     ckpts: CheckpointStore, tmp_path: Path
 ) -> None:
+    once = threading.Lock()  # a version's files go up several at once
+
     class SlowWriter(CheckpointStore):
         """Another writer commits v1 while this one uploads its files."""
 
         def _upload(self, version: int, name: str, source: Payload, key: str) -> ManifestFile:
-            if not ckpts.list_versions():
-                ckpts.write(1, 7, _model_dir(tmp_path, 2, big=10))
+            with once:
+                if not ckpts.list_versions():
+                    ckpts.write(1, 7, _model_dir(tmp_path, 2, big=10))
             return super()._upload(version, name, source, key)
 
     slow = SlowWriter(ckpts.store, "proj", "run")
