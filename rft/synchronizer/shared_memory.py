@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import inspect
 import itertools
 import json
@@ -56,6 +57,12 @@ def _host_identity() -> str:
     """What two processes that can share memory have in common: the host name and its boot."""
     boot = Path("/proc/sys/kernel/random/boot_id")
     return f"{socket.gethostname()}/{boot.read_text().strip() if boot.exists() else ''}"
+
+
+def _file_prefix() -> str:
+    # the host in the name: containers that share /dev/shm but not their process ids never
+    # take each other's live trainer for a dead one
+    return f"{_PREFIX}{hashlib.sha256(_host_identity().encode()).hexdigest()[:8]}-"
 
 
 def _places(layout: Layout) -> tuple[list[tuple[int, int]], int]:
@@ -120,14 +127,15 @@ class _FileShare:
 
     def _sweep(self) -> None:
         """Remove the buffers of trainers that died before they let go of them."""
-        for path in self.folder.glob(f"{_PREFIX}*"):
-            pid = path.name.removeprefix(_PREFIX).split("-", 1)[0]
+        prefix = _file_prefix()
+        for path in self.folder.glob(f"{prefix}*"):
+            pid = path.name.removeprefix(prefix).split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 with contextlib.suppress(OSError):
                     path.unlink()
 
     def allocate(self, nbytes: int, device: torch.device) -> _Buffer:
-        name = f"{_PREFIX}{os.getpid()}-{next(_shares)}-{secrets.token_hex(4)}"
+        name = f"{_file_prefix()}{os.getpid()}-{next(_shares)}-{secrets.token_hex(4)}"
         return _FileBuffer(self.folder / name, nbytes)
 
     def open(self, handle: str, nbytes: int) -> torch.Tensor:
