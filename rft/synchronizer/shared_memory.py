@@ -53,6 +53,10 @@ _PREFIX = "rft-weights-"
 _shares = itertools.count(1)
 
 
+def _left(member: str) -> str:
+    return f"left/{member}"
+
+
 def _host_identity() -> str:
     """What two processes that can share memory have in common: the host name and its boot."""
     boot = Path("/proc/sys/kernel/random/boot_id")
@@ -305,6 +309,8 @@ class _Sender:
                     else:
                         log.warning("explorer %s: %s", member, answer.decode(errors="replace"))
                     del waiting[member]
+                elif self.store.check([_left(member)]):
+                    del waiting[member]  # its explorer ended: no acknowledgement will come
             if waiting and time.monotonic() > deadline:
                 break
             if waiting:
@@ -331,6 +337,9 @@ class _Receiver:
             raise RuntimeError(f"could not read the shared weights: {exc}") from exc
         self.store.set(ack, _OK)
         return tensors
+
+    def leave(self) -> None:
+        self.store.set(_left(self.member_id), "1")
 
     def _copy(self, body: dict[str, Any], layout: Layout) -> dict[str, torch.Tensor]:
         """The version in tensors of this member's own; the trainer's buffer, and every view of

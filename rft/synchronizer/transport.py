@@ -101,6 +101,10 @@ class Receiver(Protocol):
         whole."""
         ...
 
+    def leave(self) -> None:
+        """This member stops following (its explorer ends): the trainer need not wait for it."""
+        ...
+
 
 class WeightTransport(Protocol):
     """One way for versions to travel in the group; its `describe` is stored at the

@@ -389,6 +389,8 @@ class WeightGroupMember:
             # polled, not waited on: a wait that times out logs from C++ each time
             while not store.check([key]):
                 if self._stop.wait(_MEMBER_POLL_S):
+                    with contextlib.suppress(RuntimeError):
+                        receiver.leave()
                     return False
                 # the trainer posts "regroup" before the next generation, so a member that saw
                 # the newer generation after a stale look for the message looks once more
@@ -412,4 +414,6 @@ class WeightGroupMember:
                 received.version,
                 time.monotonic() - started,
             )
+        with contextlib.suppress(RuntimeError):
+            receiver.leave()
         return False
