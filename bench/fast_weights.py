@@ -1,8 +1,9 @@
 """The fast weight path against the durable one, in the same run: a version sent -> serving.
 
 The trainer side (this process) holds a `TorchTrainerEngine` and publishes versions with
-`TrainerCheckpointer.write`, with the weight-sync group (`sync_method: nccl`: broadcast first,
-then the store) on odd versions and without it (the store only) on even ones. The explorer side is
+`TrainerCheckpointer.write`, with the weight-sync group (`--sync-method nccl`: broadcast first,
+then the store; `memory`: the version's memory shared with the explorer, then the store) on odd
+versions and without it (the store only) on even ones. The explorer side is
 a process of its own (`--explorer`): a `WeightGroupMember` and a rollout engine that loads each
 version from the group when it comes that way, and from the store (`load_version`, every file's
 sha256 verified) once its manifest exists. Each version is timed from the start of the write
@@ -15,8 +16,10 @@ The explorer checks that the weights it got from the group equal the store's (sh
 tensor). Medians over `--versions` of each kind, after one warm-up version of each.
 
 Run: python bench/fast_weights.py [--model smollm2|tiny] [--store s3|file] [--versions 3]
+     [--sync-method nccl|memory]
      [--device cuda --explorer-device cuda:1 --dtype bfloat16 --engine vllm]
-On GPUs NCCL needs the trainer and the explorer on different devices (two GPUs).
+On GPUs NCCL needs the trainer and the explorer on different devices (two GPUs); `memory` (CUDA
+IPC) also works with both on one GPU (`--device cuda:0 --explorer-device cuda:0`).
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ def explorer(args: argparse.Namespace) -> None:
     )
     options = {"gpu_memory_utilization": 0.4} if args.engine == "vllm" else {}
     engine = create_rollout_engine(args.engine, RolloutEngineConfig(model=spec, options=options))
-    member = WeightGroupMember(args.address, 60.0, "bench-explorer", device=spec.device)
+    member = WeightGroupMember(
+        args.address, 60.0, "bench-explorer", device=spec.device, sync_method=args.sync_method
+    )
     checkpoints = CheckpointStore(open_object_store(args.uri), "bench", args.run)
     print(f"{PROTOCOL}ready", flush=True)
     for version in range(1, args.total + 1):
@@ -139,7 +144,7 @@ def trainer(args: argparse.Namespace) -> None:
     objects.ensure_bucket()
     checkpoints = CheckpointStore(objects, "bench", run)
     address = f"127.0.0.1:{free_port()}"
-    host = WeightGroupHost(address, 60.0, device=args.device)
+    host = WeightGroupHost(address, 60.0, device=args.device, sync_method=args.sync_method)
     fast = TrainerCheckpointer(checkpoints, 1_000_000, weights_dtype=rounded, fast=host)
     durable = TrainerCheckpointer(checkpoints, 1_000_000, weights_dtype=rounded)
     total = 2 * (args.versions + 1)
@@ -157,6 +162,7 @@ def trainer(args: argparse.Namespace) -> None:
         [sys.executable, __file__, "--explorer", "--address", address, "--uri", uri]
         + ["--run", run, "--total", str(total), "--model", args.model, "--dtype", args.dtype]
         + ["--device", args.device, "--engine", args.engine, "--threads", str(args.threads)]
+        + ["--sync-method", args.sync_method]
         + (["--explorer-device", explorer_device] if explorer_device else []),
         stdout=subprocess.PIPE,
         text=True,
@@ -227,7 +233,7 @@ def report(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     print("| path | serving in the explorer | manifest written | durable in the explorer |")
     print("|---|---|---|---|")
     print(
-        f"| fast (weight-sync group, then the store) | {med(grouped, 'fast'):.2f} "
+        f"| fast ({args.sync_method}, then the store) | {med(grouped, 'fast'):.2f} "
         f"| {med(grouped, 'written'):.2f} | {med(grouped, 'durable'):.2f} |"
     )
     print(
@@ -251,6 +257,12 @@ def main() -> None:
     parser.add_argument("--explorer-device", default="", help="default: --device")
     parser.add_argument("--dtype", default="float32", help="of the published weights")
     parser.add_argument("--engine", default="hf", choices=["hf", "vllm"])
+    parser.add_argument(
+        "--sync-method",
+        default="nccl",
+        choices=["nccl", "memory"],
+        help="the weight-sync group's transport: broadcasts, or memory shared on one host",
+    )
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--uri", help=argparse.SUPPRESS)
     parser.add_argument("--run", help=argparse.SUPPRESS)

@@ -14,8 +14,9 @@ bytes, an unknown schema fingerprint) is parked in the dead-letter topic when on
 the follower reads on; its group never commits, so a restarted follower parks it again (the
 letters name the same topic, partition and offset).
 
-With a weight-sync group (`synchronizer.sync_method: nccl`) the follower also holds the explorer's
-member of it (rft.synchronizer.weight_group): a version received over the group may be loaded
+With a weight-sync group (`synchronizer.sync_method: nccl` or `memory`; which transport brought
+the weights makes no difference here) the follower also holds the explorer's member of it
+(rft.synchronizer.weight_group): a version received over the group may be loaded
 before it is announced, and is then *unconfirmed*. The log's promise stays exact through
 `confirm`: a step that sampled with an unconfirmed version commits only once that version is
 announced and its manifest carries the token the weights came with; a manifest that is missing

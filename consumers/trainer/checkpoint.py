@@ -6,8 +6,8 @@ engine's tensors to the store (no local file; sha256 taken as they go; past 128 
 HF shards that move and hash several at once), and the sampler's state
 (`trainer_state/sampler.json`: replay use counts, offsets settled past the resume point,
 counters), so a restarted trainer's batches continue too. Its manifest is created, and the
-version announced, as soon as these are durable. With a weight-sync group (`sync_method: nccl`)
-the weights are broadcast to its explorers first, and the manifest keeps the token they came
+version announced, as soon as these are durable. With a weight-sync group (`sync_method: nccl` or
+`memory`) the weights are sent to its explorers first, and the manifest keeps the token they came
 with (`fast_sync_token`): an explorer commits what it sampled with them only once it finds that
 manifest (docs/weight-sync.md).
 
@@ -164,7 +164,7 @@ class TrainerCheckpointer:
         self.weights_dtype = weights_dtype
         # weights past twice this go up as HF shards, moved and hashed several at once
         self.shard_bytes = shard_bytes
-        # the weight-sync group (sync_method: nccl): each version goes to it before the store
+        # the weight-sync group (sync_method: nccl, memory): each version goes to it first
         self.fast = fast
         self._token: tuple[int, int] | None = None  # (version, its token) sent last
         self._state_saved_at = 0  # train step of the newest version that carries training state
@@ -342,7 +342,7 @@ class TrainerCheckpointer:
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _send_fast(self, step: int, weights: dict[str, torch.Tensor]) -> int:
-        """Broadcast version `step` to the weight-sync group; its token. A version written
+        """Send version `step` to the weight-sync group; its token. A version written
         again (its announcement failed) keeps its token: the weights are the same."""
         assert self.fast is not None
         if self._token is None or self._token[0] != step:

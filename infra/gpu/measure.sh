@@ -18,6 +18,8 @@
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
+#   bash infra/gpu/measure.sh fast-weights-memory [hf vllm]   # the same with sync_method memory
+#       (CUDA IPC), trainer and explorer both on cuda:0 (one GPU)
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
 #       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
 #       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
@@ -133,6 +135,12 @@ case "$stage" in
       python3 bench/fast_weights.py --engine "$engine" --store file --model smollm2 \
         --device cuda:0 --explorer-device cuda:1 --dtype bfloat16 --versions 5 \
         2>&1 | grep --line-buffered -v "^INFO" | tee "$out/fast-weights-$engine.txt"
+    done ;;
+  fast-weights-memory)
+    for engine in ${1:-hf vllm}; do
+      python3 bench/fast_weights.py --sync-method memory --engine "$engine" --store file \
+        --model smollm2 --device cuda:0 --explorer-device cuda:0 --dtype bfloat16 --versions 5 \
+        2>&1 | grep --line-buffered -v "^INFO" | tee "$out/fast-weights-memory-$engine.txt"
     done ;;
   loop)
     loop "$@" ;;

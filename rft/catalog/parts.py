@@ -418,6 +418,7 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
     from rft.storage.object_store import OBJECT_STORES
     from rft.supervisor.launchers import LAUNCHERS
     from rft.synchronizer import SYNC_STYLES, build_sync_style
+    from rft.synchronizer.transport import WEIGHT_TRANSPORTS
     from rft.tools import TOOL_CALL_PARSERS
     from rft.tracing.setup import check_exporter
     from rft.workflows import WORKFLOWS
@@ -578,6 +579,7 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
             )
         except ConfigError as exc:
             c.issues.append(Issue(key, str(exc).removeprefix(f"{key}: ")))
+    c.packaged("synchronizer.sync_method", WEIGHT_TRANSPORTS, sync.sync_method)
     launcher = c.name("cluster.launcher", LAUNCHERS, cfg.cluster.launcher)
     if launcher is not None:  # its package, and whether the run's processes fit its cluster
         c.issues += launcher().check(cfg)

@@ -28,7 +28,6 @@ TasksetStorage = Literal["file", "generator"]
 # kafka/queue: the Kafka topic; sql: the topic plus a SQL mirror that the trainer writes
 ExperienceStorage = Literal["kafka", "queue", "sql", "file"]
 PromptType = Literal["plaintext", "messages"]
-SyncMethod = Literal["checkpoint", "nccl"]
 SyncTimeoutAction = Literal["wait", "stop"]
 TrainerStrategy = Literal["fsdp2"]
 Implementation = Literal["rft", "verl"]
@@ -1484,21 +1483,21 @@ class TrainerConfig:
 class SynchronizerConfig:
     """`synchronizer`: when explorers load new weights and how they receive them."""
 
-    sync_method: SyncMethod = key(
+    sync_method: str = key(
         "checkpoint",
-        does="checkpoint: versions reach explorers through the object store only; nccl: the trainer also broadcasts each version's weights to the explorers of its weight-sync group (NCCL between GPUs, gloo on the CPU) before writing it to the store, and an explorer samples with them at once but commits a step only once that version's manifest is announced (docs/weight-sync.md)",
+        does="a name in WEIGHT_TRANSPORTS (rft.synchronizer.transport). checkpoint: versions reach explorers through the object store only; nccl: the trainer also broadcasts each version's weights to the explorers of its weight-sync group (NCCL between GPUs, gloo on the CPU) before writing it to the store; memory: the same group, but the trainer shares each version's memory with explorers on its own host (CUDA IPC on a GPU, even the trainer's own GPU, where NCCL cannot go; shared memory on the CPU) and each copies it into its own; explorers elsewhere use the store. With nccl and memory an explorer samples with a version at once but commits a step only once that version's manifest is announced (docs/weight-sync.md)",
         acts_in="rft/synchronizer/fast_path.py",
         shown_by="tests/integration/test_fast_weights.py",
     )
     weight_group_address: str = key(
         "127.0.0.1:29517",
-        does="host:port of the weight-sync group's rendezvous, which the trainer hosts (sync_method: nccl); explorers on other hosts need the trainer host's address here",
+        does="host:port of the weight-sync group's rendezvous, which the trainer hosts (sync_method: nccl or memory); explorers on other hosts need the trainer host's address here",
         acts_in="rft/synchronizer/fast_path.py",
         shown_by="tests/unit/test_weight_group.py",
     )
     weight_group_timeout: float = key(
         bounded(30.0, gt=0),
-        does="seconds the trainer waits for one group formation or one version's broadcasts before it drops the group (a dead or hung explorer) and that version goes by the store only (sync_method: nccl)",
+        does="seconds the trainer waits for one group formation and one version's delivery (nccl: its broadcasts; memory: every explorer's acknowledgement) before it goes on without a dead or hung explorer, to which that version goes by the store only (sync_method: nccl or memory)",
         acts_in="rft/synchronizer/weight_group.py",
         shown_by="tests/unit/test_weight_group.py",
     )
@@ -1543,14 +1542,6 @@ class SynchronizerConfig:
         "sync_style": {
             "explorer_driven": Alias("dynamic_by_explorer"),
             "dynamic_by_trainer": Alias("trainer_driven"),
-        },
-        "sync_method": {
-            "memory": Alias(
-                "nccl",
-                "rft has no CUDA IPC or shared-memory transport: explorers on the trainer's host "
-                "receive versions through the weight-sync group (gloo over loopback on the CPU, "
-                "NCCL between GPUs), with the durable copy in the object store",
-            ),
         },
     }
 

@@ -9,7 +9,7 @@ vLLM). What it owns:
   `load_weights` (vLLM maps them onto its fused layers) and drops the prefix cache, whose KV
   entries were computed by the old weights; no restart, no new CUDA graphs. A version from the
   store (CPU tensors viewed in the downloaded buffer) and one received over the weight-sync group
-  (tensors already on the explorer's GPU, `sync_method: nccl`) take the same path;
+  (tensors already on the explorer's GPU, `sync_method: nccl` or `memory`) take the same path;
 - LoRA versions (`model.lora_configs`): the engine starts with LoRA enabled, each adapter version
   becomes a LoRARequest of its own (hot-swapped: the new one loaded, the previous removed), and
   every request names the newest; the adapter's base is checked against the loaded model's;

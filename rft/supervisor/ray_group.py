@@ -2,8 +2,9 @@
 
 It sizes the placement group from the config (`ray_placement`), connects to Ray (`ray_cluster`),
 starts one `ComponentHost` actor per slot (trainer ranks told rank 0's address for the
-torch.distributed rendezvous; with `synchronizer.sync_method: nccl` every component told the
-weight-sync group's rendezvous on the trainer's node) and watches them for the supervisor. A
+torch.distributed rendezvous; with a weight-sync group (`synchronizer.sync_method: nccl` or
+`memory`) every component told its rendezvous on the trainer's node; under `memory` only
+explorers on that node receive over it, the others use the store) and watches them for the supervisor. A
 component that exits with a code other than 0, or whose actor dies, is a failure named with its
 component and the last lines of its log; the supervisor then stops the rest. Nothing of the run's data passes through Ray.
 """

@@ -1,26 +1,31 @@
 """The weight-sync group: a trainer sends each new version's weights straight to its explorers.
 
-This is the fast path of `synchronizer.sync_method: nccl` beside the durable one (the object
-store). The trainer is rank 0 and hosts the rendezvous (a torch TCPStore at
-`synchronizer.weight_group_address`); every explorer that wants versions this way joins it, and
-the group holds the trainer and the explorers that joined (world size 1 + members). A version
-travels tensor by tensor as broadcasts from rank 0 (NCCL between GPUs, gloo on the CPU), in the
-order and layout the generation's record names (HF names, shapes, dtypes).
+This is the fast path of `synchronizer.sync_method` `nccl` and `memory` beside the durable one
+(the object store). It owns the group's control plane; how a version's tensors travel is the
+transport's (rft.synchronizer.transport: broadcasts in a process group for `nccl`, memory shared
+on the trainer's host for `memory`). The trainer hosts the rendezvous (a torch TCPStore at
+`synchronizer.weight_group_address`, which also says which transport it sends with); every
+explorer that wants versions this way joins it, and the group holds the trainer and the explorers
+that joined. A version travels in the order and layout the generation's record names (HF names,
+shapes, dtypes).
 
 Membership changes between versions, never during one. An explorer joins by registering its id in
-the store; before the next version the trainer forms a new *generation* (its own process group,
-under its own store prefix) of the members still in the old one and those who joined, and tells
-the old one to move on. Control messages (the next version and its token, or "regroup") go
-through the store, so a member waits for the next version as long as it likes while each
-broadcast and each group formation is bounded by `synchronizer.weight_group_timeout`: a member
-that died or hangs costs the trainer at most that long once; the trainer then drops the group
-and that version goes to explorers only through the store. Members whose group broke join again,
-and the next version forms a group of those that did.
+the store; before the next version the trainer forms a new *generation* (under its own store
+prefix, with the transport's own end of it) of the members still in the old one and those who
+joined, and tells the old one to move on. Control messages (the next version and its token, or
+"regroup") go through the store, so a member waits for the next version as long as it likes
+while each version's delivery and each group formation is bounded by
+`synchronizer.weight_group_timeout`: a member that died or hangs costs the trainer at most that
+long once. When the transport fails the whole generation (a broadcast), the trainer drops the
+group; when it names the members a version did not reach (shared memory), the next generation
+leaves them out. Either way that version goes to them only through the store; members whose
+group broke or that were left out join again, and a later version forms a group with them.
 
 A member receives on a thread of its own into fresh tensors and keeps the newest complete
 version for its explorer to take (`WeightGroupMember.take`) between rollouts; a version received
 in part is dropped. What a received version may be used for (sampling, not committing before its
-manifest exists) is the explorer's rule (rft.consumers.explorer.weight_follower).
+manifest exists) is the explorer's rule (rft.consumers.explorer.weight_follower), whichever
+transport delivered it.
 """
 
 from __future__ import annotations
@@ -37,14 +42,23 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import Backend
 
 from rft.errors import ConfigError
+from rft.synchronizer.transport import (
+    WEIGHT_TRANSPORTS,
+    Generation,
+    Layout,
+    Receiver,
+    Sender,
+)
+
+__all__ = ["Layout", "Received", "WeightGroupHost", "WeightGroupMember", "split_address"]
 
 log = logging.getLogger(__name__)
 
 _GENERATION = "generation"
 _JOINS = "joins"
+_TRANSPORT = "transport"  # the trainer's sync_method and what its transport describes
 # how often a member looks for the trainer's next control message
 _MEMBER_POLL_S = 0.05
 # pause before a member whose group broke, or that found no trainer, tries to join again
@@ -69,77 +83,24 @@ def _answers(host: str, port: int) -> bool:
         return False
 
 
-def backend_for(device: torch.device) -> str:
-    return "nccl" if device.type == "cuda" else "gloo"
-
-
-def _new_group(store: Any, rank: int, size: int, backend: str, timeout: timedelta) -> Backend:
-    """A process group of its own (not the default one: an FSDP trainer has that)."""
-    if backend == "nccl":
-        options = dist.ProcessGroupNCCL.Options()
-        options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, size, options)
-    return dist.ProcessGroupGloo(store, rank, size, timeout)
-
-
-def _broadcast(group: Any, tensor: torch.Tensor, timeout: timedelta) -> None:
-    # Any: torch's stubs give Backend no broadcast, which gloo's and NCCL's have
-    options = dist.BroadcastOptions()
-    options.rootRank = 0
-    options.timeout = timeout
-    group.broadcast([tensor], options).wait(timeout)
-
-
-def _settle(device: torch.device) -> None:
-    """Until the device has done what was queued (NCCL's wait only orders streams)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The weights a generation carries, in broadcast order."""
-
-    names: tuple[str, ...]
-    shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
-
-    @classmethod
-    def of(cls, tensors: dict[str, torch.Tensor]) -> Layout:
-        names = tuple(tensors)
-        return cls(
-            names,
-            tuple(tuple(int(d) for d in tensors[n].shape) for n in names),
-            tuple(str(tensors[n].dtype).removeprefix("torch.") for n in names),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"names": self.names, "shapes": self.shapes, "dtypes": self.dtypes}
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> Layout:
-        return cls(
-            tuple(raw["names"]),
-            tuple(tuple(s) for s in raw["shapes"]),
-            tuple(raw["dtypes"]),
-        )
-
-    def empty(self, device: torch.device) -> dict[str, torch.Tensor]:
-        return {
-            name: torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-            for name, shape, dtype in zip(self.names, self.shapes, self.dtypes, strict=True)
-        }
-
-
 class WeightGroupHost:
-    """Rank 0, in the trainer: hosts the rendezvous and sends versions (`send`)."""
+    """The trainer's end: hosts the rendezvous and sends versions (`send`) with the transport
+    of `sync_method` (a name in WEIGHT_TRANSPORTS)."""
 
-    def __init__(self, address: str, timeout_s: float, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float,
+        device: str | torch.device = "cpu",
+        sync_method: str = "nccl",
+    ) -> None:
         host, port = split_address(address)
         self.port = port
         self.timeout = timedelta(seconds=timeout_s)
         self.device = torch.device(device)
-        self.backend = backend_for(self.device)
+        self.sync_method = sync_method
+        self.transport = WEIGHT_TRANSPORTS.get(sync_method)()
+        self._described = self.transport.describe(self.device)
         try:
             self._store = dist.TCPStore(
                 host, port, is_master=True, wait_for_workers=False, timeout=self.timeout
@@ -149,11 +110,15 @@ class WeightGroupHost:
                 f"synchronizer.weight_group_address: cannot host the weight-sync group at "
                 f"{address}: {str(exc).splitlines()[0]}"
             ) from exc
+        self._store.set(
+            _TRANSPORT, json.dumps({"sync_method": sync_method, "described": self._described})
+        )
         self._store.set(_GENERATION, "0")
         self._store.add(_JOINS, 0)
         self.generation = 0
-        self._group: Backend | None = None
+        self._sender: Sender | None = None
         self._members: list[str] = []
+        self._missed: set[str] = set()  # members a version did not reach: not in the next
         self._layout: Layout | None = None
         self._joins_seen = 0
         self._messages = 0  # control messages sent in this generation
@@ -161,22 +126,22 @@ class WeightGroupHost:
     @property
     def members(self) -> list[str]:
         """The explorers of the current generation (empty while there is no group)."""
-        return list(self._members) if self._group is not None else []
+        return list(self._members) if self._sender is not None else []
 
     def send(self, version: int, token: int, tensors: dict[str, torch.Tensor]) -> list[str]:
-        """Broadcast `tensors` as `version` (its `token` lets explorers match it to the
-        manifest) to every member; returns the members that received it (empty: nobody did,
-        the store is the only path for this version). Never waits longer than the timeout for
-        one group formation and one version's broadcasts."""
+        """Send `tensors` as `version` (its `token` lets explorers match it to the manifest) to
+        every member; returns the members that received it whole (empty: nobody did, the store
+        is the only path for this version). Never waits longer than the timeout for one group
+        formation and one version's delivery."""
         layout = Layout.of(tensors)
         try:
             self._admit(layout)
-            if self._group is None:
+            if self._sender is None:
                 return []
-            self._message({"kind": "weights", "version": version, "token": str(token)})
-            for name in layout.names:
-                _broadcast(self._group, tensors[name].to(self.device).contiguous(), self.timeout)
-            _settle(self.device)
+            body = {"kind": "weights", "version": version, "token": str(token)}
+            reached = self._sender.deliver(
+                lambda fields: self._message({**body, **fields}), tensors, layout
+            )
         except RuntimeError as exc:
             log.warning(
                 "weight-sync group generation %d: version %d did not reach every member (%s); "
@@ -187,26 +152,42 @@ class WeightGroupHost:
             )
             self._drop()
             return []
-        return list(self._members)
+        missed = [m for m in self._members if m not in reached]
+        if missed:
+            log.warning(
+                "weight-sync group generation %d: version %d did not reach %s within %.0fs; "
+                "they load it from the store, and the next version goes without them until "
+                "they join again",
+                self.generation,
+                version,
+                ", ".join(missed),
+                self.timeout.total_seconds(),
+            )
+            self._missed.update(missed)
+        return reached
 
     def _admit(self, layout: Layout) -> None:
-        """Form a new generation when explorers joined or the weights' layout changed."""
+        """Form a new generation when explorers joined, a version missed some, or the
+        weights' layout changed."""
         joined = self._new_joins()
-        if not joined and self._group is not None and layout == self._layout:
-            return
-        if not joined and self._group is None:
+        if self._sender is None:
+            if not joined:
+                return
+        elif not joined and not self._missed and layout == self._layout:
             return
         keep: list[str] = []
-        if self._group is not None:
+        if self._sender is not None:
             try:
                 self._message({"kind": "regroup"})
-                keep = [m for m in self._members if m not in joined]
+                keep = [m for m in self._members if m not in joined and m not in self._missed]
             except RuntimeError:
                 keep = []
             self._drop()
+        self._missed = set()
         members = keep + [m for m in dict.fromkeys(joined)]
         generation = self.generation + 1
-        record = {"members": members, "layout": layout.to_json(), "backend": self.backend}
+        # written even without members: one left out learns it from the record
+        record = {"members": members, "layout": layout.to_json()}
         self._store.set(f"gen{generation}/record", json.dumps(record))
         self._store.set(_GENERATION, str(generation))
         self.generation, self._members, self._layout, self._messages = (
@@ -215,14 +196,18 @@ class WeightGroupHost:
             layout,
             0,
         )
+        if not members:
+            return
         prefix = dist.PrefixStore(f"gen{generation}/pg/", self._store)
-        self._group = _new_group(prefix, 0, 1 + len(members), self.backend, self.timeout)
+        self._sender = self.transport.sender(
+            Generation(prefix, members, self._described, self.device, self.timeout)
+        )
         log.info(
             "weight-sync group generation %d: trainer and %d explorers (%s) over %s",
             generation,
             len(members),
             ", ".join(members),
-            self.backend,
+            self.sync_method,
         )
 
     def _new_joins(self) -> list[str]:
@@ -240,14 +225,12 @@ class WeightGroupHost:
         self._store.set(f"gen{self.generation}/msg/{self._messages}", json.dumps(body))
 
     def _drop(self) -> None:
-        group, self._group = self._group, None
-        if group is not None:
-            # a broken group's members learn it from their own failed broadcast or timeout
-            with contextlib.suppress(RuntimeError):
-                group.abort()  # NCCL: frees a communicator a dead peer left stuck
+        sender, self._sender = self._sender, None
+        if sender is not None:
+            sender.close()
 
     def close(self) -> None:
-        if self._group is not None:
+        if self._sender is not None:
             with contextlib.suppress(RuntimeError):
                 self._message({"kind": "close"})
         self._drop()
@@ -262,10 +245,15 @@ class Received:
     tensors: dict[str, torch.Tensor]
 
 
+class _Refused(Exception):
+    """The trainer's transport is one this member cannot receive from."""
+
+
 class WeightGroupMember:
     """An explorer's side: joins the group on a thread of its own and keeps the newest version
-    received whole (`take`). Never raises into the explorer: when the trainer is not there, or a
-    group breaks, it tries again and the explorer goes on with the store."""
+    received whole (`take`). Never raises into the explorer: when the trainer is not there, a
+    group breaks, or the trainer's transport is not one it can use (another `sync_method`,
+    memory on another host), it tries again later and the explorer goes on with the store."""
 
     def __init__(
         self,
@@ -273,11 +261,14 @@ class WeightGroupMember:
         timeout_s: float,
         member_id: str,
         device: str | torch.device = "cpu",
+        sync_method: str = "nccl",
     ) -> None:
         self.host, self.port = split_address(address)
         self.timeout = timedelta(seconds=timeout_s)
         self.member_id = member_id
         self.device = torch.device(device)
+        self.sync_method = sync_method
+        self.transport = WEIGHT_TRANSPORTS.get(sync_method)()
         self._lock = threading.Lock()
         self._newest: Received | None = None
         self._stop = threading.Event()
@@ -305,6 +296,7 @@ class WeightGroupMember:
 
     def _run(self) -> None:
         quiet = False  # said once that no trainer answers, until one does
+        refused = ""  # said once why this member cannot use the trainer's transport
         while not self._stop.is_set():
             # a plain connect first: TCPStore logs each failed attempt with a C++ stack trace
             if not _answers(self.host, self.port):
@@ -323,7 +315,17 @@ class WeightGroupMember:
             try:
                 store = dist.TCPStore(self.host, self.port, is_master=False, timeout=self.timeout)
                 self._serve(store)
-            except (RuntimeError, ValueError, KeyError) as exc:
+            except _Refused as exc:
+                if str(exc) != refused:
+                    refused = str(exc)
+                    log.warning(
+                        "explorer %s: cannot join the weight-sync group: %s; versions come "
+                        "from the store",
+                        self.member_id,
+                        exc,
+                    )
+                self._stop.wait(_REJOIN_S)
+            except (RuntimeError, ValueError, KeyError, OSError) as exc:
                 if self._stop.is_set():
                     return
                 log.info(
@@ -336,9 +338,20 @@ class WeightGroupMember:
 
     def _serve(self, store: Any) -> None:
         """Join, then follow generations until this member's group breaks (raises) or stops."""
+        trainer = json.loads(store.get(_TRANSPORT))
+        if trainer["sync_method"] != self.sync_method:
+            raise _Refused(
+                f"the trainer sends with sync_method {trainer['sync_method']}, this explorer "
+                f"receives with {self.sync_method}"
+            )
+        described = trainer["described"]
+        reason = self.transport.refuses(described, self.device)
+        if reason is not None:
+            raise _Refused(reason)
         seen = int(store.get(_GENERATION))
         number = int(store.add(_JOINS, 1))
         store.set(f"join/{number}", self.member_id)
+        admitted = False
         while not self._stop.is_set():
             generation, record = self._next_generation(store, seen)
             if record is None:
@@ -346,13 +359,17 @@ class WeightGroupMember:
             seen = generation
             members = list(record["members"])
             if self.member_id not in members:
+                if admitted:  # a version missed it: the trainer goes on without it
+                    raise RuntimeError(f"generation {generation} was formed without this member")
                 continue  # formed before this join was read: the next one holds it
-            rank = 1 + members.index(self.member_id)
+            admitted = True
             prefix = dist.PrefixStore(f"gen{generation}/pg/", store)
-            group = _new_group(prefix, rank, 1 + len(members), record["backend"], self.timeout)
+            receiver = self.transport.receiver(
+                Generation(prefix, members, described, self.device, self.timeout), self.member_id
+            )
             self.generations_joined += 1
             layout = Layout.from_json(record["layout"])
-            if not self._follow(store, generation, group, layout):
+            if not self._follow(store, generation, receiver, layout):
                 return
 
     def _next_generation(self, store: Any, after: int) -> tuple[int, dict[str, Any] | None]:
@@ -363,7 +380,7 @@ class WeightGroupMember:
             self._stop.wait(0.2)
         return after, None
 
-    def _follow(self, store: Any, generation: int, group: Any, layout: Layout) -> bool:
+    def _follow(self, store: Any, generation: int, receiver: Receiver, layout: Layout) -> bool:
         """Receive versions of `generation`; True when it moves to a newer generation."""
         number = 0
         while not self._stop.is_set():
@@ -372,8 +389,12 @@ class WeightGroupMember:
             # polled, not waited on: a wait that times out logs from C++ each time
             while not store.check([key]):
                 if self._stop.wait(_MEMBER_POLL_S):
+                    with contextlib.suppress(RuntimeError):
+                        receiver.leave()
                     return False
-                if int(store.get(_GENERATION)) > generation:
+                # the trainer posts "regroup" before the next generation, so a member that saw
+                # the newer generation after a stale look for the message looks once more
+                if int(store.get(_GENERATION)) > generation and not store.check([key]):
                     raise RuntimeError(f"generation {generation} was replaced without this member")
             body = json.loads(store.get(key))
             if body["kind"] == "regroup":
@@ -381,10 +402,7 @@ class WeightGroupMember:
             if body["kind"] == "close":
                 raise RuntimeError("the trainer closed the weight-sync group")
             started = time.monotonic()
-            tensors = layout.empty(self.device)
-            for name in layout.names:
-                _broadcast(group, tensors[name], self.timeout)
-            _settle(self.device)  # the engine reads them on another stream
+            tensors = receiver.receive(body, layout)
             received = Received(int(body["version"]), int(body["token"]), tensors)
             with self._lock:
                 if self._newest is None or received.version > self._newest.version:
@@ -396,4 +414,6 @@ class WeightGroupMember:
                 received.version,
                 time.monotonic() - started,
             )
+        with contextlib.suppress(RuntimeError):
+            receiver.leave()
         return False

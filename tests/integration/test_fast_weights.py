@@ -1,11 +1,11 @@
-"""The fast weight path (`synchronizer.sync_method: nccl`) against the real store and Kafka.
+"""The fast weight path (`synchronizer.sync_method: nccl`, `memory`) against the real store and Kafka.
 
 An explorer loads a version received over the weight-sync group before its manifest exists, and
 that version is the one the store then holds (sha256 of every tensor); a step sampled with it may
 commit only once the version is announced with a manifest that carries the token the weights came
 with; a version number written again by another trainer is caught and replaced from the store; an
 explorer that missed a broadcast loads from the store. And the whole loop, trainer and explorer
-processes, with `sync_method: nccl` over gloo on the CPU.
+processes, with `sync_method: nccl` over gloo and with `memory` through /dev/shm, on the CPU.
 """
 
 from __future__ import annotations
@@ -143,8 +143,10 @@ def test_a_version_from_the_group_is_sampled_at_once_and_committed_only_once_dur
         writer.close()
 
 
+# memory: on the CPU through /dev/shm, trainer and explorer being processes of one host
+@pytest.mark.parametrize("sync_method", ["nccl", "memory"])
 def test_the_loop_runs_with_the_weight_group(
-    stack: StackSettings, unique: str, tmp_path: Path
+    stack: StackSettings, unique: str, tmp_path: Path, sync_method: str
 ) -> None:
     config_path, cfg, plan = published_run(
         stack,
@@ -152,7 +154,7 @@ def test_the_loop_runs_with_the_weight_group(
         tmp_path,
         "fixed",
         1,
-        {"sync_method": "nccl", "weight_group_address": f"127.0.0.1:{free_port()}"},
+        {"sync_method": sync_method, "weight_group_address": f"127.0.0.1:{free_port()}"},
     )
     outputs = run_trainer_and_explorer(config_path)
     versions = [

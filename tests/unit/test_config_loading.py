@@ -170,13 +170,13 @@ def test_carried_over_trinity_yaml_loads_and_warns_about_ignored_keys(tmp_path: 
         "trainer.save_hf_checkpoint",
         "monitor.enable_ray_timeline",
         "buffer.explorer_input.taskset.enable_progress_bar",
-        "synchronizer.sync_method: memory",
     ):
         assert key in messages
     assert "ignored" in messages
     assert cfg.trainer.optim.lr == pytest.approx(2e-6)  # algorithm.optimizer moved to trainer.optim
     assert cfg.trainer.optim.warmup_style == "cosine"
-    assert cfg.synchronizer.sync_method == "nccl"  # what rft does with memory, said above
+    assert cfg.synchronizer.sync_method == "memory"  # a transport of its own, said nowhere
+    assert "sync_method" not in messages
     # veRL's FSDP trainer is rft's FSDP2 engine here, said above
     assert (cfg.trainer.trainer_type, cfg.trainer.trainer_strategy) == ("fsdp2", "fsdp2")
     assert cfg.trainer.engine_name == "fsdp2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -152,16 +153,16 @@ def test_several_problems_are_reported_together(tmp_path: Path) -> None:
     assert str(err).startswith("3 problems in the config")
 
 
-def test_nccl_is_the_weight_group_and_memory_reads_as_it_with_what_happens(
-    tmp_path: Path,
-) -> None:
+def test_sync_method_names_a_weight_transport_checked_at_load(tmp_path: Path) -> None:
     path = tmp_path / "sync.yaml"
     path.write_text(MINIMAL, encoding="utf-8")
-    cfg = load_config(path, ["synchronizer.sync_method=nccl"])
-    assert cfg.synchronizer.sync_method == "nccl"
-    with pytest.warns(ConfigWarning, match="no CUDA IPC or shared-memory transport"):
-        cfg = load_config(path, ["synchronizer.sync_method=memory"])
-    assert cfg.synchronizer.sync_method == "nccl"
+    for method in ("checkpoint", "nccl", "memory"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConfigWarning)  # memory is no longer read as nccl
+            cfg = load_config(path, [f"synchronizer.sync_method={method}"])
+        assert cfg.synchronizer.sync_method == method
+    with pytest.raises(ConfigError, match=r"synchronizer.sync_method.*'memry'.*did you mean"):
+        load_config(path, ["synchronizer.sync_method=memry"])
     with pytest.raises(ConfigError, match="synchronizer.weight_group_timeout"):
         load_config(path, ["synchronizer.weight_group_timeout=0"])
 

@@ -38,7 +38,13 @@ JOIN_DEADLINE_S = 120.0
 class Peer:
     """A member process and the versions it reported."""
 
-    def __init__(self, address: str, member_id: str) -> None:
+    def __init__(
+        self,
+        address: str,
+        member_id: str,
+        sync_method: str = "nccl",
+        timeout_s: float = TIMEOUT_S,
+    ) -> None:
         self.member_id = member_id
         self.proc = subprocess.Popen(  # noqa: S603 - our own module
             [
@@ -46,8 +52,9 @@ class Peer:
                 "-m",
                 "tests.unit.weight_group_peer",
                 address,
-                str(TIMEOUT_S),
+                str(timeout_s),
                 member_id,
+                sync_method,
             ],
             cwd=ROOT,
             stdin=subprocess.PIPE,

@@ -1,7 +1,8 @@
 """An explorer's end of the weight-sync group as a process of its own, for the tests.
 
-`python -m tests.unit.weight_group_peer ADDRESS TIMEOUT_S ID` joins the group and prints one line
-per version it receives whole: `got VERSION TOKEN SHA256` (the sha256 of the tensors' bytes in
+`python -m tests.unit.weight_group_peer ADDRESS TIMEOUT_S ID [SYNC_METHOD]` joins the group
+(with the transport of SYNC_METHOD, nccl if not given) and prints one line per version it
+receives whole: `got VERSION TOKEN SHA256` (the sha256 of the tensors' bytes in
 the layout's order), until its stdin closes.
 """
 
@@ -28,7 +29,8 @@ def digest(tensors: dict[str, torch.Tensor]) -> str:
 
 def main() -> None:
     address, timeout_s, member_id = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-    member = WeightGroupMember(address, timeout_s, member_id)
+    sync_method = sys.argv[4] if len(sys.argv) > 4 else "nccl"
+    member = WeightGroupMember(address, timeout_s, member_id, sync_method=sync_method)
     closed = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
     print("joining", flush=True)
