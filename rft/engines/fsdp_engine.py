@@ -145,7 +145,8 @@ class Fsdp2TrainerEngine:
         With `advantages` they are computed first, here on rank 0 (`fill_advantages`; the
         reference pass, when a reward KL penalty needs it, is sharded like the step).
         `loss_fn` is pickled to every rank: a module-level function or an object of a
-        module-level class.
+        module-level class. On GPUs the metrics hold `gpu_peak_gib`, the step's peak of memory
+        torch allocated, on the rank that allocated most (as the one-process engine's).
         """
         batch.validate()
         if len(batch) == 0:
@@ -187,6 +188,8 @@ class Fsdp2TrainerEngine:
             for name, value in r["sums"].items():
                 sums[name] = sums.get(name, 0.0) + value
         head = results[0]
+        if "gpu_peak" in head:  # on GPUs: the step's peak of torch-allocated memory, largest rank
+            values["gpu_peak_gib"] = max(int(r["gpu_peak"]) for r in results) / 2**30
         return {
             **values,
             **sums,

@@ -128,6 +128,8 @@ class ShardedWorker(TorchTrainerEngine):
         0's weights; the KL reference (when configured) is a second sharded copy of them."""
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
+        # the peak of GPU bytes since `peak_memory` was last asked, across the steps' own peaks
+        self._peak_bytes = 0
         config = setup.config
         if model is None:
             model = empty_model(setup, device)
@@ -243,8 +245,13 @@ class ShardedWorker(TorchTrainerEngine):
 
         Micro-batch k of this rank is weighted by its count (action tokens for unit "token",
         sequences for "sequence") over the whole batch's `total`. Returns this rank's weighted
-        loss and metric sums, and the (shared) gradient norm, skip flag and learning rate.
+        loss and metric sums, and the (shared) gradient norm, skip flag and learning rate; on a
+        GPU also `gpu_peak`, the step's peak of bytes torch allocated on this rank.
         """
+        on_gpu = self.device.type == "cuda"
+        if on_gpu:  # the step's own peak, kept in the running one `peak_memory` reports
+            self._peak_bytes = max(self._peak_bytes, torch.cuda.max_memory_allocated(self.device))
+            torch.cuda.reset_peak_memory_stats(self.device)
         lr = float(self.scheduler.get_last_lr()[0])
         self.optimizer.zero_grad(set_to_none=True)
         groups = self._micro_batches(shard, rows_per_unit(loss_fn))
@@ -257,7 +264,18 @@ class ShardedWorker(TorchTrainerEngine):
         for _ in range(passes - len(groups)):
             self._idle_pass(backward=True, with_ref=with_ref)
         grad_norm, skipped = self._apply_gradients()
-        return {"loss": loss, "sums": sums, "grad_norm": grad_norm, "skipped": skipped, "lr": lr}
+        out: dict[str, Any] = {
+            "loss": loss,
+            "sums": sums,
+            "grad_norm": grad_norm,
+            "skipped": skipped,
+            "lr": lr,
+        }
+        if on_gpu:
+            step_peak = int(torch.cuda.max_memory_allocated(self.device))
+            self._peak_bytes = max(self._peak_bytes, step_peak)
+            out["gpu_peak"] = step_peak
+        return out
 
     def reference_shard(self, shard: TrainBatch, passes: int) -> dict[str, torch.Tensor] | None:
         """`reference_logprobs` of this rank's rows (None for none), plus idle passes."""
@@ -270,8 +288,9 @@ class ShardedWorker(TorchTrainerEngine):
         """Peak bytes allocated on this rank's GPU since the last call (0 on the CPU)."""
         if self.device.type != "cuda":
             return 0
-        peak = int(torch.cuda.max_memory_allocated(self.device))
+        peak = max(self._peak_bytes, int(torch.cuda.max_memory_allocated(self.device)))
         torch.cuda.reset_peak_memory_stats(self.device)
+        self._peak_bytes = 0
         return peak
 
     def full_weights(self) -> dict[str, torch.Tensor] | None:
