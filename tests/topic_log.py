@@ -4,7 +4,9 @@ A reader of its own group polls from the beginning until its position in every p
 reached that partition's end (for a read_committed reader, the last stable offset: what it can
 reach), instead of until some polls come back empty, which cost every read several idle seconds.
 Three empty polls after the partitions were assigned also end it (a position the client reports
-short of a trailing transaction marker), and a deadline bounds the whole read.
+short of a trailing transaction marker), and a deadline bounds the whole read. Right after a
+transaction commits, its markers may not have reached its partitions yet: the ends are taken
+once the stable end has met the log's end (or 2 s have passed).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def read_topic(
     """Every envelope of `topic`, in the order read (`config`: the consumer's, for example a
     read_uncommitted isolation level; `dead_letter_topic`: where undecodable records go)."""
     committed = (config or {}).get("isolation.level") != "read_uncommitted"
-    ends = topic_ends(kafka, [topic], committed=committed)
+    ends = _ends(kafka, topic, committed)
     out: list[Envelope] = []
     deadline = time.monotonic() + deadline_s
     with EventReader.open(
@@ -53,3 +55,19 @@ def read_topic(
             if quiet >= 3:
                 break
     return out
+
+
+def _ends(kafka: KafkaSettings, topic: str, committed: bool) -> dict[tuple[str, int], int]:
+    """The partitions' ends to read up to. A transaction's markers land on its partitions after
+    its commit returns, so right after a commit the last stable offset can still stand before
+    what that commit made readable (a read would then end at once, empty): wait up to 2 s for
+    it to meet the log's end. A transaction left open keeps them apart; then the stable end as
+    it is."""
+    ends = topic_ends(kafka, [topic], committed=committed)
+    deadline = time.monotonic() + 2.0
+    while committed and time.monotonic() < deadline:
+        if ends == topic_ends(kafka, [topic], committed=False):
+            break
+        time.sleep(0.1)
+        ends = topic_ends(kafka, [topic], committed=True)
+    return ends
