@@ -13,8 +13,9 @@ as `--raw-files` pieces moved at once; the ratio is against the faster of the tw
 carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
 until its weights are announceable, and until its training state is durable as well.
 
-Models: `smollm2` (SmolLM2-135M-Instruct, float32, 538 MB of weights) or `synthetic-1g`
-(a random Llama of ~1 GiB float32: hidden 1024, 16 layers, MLP 4096). Stores: `file` (a local
+Models: `smollm2` (SmolLM2-135M-Instruct, float32, 538 MB of weights), `synthetic-1g`
+(a random Llama of ~1 GiB float32: hidden 1024, 16 layers, MLP 4096) or `qwen2.5-1.5b-shape`
+(random weights in Qwen2.5-1.5B's shape, for a GPU host: 2.6 GiB in bf16). Stores: `file` (a local
 directory) and `s3` (the local stack's MinIO, `rft stack up`). Weights are nudged between
 versions so every version's bytes differ. Medians over `--versions` per process; processes
 alternate between checkouts for `--rounds` rounds.
@@ -42,6 +43,8 @@ from typing import Any
 
 MODELS: dict[str, dict[str, Any]] = {
     "smollm2": {"name_or_path": "smollm2"},
+    # random weights in Qwen2.5-1.5B's shape (2.6 GiB in bf16): a GPU host's size, not this CPU's
+    "qwen2.5-1.5b-shape": {"name_or_path": "qwen2.5-1.5b-shape"},
     "synthetic-1g": {
         "name_or_path": "tiny",
         "options": {

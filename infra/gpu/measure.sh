@@ -16,6 +16,9 @@
 #       step GRPO run, `rft replay pairs` of its experience topic, DPO on them from the base
 #       weights (examples/dpo/arithmetic_dpo.yaml), held-out accuracy of version 0 and the last
 #   bash infra/gpu/measure.sh weight-sync   # WeightVersion -> rolling out on it, hf and vllm (P2)
+#   bash infra/gpu/measure.sh durable-weights [MODEL ...]   # bench/durable_weights.py on one GPU:
+#       publish -> loaded in an hf explorer, beside a raw copy (one file, and 8 at once) through
+#       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
 #   bash infra/gpu/measure.sh fast-weights-memory [hf vllm]   # the same with sync_method memory
@@ -130,6 +133,10 @@ case "$stage" in
       python3 bench/weight_sync.py --engine "$engine" --store "file://$home/ws" --versions 5 \
         2>&1 | grep --line-buffered -v "^INFO" | tee "$out/weight-sync-$engine.txt"
     done ;;
+  durable-weights)
+    python3 bench/durable_weights.py --roots . --store file --model "${@:-smollm2}" \
+      --device cuda --dtype bfloat16 --versions "${VERSIONS:-3}" --rounds "${ROUNDS:-1}" \
+      --threads 8 2>&1 | tee "$out/durable-weights.txt" ;;
   fast-weights)
     for engine in ${1:-hf vllm}; do
       python3 bench/fast_weights.py --engine "$engine" --store file --model smollm2 \
