@@ -16,8 +16,11 @@ version also gets the training state: AdamW moments, LR schedule and step, plus 
 master weights when the published ones are rounded. It is copied to the CPU before the manifest
 (the next step changes it; rft.engines.state_snapshot) and serialized and written in the
 background, after the announcement, as the version's part `trainer_state`
-(rft.storage.checkpoint_store.write_part: files, then a listing created if absent). At most one is in flight: the next version's write, and the end of the run,
-wait for it, and a failure surfaces there. A restart from a version whose part is complete
+(rft.storage.checkpoint_store.write_part: files, then a listing created if absent), on a thread
+of its own: the versions after it are uploaded, committed and announced meanwhile, and retention
+spares its version until its listing exists. At most one is in flight: the next version that
+carries a state, and the end of the run, wait for it; a failure surfaces at the first version
+begun after it ends. A restart from a version whose part is complete
 continues the same optimisation exactly; from one whose part never completed (the trainer died
 in the seconds it was being written) it resumes the weights, the log position and the LR
 schedule, with fresh AdamW moments, and says so. Explorers never read `trainer_state/` nor the
@@ -168,8 +171,11 @@ class TrainerCheckpointer:
         self.fast = fast
         self._token: tuple[int, int] | None = None  # (version, its token) sent last
         self._state_saved_at = 0  # train step of the newest version that carries training state
-        # one thread: a version's upload, then its training state, then the next version's
+        # one thread for the versions' uploads and retention, in order; a training state (at
+        # 1.5B about 18 GB serialized, hashed and written: tens of seconds) on a thread of its
+        # own, so the versions after it land meanwhile
         self._background = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
+        self._state_writer = ThreadPoolExecutor(1, thread_name_prefix="state-writer")
         self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
         self._pending: _Pending | None = None  # begun, not landed
 
@@ -210,9 +216,11 @@ class TrainerCheckpointer:
                 f"checkpoint v{step} begun while v{self._pending.step} is not landed "
                 "(versions are committed in order)"
             )
-        self.wait_for_state()
         started = time.monotonic()
         with_state = final or step - self._state_saved_at >= self.save_interval
+        if with_state or self._state_done():
+            # one training state in host memory at a time; a failed write surfaces here
+            self.wait_for_state()
         form = engine.version_extra()
         extra: dict[str, str] = {"writer": writer_identity(), **form}
         weights = engine.export_weights(self.weights_dtype, owned=True)
@@ -286,7 +294,7 @@ class TrainerCheckpointer:
         self._pending = None
         if pending.state is not None:
             files, state_extra = pending.state
-            future = self._background.submit(self._write_state, pending.step, files, state_extra)
+            future = self._state_writer.submit(self._write_state, pending.step, files, state_extra)
             self._state_write = (pending.step, future)
             self._state_saved_at = pending.step
         return manifest
@@ -296,11 +304,19 @@ class TrainerCheckpointer:
     ) -> None:
         """Retention (`CheckpointStore.prune`) on the writer's thread, after what is queued
         there: deleting a 1.5B-parameter version's files took 2 s of the trainer's path on an
-        H100 machine. A failure is logged: retention only frees space (`rft gc` does it too)."""
+        H100 machine. The version whose training state is still going up is spared with those
+        `in_use` names. A failure is logged: retention only frees space (`rft gc` does it too)."""
+
+        def spared() -> Collection[int] | None:
+            held = set() if in_use is None else in_use()
+            writing = self._state_write
+            if held is None or writing is None or writing[1].done():
+                return held
+            return {*held, writing[0]}  # its state's listing is still to be written
 
         def prune() -> None:
             try:
-                self.store.prune(keep_last, in_use)
+                self.store.prune(keep_last, spared)
             except Exception as exc:  # noqa: BLE001 - retention is best effort; the run goes on
                 log.warning("retention (trainer.max_checkpoints_to_keep) failed: %s", exc)
 
@@ -390,6 +406,10 @@ class TrainerCheckpointer:
             extra["master_weights"] = _MASTER_DIR
         return files, extra
 
+    def _state_done(self) -> bool:
+        """Whether a training state went up (or failed) and was not yet waited for."""
+        return self._state_write is not None and self._state_write[1].done()
+
     def wait_for_state(self) -> None:
         """Until the training state written in the background is durable; raises what its
         write raised (the trainer must not go on as if its state were saved)."""
@@ -403,7 +423,7 @@ class TrainerCheckpointer:
         log.info("training state of v%d is durable", step)
 
     def close(self) -> None:
-        """Wait for a training state still being written, then stop the background thread.
+        """Wait for a training state still being written, then stop the background threads.
         A failure is logged, not raised: this runs while the trainer shuts down. A version
         begun and not landed is left uncommitted (its files are invisible without a manifest,
         and retention removes them)."""
@@ -419,6 +439,7 @@ class TrainerCheckpointer:
             self.wait_for_state()
         except Exception as exc:  # noqa: BLE001 - shutting down; the next resume says it too
             log.error("the training state written in the background failed: %s", exc)
+        self._state_writer.shutdown(wait=True)
         self._background.shutdown(wait=True)  # retention queued behind the last version too
         if self.fast is not None:
             self.fast.close()

@@ -82,7 +82,7 @@ def test_the_state_written_is_the_versions_even_when_training_goes_on_first(
     writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
     held = threading.Event()
     writer.begin(first, 2, 0, OFFSETS, final=True)  # the state is taken here
-    writer._background.submit(held.wait, 30)  # the state's write queues behind this
+    writer._state_writer.submit(held.wait, 30)  # the state's write queues behind this
     writer.land()
     train(first, range(2, 5))  # AdamW's moments and step change in place meanwhile
     held.set()
@@ -94,6 +94,35 @@ def test_the_state_written_is_the_versions_even_when_training_goes_on_first(
     train(resumed, range(2, 4))
     expect, got = weights(straight), weights(resumed)
     assert all(torch.equal(expect[k], got[k]) for k in expect)
+
+
+def test_versions_land_while_a_training_state_goes_up_and_retention_spares_its_version(
+    tmp_path: Path,
+) -> None:
+    """A training state goes up on a thread of its own: the weights-only versions after it are
+    committed meanwhile (at 1.5B the state took tens of seconds, and the next version waited for
+    it), and retention keeps the version until its state's listing exists."""
+    checkpoints = store(tmp_path)
+    e = engine()
+    train(e, range(1))
+    writer = TrainerCheckpointer(checkpoints, save_interval=100)
+    held = threading.Event()
+    writer._state_writer.submit(held.wait, 30)  # v1's state queues behind this
+    writer.write(e, 1, 0, OFFSETS, final=True)
+    for step in (2, 3):
+        train(e, range(step - 1, step))
+        writer.write(e, step, step - 1, OFFSETS, final=False)
+    assert checkpoints.list_versions() == [1, 2, 3]
+    assert checkpoints.read_part(1, STATE_PART) is None  # still going up
+    writer.prune_behind(1, None)
+    writer._background.submit(lambda: None).result()  # after the prune
+    assert checkpoints.list_versions() == [1, 3]  # v1 spared, v2 pruned
+    held.set()
+    writer.wait_for_state()
+    assert checkpoints.read_part(1, STATE_PART) is not None
+    writer.prune_behind(1, None)
+    writer.close()
+    assert checkpoints.list_versions() == [3]
 
 
 def test_a_version_holds_the_weights_it_began_with_while_training_goes_on(
