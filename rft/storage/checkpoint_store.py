@@ -211,14 +211,7 @@ class CheckpointStore:
         self.store.ensure_bucket()
         # Each write puts its files under a directory of its own: a writer fenced mid-upload that
         # goes on uploading cannot overwrite the files of the version another writer committed.
-        object_dir = secrets.token_hex(6)
-        entries = _each_at_once(
-            lambda item: self._upload(
-                version, item[0], item[1], self.object_key(version, item[0], object_dir)
-            ),
-            list(files.items()),
-            "checkpoint-put",
-        )
+        object_dir, entries = self._upload_all(version, files)
         manifest = CheckpointManifest(
             version=version,
             train_step=train_step,
@@ -281,6 +274,21 @@ class CheckpointStore:
         manifest = self.read_manifest(version)
         return self.object_key(version, name, manifest.extra.get(OBJECT_DIR_KEY))
 
+    def _upload_all(
+        self, version: int, files: Mapping[str, Payload]
+    ) -> tuple[str, list[ManifestFile]]:
+        """`files` up, several at once, under a new object directory of `version`: the
+        directory's name and the files' entries, in `files`' order."""
+        object_dir = secrets.token_hex(6)
+        entries = _each_at_once(
+            lambda item: self._upload(
+                version, item[0], item[1], self.object_key(version, item[0], object_dir)
+            ),
+            list(files.items()),
+            "checkpoint-put",
+        )
+        return object_dir, entries
+
     def _upload(self, version: int, name: str, source: Payload, key: str) -> ManifestFile:
         """One file up, its sha256 taken from the bytes as they are sent."""
         size = source.size
@@ -317,14 +325,7 @@ class CheckpointStore:
         only if absent. Until the listing exists the part does not exist for readers, as a
         version does not before its manifest."""
         manifest = self.read_manifest(version)
-        object_dir = secrets.token_hex(6)
-        entries = _each_at_once(
-            lambda item: self._upload(
-                version, item[0], item[1], self.object_key(version, item[0], object_dir)
-            ),
-            list(_sources(None, payloads).items()),
-            "checkpoint-put",
-        )
+        object_dir, entries = self._upload_all(version, _sources(None, payloads))
         listing = dataclasses.replace(
             manifest,
             created_at=int(time.time() * 1000),
@@ -446,12 +447,11 @@ class CheckpointStore:
     def _fetch_file(self, manifest: CheckpointManifest, entry: ManifestFile) -> memoryview:
         """One file into memory, hashed as it lands and checked against the manifest."""
         version, object_dir = manifest.version, manifest.extra.get(OBJECT_DIR_KEY)
-        uri = self.store.uri(self.object_key(version, entry.name, object_dir))
+        key = self.object_key(version, entry.name, object_dir)
+        uri = self.store.uri(key)
         digest = Sha256Sink()
         try:
-            data = self.store.get_into(
-                self.object_key(version, entry.name, object_dir), entry.size, digest
-            )
+            data = self.store.get_into(key, entry.size, digest)
         except ObjectNotFoundError as exc:
             digest.close()
             raise CheckpointError(
