@@ -48,8 +48,10 @@ _DTYPES = {code: dtype for dtype, code in _CODES.items()}
 #: A version's weights are cut into shards of at least this many bytes (HF's sharded layout:
 #: model-0000k-of-0000n.safetensors and an index), at most _MAX_SHARDS of them: the store
 #: moves and hashes a version's files several at once, so each shard is a core's worth of
-#: sha256 on both sides (a single file is one serial digest, about 0.15 s per 257 MiB).
-SHARD_BYTES = 64 << 20
+#: sha256 on both sides (a single file is one serial digest, about 0.15 s per 257 MiB). 32 MiB
+#: cuts SmolLM2's 257 MiB of bf16 into 8 files, as many as the store moves at once
+#: (rft.storage.checkpoint_store.TRANSFER_THREADS).
+SHARD_BYTES = 32 << 20
 _MAX_SHARDS = 16
 
 

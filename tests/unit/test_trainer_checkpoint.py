@@ -337,3 +337,30 @@ def test_restoring_rounded_weights_without_a_master_copy_says_so(tmp_path: Path,
     assert "holds bfloat16 weights and no master copy" in caplog.text
     rounded = {k: v.to(torch.bfloat16).float() for k, v in weights(first).items()}
     assert all(torch.equal(rounded[k], v) for k, v in weights(resumed).items())
+
+
+def test_every_version_carries_the_model_files_the_engine_wrote_once(tmp_path: Path) -> None:
+    class Counting(TorchTrainerEngine):
+        calls = 0
+
+        def save_hf(self, directory, dtype=None, *, weights=True):  # type: ignore[no-untyped-def]
+            Counting.calls += 1
+            return super().save_hf(directory, dtype, weights=weights)
+
+    model, tok = load_model("tiny")
+    e = Counting(model, CONFIG, tokenizer=tok)
+    checkpoints = store(tmp_path)
+    writer = TrainerCheckpointer(checkpoints, save_interval=100)
+    for step in (1, 2, 3):
+        train(e, range(step - 1, step))
+        writer.write(e, step, step - 1, OFFSETS, final=False)
+    assert Counting.calls == 1
+    reference = tmp_path / "reference"
+    TorchTrainerEngine.save_hf(e, reference, weights=False)
+    expected = {p.relative_to(reference).as_posix() for p in reference.rglob("*") if p.is_file()}
+    assert {"config.json", "tokenizer.json"} <= expected
+    for step in (1, 3):
+        _, files = checkpoints.read_files(step)
+        assert {n: bytes(files[n]) for n in expected} == {
+            n: (reference / n).read_bytes() for n in expected
+        }
