@@ -3,10 +3,12 @@
 The trainer's end (`WeightGroupHost` with `sync_method="memory"`) runs in the test; explorers'
 ends run as `tests.unit.weight_group_peer` processes, unrelated to this one (not forked by
 multiprocessing). What a member receives equals what was sent, bit for bit, with the version's
-token; a second version follows; a member killed or stopped costs the trainer one bounded wait
+token; a second version follows, and a third is written into the buffer of the second, which
+every member acknowledged; a member killed or stopped costs the trainer one bounded wait
 and the next versions reach the living member without one, while the stopped one, let go on,
 drops the version whose buffer is gone and joins again; the trainer keeps a version's buffer
-until every member acknowledged it (or the timeout passed) and leaves none behind; a member that
+until every member acknowledged it (or the timeout passed, when it is let go of at once, since a
+member may still read it) and leaves none behind once closed; a member that
 cannot use the trainer's transport never joins. The CUDA IPC side of the transport is not run
 here (no GPU).
 """
@@ -57,7 +59,16 @@ def test_versions_arrive_bit_for_bit_with_their_tokens(host: WeightGroupHost) ->
         for peer in (a, b):
             assert peer.expect(first) == (1000 + first, digest(weights(first)))
             assert peer.expect(second) == (7, digest(weights(second)))
-        assert buffers() == []  # every member acknowledged: the trainer let go of them
+        # every member acknowledged: the next version is written into the same buffer
+        kept = buffers()
+        assert len(kept) == 1
+        third = second + 1
+        assert sorted(host.send(third, 8, weights(third))) == ["a", "b"]
+        assert buffers() == kept
+        for peer in (a, b):
+            assert peer.expect(third) == (8, digest(weights(third)))
+        host.close()
+        assert buffers() == []
     finally:
         a.stop()
         b.stop()
@@ -83,7 +94,7 @@ def test_the_buffer_stays_until_the_member_acknowledges(host: WeightGroupHost) -
         assert not sending.is_alive()
         assert reached == ["a"]  # it read the buffer after a pause, whole
         assert a.expect(version) == (5, digest(weights(version)))
-        assert buffers() == []
+        assert len(buffers()) == 1  # acknowledged, so kept for the next version
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
         a.stop()
