@@ -106,4 +106,6 @@ class _Receiver:
         return tensors
 
     def leave(self) -> None:
-        pass  # its sockets close with its process, which fails the trainer's next broadcast
+        # the control plane's left key keeps the trainer from broadcasting to it again; its
+        # sockets close with its process
+        pass

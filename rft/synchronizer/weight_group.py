@@ -16,7 +16,8 @@ joined, and tells the old one to move on. Control messages (the next version and
 "regroup") go through the store, so a member waits for the next version as long as it likes
 while each version's delivery and each group formation is bounded by
 `synchronizer.weight_group_timeout`: a member that died or hangs costs the trainer at most that
-long once. When the transport fails the whole generation (a broadcast), the trainer drops the
+long once; a member whose explorer closes it says so in the store, and the next version forms a
+generation without it at no wait. When the transport fails the whole generation (a broadcast), the trainer drops the
 group; when it names the members a version did not reach (shared memory), the next generation
 leaves them out. Either way that version goes to them only through the store; members whose
 group broke or that were left out join again, and a later version forms a group with them.
@@ -58,6 +59,14 @@ log = logging.getLogger(__name__)
 
 _GENERATION = "generation"
 _JOINS = "joins"
+
+
+def _left_key(generation: int, member: str) -> str:
+    """Set by a member that stops following `generation`, so the next version forms a
+    generation without it."""
+    return f"gen{generation}/left/{member}"
+
+
 _TRANSPORT = "transport"  # the trainer's sync_method and what its transport describes
 # how often a member looks for the trainer's next control message
 _MEMBER_POLL_S = 0.05
@@ -170,6 +179,8 @@ class WeightGroupHost:
         """Form a new generation when explorers joined, a version missed some, or the
         weights' layout changed."""
         joined = self._new_joins()
+        if self._sender is not None:
+            self._missed.update(m for m in self._members if self._left(self.generation, m))
         if self._sender is None:
             if not joined:
                 return
@@ -209,6 +220,11 @@ class WeightGroupHost:
             ", ".join(members),
             self.sync_method,
         )
+
+    def _left(self, generation: int, member: str) -> bool:
+        # one store lookup per member and version: cheaper than a broadcast that waits out the
+        # timeout for a member whose explorer closed its end while its process lives on
+        return bool(self._store.check([_left_key(generation, member)]))
 
     def _new_joins(self) -> list[str]:
         count = int(self._store.add(_JOINS, 0))
@@ -389,8 +405,7 @@ class WeightGroupMember:
             # polled, not waited on: a wait that times out logs from C++ each time
             while not store.check([key]):
                 if self._stop.wait(_MEMBER_POLL_S):
-                    with contextlib.suppress(RuntimeError):
-                        receiver.leave()
+                    self._leave(store, generation, receiver)
                     return False
                 # the trainer posts "regroup" before the next generation, so a member that saw
                 # the newer generation after a stale look for the message looks once more
@@ -414,6 +429,12 @@ class WeightGroupMember:
                 received.version,
                 time.monotonic() - started,
             )
-        with contextlib.suppress(RuntimeError):
-            receiver.leave()
+        self._leave(store, generation, receiver)
         return False
+
+    def _leave(self, store: Any, generation: int, receiver: Receiver) -> None:
+        """Say this member stops following `generation`: the trainer forms the next one
+        without it, and the transport lets go of what it holds for it."""
+        with contextlib.suppress(RuntimeError):
+            store.set(_left_key(generation, self.member_id), "1")
+            receiver.leave()

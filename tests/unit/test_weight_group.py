@@ -5,7 +5,8 @@ The trainer's end (`WeightGroupHost`, rank 0) runs in the test; each explorer's 
 receives is what was sent (sha256 of every tensor's bytes, and the version's token); a member
 gets exactly the versions whose `send` names it; one that joins late starts at the next version;
 a member that dies or hangs costs the trainer one bounded `synchronizer.weight_group_timeout`,
-after which the group goes on with the living. `synchronizer.weight_group_address` is where the
+after which the group goes on with the living; one closed by its explorer while its process
+lives on costs no wait at all. `synchronizer.weight_group_address` is where the
 trainer hosts the rendezvous.
 """
 
@@ -88,6 +89,16 @@ class Peer:
                 line = self.lines.get(timeout=1.0)
             except queue.Empty:
                 return
+            if line.startswith("got "):
+                _, v, token, sha = line.split()
+                self.got[int(v)] = (int(token), sha)
+
+    def leave(self) -> None:
+        """Close its member and wait until it says so; the process goes on."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("leave\n")
+        self.proc.stdin.flush()
+        while (line := self.lines.get(timeout=JOIN_DEADLINE_S)) != "left":
             if line.startswith("got "):
                 _, v, token, sha = line.split()
                 self.got[int(v)] = (int(token), sha)
@@ -203,6 +214,24 @@ def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fau
     finally:
         if fault == "hung":
             os.kill(b.proc.pid, signal.SIGKILL)
+        a.stop()
+        b.stop()
+
+
+def test_a_member_closed_while_its_process_lives_costs_no_wait(host: WeightGroupHost) -> None:
+    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
+    try:
+        joined, _ = send_until(host, {"a", "b"}, 1)
+        b.expect(joined)
+        b.leave()  # its sockets stay open: a broadcast to it would block until the timeout
+        version = joined + 1
+        started = time.monotonic()
+        # 8 MiB per tensor: more than the socket buffers hold
+        assert host.send(version, 2, weights(version, mib=8)) == ["a"]
+        assert time.monotonic() - started < TIMEOUT_S / 2
+        assert host.members == ["a"]
+        assert a.expect(version) == (2, digest(weights(version, mib=8)))
+    finally:
         a.stop()
         b.stop()
 

@@ -3,7 +3,8 @@
 `python -m tests.unit.weight_group_peer ADDRESS TIMEOUT_S ID [SYNC_METHOD]` joins the group
 (with the transport of SYNC_METHOD, nccl if not given) and prints one line per version it
 receives whole: `got VERSION TOKEN SHA256` (the sha256 of the tensors' bytes in
-the layout's order), until its stdin closes.
+the layout's order), until its stdin closes; a line `leave` on stdin closes the member (it prints
+`left`) while the process goes on.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ def main() -> None:
     sync_method = sys.argv[4] if len(sys.argv) > 4 else "nccl"
     member = WeightGroupMember(address, timeout_s, member_id, sync_method=sync_method)
     closed = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), closed.set()), daemon=True).start()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "leave":  # the explorer closes its end; the process lives on
+                member.close()
+                print("left", flush=True)
+        closed.set()
+
+    threading.Thread(target=commands, daemon=True).start()
     print("joining", flush=True)
     while not closed.is_set():
         received = member.take()
