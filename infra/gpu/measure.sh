@@ -143,6 +143,10 @@ case "$stage" in
         --device cuda:0 --explorer-device cuda:1 --dtype bfloat16 --versions 5 \
         2>&1 | grep --line-buffered -v "^INFO" | tee "$out/fast-weights-$engine.txt"
     done ;;
+  nccl-group)
+    python3 -m tests.gpu.nccl_weight_group 2>&1 | grep --line-buffered -v "^INFO" \
+      | tee "$out/nccl-group.txt"
+    exit "${PIPESTATUS[0]}" ;;
   fast-weights-memory)
     for engine in ${1:-hf vllm}; do
       python3 bench/fast_weights.py --sync-method memory --engine "$engine" --store file \

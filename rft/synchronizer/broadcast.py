@@ -4,7 +4,8 @@ Each generation is a process group of its own (not the default one: an FSDP trai
 of the trainer (rank 0) and its members, NCCL between GPUs and gloo on the CPU; the trainer
 broadcasts the version's tensors in the layout's order into fresh tensors on each member's
 device. A member that died (gloo fails at once) or hangs (the broadcast blocks) fails the whole
-generation's broadcast within the timeout: the group's control plane then drops it and the
+generation's broadcast within the timeout (NCCL's groups are made with blocking waits and an error
+handling that never ends the process): the group's control plane then drops it and the
 members join again. NCCL cannot put two ranks on one GPU: trainer and explorer sharing a GPU
 need the `memory` transport (rft.synchronizer.shared_memory).
 """
@@ -12,6 +13,9 @@ need the `memory` transport (rft.synchronizer.shared_memory).
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -33,20 +37,50 @@ def settle(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+# Read by ProcessGroupNCCL's constructor, for that group alone. Blocking wait: a broadcast that
+# passes the timeout raises on the thread waiting for it, after aborting the communicator, so the
+# trainer drops the generation and goes on. Error handling 2 (clean up only): torch's watchdog
+# aborts a failed group's communicator without ending the process; its default (3) ends the whole
+# process, trainer or explorer, when one member of a weight-sync group hangs.
+_NCCL_GROUP_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
+_environment_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    with _environment_lock:
+        saved = {key: os.environ.get(key) for key in values}
+        os.environ.update(values)
+        try:
+            yield
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
 def _new_group(store: Any, rank: int, size: int, backend: str, timeout: timedelta) -> Backend:
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
-        return dist.ProcessGroupNCCL(store, rank, size, options)
+        with _environment(_NCCL_GROUP_ENV):
+            return dist.ProcessGroupNCCL(store, rank, size, options)
     return dist.ProcessGroupGloo(store, rank, size, timeout)
 
 
-def _broadcast(group: Any, tensor: torch.Tensor, timeout: timedelta) -> None:
+def _broadcast(group: Any, tensors: list[torch.Tensor], timeout: timedelta) -> None:
+    """Each of `tensors` from rank 0, every broadcast queued before the first is waited on (NCCL
+    runs them back to back on its stream; a blocking wait per tensor would idle it in between),
+    then each waited for, in order, all within `timeout` of being queued."""
     # Any: torch's stubs give Backend no broadcast, which gloo's and NCCL's have
     options = dist.BroadcastOptions()
     options.rootRank = 0
     options.timeout = timeout
-    group.broadcast([tensor], options).wait(timeout)
+    works = [group.broadcast([tensor], options) for tensor in tensors]
+    for work in works:
+        work.wait(timeout)
 
 
 class BroadcastTransport:
@@ -83,8 +117,8 @@ class _Sender:
 
     def deliver(self, post: Post, tensors: dict[str, torch.Tensor], layout: Layout) -> list[str]:
         post({})  # the members enter the broadcasts when they read it
-        for name in layout.names:
-            _broadcast(self.group, tensors[name].to(self.device).contiguous(), self.timeout)
+        sent = [tensors[name].to(self.device).contiguous() for name in layout.names]
+        _broadcast(self.group, sent, self.timeout)
         settle(self.device)
         return list(self.members)
 
@@ -100,8 +134,7 @@ class _Receiver:
 
     def receive(self, body: dict[str, Any], layout: Layout) -> dict[str, torch.Tensor]:
         tensors = layout.empty(self.device)
-        for name in layout.names:
-            _broadcast(self.group, tensors[name], self.timeout)
+        _broadcast(self.group, [tensors[name] for name in layout.names], self.timeout)
         settle(self.device)
         return tensors
 

@@ -13,118 +13,16 @@ trainer hosts the rendezvous.
 from __future__ import annotations
 
 import os
-import queue
 import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import torch
 
 from rft.engines.fsdp_ranks import free_port
 from rft.errors import ConfigError
 from rft.synchronizer.weight_group import WeightGroupHost, split_address
-from tests.unit.weight_group_peer import digest
-
-ROOT = Path(__file__).resolve().parents[2]
-TIMEOUT_S = 5.0
-# a few seconds of sends in a loop: plenty for a process to start and join on a loaded machine
-JOIN_DEADLINE_S = 120.0
-
-
-class Peer:
-    """A member process and the versions it reported."""
-
-    def __init__(
-        self,
-        address: str,
-        member_id: str,
-        sync_method: str = "nccl",
-        timeout_s: float = TIMEOUT_S,
-    ) -> None:
-        self.member_id = member_id
-        self.proc = subprocess.Popen(  # noqa: S603 - our own module
-            [
-                sys.executable,
-                "-m",
-                "tests.unit.weight_group_peer",
-                address,
-                str(timeout_s),
-                member_id,
-                sync_method,
-            ],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.got: dict[int, tuple[int, str]] = {}  # version -> (token, digest)
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
-
-    def expect(self, version: int) -> tuple[int, str]:
-        """Wait for this member's report of `version` (it was sent to it)."""
-        while version not in self.got:
-            line = self.lines.get(timeout=JOIN_DEADLINE_S)
-            if line.startswith("got "):
-                _, v, token, sha = line.split()
-                self.got[int(v)] = (int(token), sha)
-        return self.got[version]
-
-    def drain(self) -> None:
-        """Read what it reported so far."""
-        while True:
-            try:
-                line = self.lines.get(timeout=1.0)
-            except queue.Empty:
-                return
-            if line.startswith("got "):
-                _, v, token, sha = line.split()
-                self.got[int(v)] = (int(token), sha)
-
-    def leave(self) -> None:
-        """Close its member and wait until it says so; the process goes on."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write("leave\n")
-        self.proc.stdin.flush()
-        while (line := self.lines.get(timeout=JOIN_DEADLINE_S)) != "left":
-            if line.startswith("got "):
-                _, v, token, sha = line.split()
-                self.got[int(v)] = (int(token), sha)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def weights(version: int, mib: int = 1) -> dict[str, torch.Tensor]:
-    """HF-like tensors of two dtypes, different for each version."""
-    g = torch.Generator().manual_seed(version)
-    n = mib * 2**18
-    return {
-        "model.embed_tokens.weight": torch.randn(n // 64, 64, generator=g),
-        "model.layers.0.mlp.up_proj.weight": torch.randn(n // 32, 32, generator=g).to(
-            torch.bfloat16
-        ),
-        "model.norm.weight": torch.randn(64, generator=g),
-    }
+from tests.unit.weight_group_peer import TIMEOUT_S, Peer, digest, send_until, weights
 
 
 @pytest.fixture
@@ -136,21 +34,6 @@ def host() -> Iterator[WeightGroupHost]:
 
 def address_of(host: WeightGroupHost) -> str:
     return f"127.0.0.1:{host.port}"
-
-
-def send_until(host: WeightGroupHost, members: set[str], first: int) -> tuple[int, dict]:
-    """Send versions first, first+1, ... until one reaches exactly `members`; returns that
-    version and every version's reached list."""
-    reached: dict[int, list[str]] = {}
-    deadline = time.monotonic() + JOIN_DEADLINE_S
-    version = first
-    while time.monotonic() < deadline:
-        reached[version] = host.send(version, 1000 + version, weights(version))
-        if set(reached[version]) == members:
-            return version, reached
-        version += 1
-        time.sleep(0.3)
-    raise AssertionError(f"no version reached {members} in {JOIN_DEADLINE_S}s: {reached}")
 
 
 def test_members_receive_each_version_as_sent(host: WeightGroupHost) -> None:

@@ -28,8 +28,7 @@ import torch
 from rft.engines.fsdp_ranks import free_port
 from rft.synchronizer.shared_memory import SharedMemoryTransport
 from rft.synchronizer.weight_group import WeightGroupHost, WeightGroupMember
-from tests.unit.test_weight_group import Peer, send_until, weights
-from tests.unit.weight_group_peer import digest
+from tests.unit.weight_group_peer import Peer, digest, send_until, weights
 
 TIMEOUT_S = 3.0
 
