@@ -21,6 +21,8 @@
 #       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
+#   bash infra/gpu/measure.sh nccl-group   # tests/gpu/nccl_weight_group.py: the nccl weight-sync
+#       group's failure paths on real NCCL, trainer on cuda:0 and members on cuda:1 (2 GPUs)
 #   bash infra/gpu/measure.sh fast-weights-memory [hf vllm]   # the same with sync_method memory
 #       (CUDA IPC), trainer and explorer both on cuda:0 (one GPU)
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
