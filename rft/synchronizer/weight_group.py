@@ -12,7 +12,9 @@ shapes, dtypes).
 Membership changes between versions, never during one. An explorer joins by registering its id in
 the store; before the next version the trainer forms a new *generation* (under its own store
 prefix, with the transport's own end of it) of the members still in the old one and those who
-joined, and tells the old one to move on. Control messages (the next version and its token, or
+joined, and tells the old one to move on. Every member answers a new generation before any end
+of the transport is made; one that does not within the timeout (it died or hangs) is left out,
+and the generation is formed again without it. Control messages (the next version and its token, or
 "regroup") go through the store, so a member waits for the next version as long as it likes
 while each version's delivery and each group formation is bounded by
 `synchronizer.weight_group_timeout`: a member that died or hangs costs the trainer at most that
@@ -61,6 +63,17 @@ _GENERATION = "generation"
 _JOINS = "joins"
 
 
+def _ready_key(generation: int, member: str) -> str:
+    """Set by a member that saw `generation`'s record with itself in it."""
+    return f"gen{generation}/ready/{member}"
+
+
+def _go_key(generation: int) -> str:
+    """Set by the trainer once every member of `generation` is ready: they may create their
+    ends of the transport."""
+    return f"gen{generation}/go"
+
+
 def _left_key(generation: int, member: str) -> str:
     """Set by a member that stops following `generation`, so the next version forms a
     generation without it."""
@@ -70,6 +83,8 @@ def _left_key(generation: int, member: str) -> str:
 _TRANSPORT = "transport"  # the trainer's sync_method and what its transport describes
 # how often a member looks for the trainer's next control message
 _MEMBER_POLL_S = 0.05
+# how often the trainer looks for the members' answers to a new generation
+_READY_POLL_S = 0.005
 # pause before a member whose group broke, or that found no trainer, tries to join again
 _REJOIN_S = 2.0
 
@@ -196,19 +211,35 @@ class WeightGroupHost:
             self._drop()
         self._missed = set()
         members = keep + [m for m in dict.fromkeys(joined)]
-        generation = self.generation + 1
-        # written even without members: one left out learns it from the record
-        record = {"members": members, "layout": layout.to_json()}
-        self._store.set(f"gen{generation}/record", json.dumps(record))
-        self._store.set(_GENERATION, str(generation))
-        self.generation, self._members, self._layout, self._messages = (
-            generation,
-            members,
-            layout,
-            0,
-        )
-        if not members:
-            return
+        while True:
+            generation = self.generation + 1
+            # written even without members: one left out learns it from the record
+            record = {"members": members, "layout": layout.to_json()}
+            self._store.set(f"gen{generation}/record", json.dumps(record))
+            self._store.set(_GENERATION, str(generation))
+            self.generation, self._members, self._layout, self._messages = (
+                generation,
+                members,
+                layout,
+                0,
+            )
+            if not members:
+                return
+            absent = self._unready(generation, members)
+            if not absent:
+                break
+            log.warning(
+                "weight-sync group generation %d: %s did not answer within %.0fs; formed again "
+                "without them (they join again)",
+                generation,
+                ", ".join(absent),
+                self.timeout.total_seconds(),
+            )
+            members = [m for m in members if m not in absent]
+        # the members create their ends only now: NCCL sets up a communicator at the first
+        # broadcast and waits for every rank without a timeout, so a member that died before
+        # this point would hang the trainer there
+        self._store.set(_go_key(generation), "1")
         prefix = dist.PrefixStore(f"gen{generation}/pg/", self._store)
         self._sender = self.transport.sender(
             Generation(prefix, members, self._described, self.device, self.timeout)
@@ -220,6 +251,16 @@ class WeightGroupHost:
             ", ".join(members),
             self.sync_method,
         )
+
+    def _unready(self, generation: int, members: list[str]) -> list[str]:
+        """The members that did not say they saw `generation` within the timeout."""
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        waiting = list(members)
+        while waiting and time.monotonic() < deadline:
+            waiting = [m for m in waiting if not self._store.check([_ready_key(generation, m)])]
+            if waiting:
+                time.sleep(_READY_POLL_S)
+        return waiting
 
     def _left(self, generation: int, member: str) -> bool:
         # one store lookup per member and version: cheaper than a broadcast that waits out the
@@ -379,6 +420,9 @@ class WeightGroupMember:
                     raise RuntimeError(f"generation {generation} was formed without this member")
                 continue  # formed before this join was read: the next one holds it
             admitted = True
+            store.set(_ready_key(generation, self.member_id), "1")
+            if not self._opened(store, generation):
+                continue  # formed again without waiting for this member, or it stops
             prefix = dist.PrefixStore(f"gen{generation}/pg/", store)
             receiver = self.transport.receiver(
                 Generation(prefix, members, described, self.device, self.timeout), self.member_id
@@ -387,6 +431,17 @@ class WeightGroupMember:
             layout = Layout.from_json(record["layout"])
             if not self._follow(store, generation, receiver, layout):
                 return
+
+    def _opened(self, store: Any, generation: int) -> bool:
+        """Whether the trainer opened `generation` (every member answered); False once a newer
+        one replaced it or this member stops."""
+        while not self._stop.is_set():
+            if store.check([_go_key(generation)]):
+                return True
+            if int(store.get(_GENERATION)) > generation:
+                return False
+            self._stop.wait(_MEMBER_POLL_S)
+        return False
 
     def _next_generation(self, store: Any, after: int) -> tuple[int, dict[str, Any] | None]:
         while not self._stop.is_set():

@@ -15,11 +15,14 @@ ends the whole process. The trainer's end runs here on cuda:0, explorers' ends
 4. that member closes its end while its process lives: the next send costs no wait;
 5. a member killed mid-group (SIGKILL): the send gives up within the timeout.
 
-Prints one line per step and `CHECK nccl-group: passed`, or the failed step and exit 1.
+Prints one line per step and `CHECK nccl-group: passed`, or the failed step and exit 1; a step
+that stalls past STALL_S prints every thread's stack and ends the check.
+`python -m tests.gpu.nccl_weight_group cpu` runs the same steps over gloo on the CPU.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import statistics
@@ -34,6 +37,8 @@ from tests.unit.weight_group_peer import Peer, digest, send_until
 
 TIMEOUT_S = 10.0
 SLACK_S = 5.0
+# a step that takes longer has hung: every thread's stack is printed, then the check ends
+STALL_S = 150.0
 
 
 def version(number: int, mib: int = 257) -> dict[str, torch.Tensor]:
@@ -55,16 +60,29 @@ def step(label: str, ok: bool, detail: str) -> None:
     if not ok:
         print("CHECK nccl-group: FAILED", flush=True)
         sys.exit(1)
+    faulthandler.dump_traceback_later(STALL_S, exit=True)  # the next step's budget
+
+
+def timed_send(host: WeightGroupHost, number: int, token: int) -> tuple[list[str], float]:
+    """Send version `number` (its tensors made before the clock starts); the members it
+    reached and the seconds the send took."""
+    tensors = version(number)
+    started = time.monotonic()
+    reached = host.send(number, token, tensors)
+    return reached, time.monotonic() - started
 
 
 def main() -> None:
-    if torch.cuda.device_count() < 2:
+    # `cpu` as the argument runs the same steps over gloo: a dry run of the check itself
+    trainer, explorer = ("cpu", "cpu") if sys.argv[1:] == ["cpu"] else ("cuda:0", "cuda:1")
+    if trainer != "cpu" and torch.cuda.device_count() < 2:
         raise SystemExit("needs two GPUs (NCCL puts no two ranks on one GPU)")
-    host = WeightGroupHost(f"127.0.0.1:{free_port()}", TIMEOUT_S, device="cuda:0")
+    faulthandler.dump_traceback_later(STALL_S, exit=True)
+    host = WeightGroupHost(f"127.0.0.1:{free_port()}", TIMEOUT_S, device=trainer)
     address = f"127.0.0.1:{host.port}"
 
     def peer(member: str) -> Peer:
-        return Peer(address, member, "nccl", TIMEOUT_S, device="cuda:1")
+        return Peer(address, member, "nccl", TIMEOUT_S, device=explorer)
 
     a = peer("a")
     joined, _ = send_until(host, {"a"}, 1)
@@ -77,24 +95,20 @@ def main() -> None:
         step(f"v{v} sent", reached == ["a"], f"reached {reached}")
         step(f"v{v} received", a.expect(v) == (100 + v, digest(sent)), "sha256 equal")
     print(
-        f"send, 257 MiB bf16 cuda:0 -> cuda:1: median {statistics.median(times):.3f} s "
+        f"send, 257 MiB bf16 {trainer} -> {explorer}: median {statistics.median(times):.3f} s "
         f"({', '.join(f'{t:.3f}' for t in times)})",
         flush=True,
     )
 
     os.kill(a.proc.pid, signal.SIGSTOP)
     v = joined + 6
-    started = time.monotonic()
-    reached = host.send(v, 1, version(v))
-    waited = time.monotonic() - started
+    reached, waited = timed_send(host, v, 1)
     step(
         "hung member",
         reached == [] and waited < TIMEOUT_S + SLACK_S,
-        f"reached {reached} after {waited:.1f} s (timeout {TIMEOUT_S:.0f} s); trainer alive",
+        f"reached {reached} after {waited:.1f} s (timeout {TIMEOUT_S:.0f} s); this process lives",
     )
-    started = time.monotonic()
-    reached = host.send(v + 1, 2, version(v + 1))
-    waited = time.monotonic() - started
+    reached, waited = timed_send(host, v + 1, 2)
     step("next version", reached == [] and waited < TIMEOUT_S / 2, f"no group, {waited:.2f} s")
     os.kill(a.proc.pid, signal.SIGKILL)
     a.stop()
@@ -106,12 +120,10 @@ def main() -> None:
     step(
         "after the abort",
         reached == ["b"] and b.expect(rejoined + 1) == (3, digest(sent)),
-        f"a new member on cuda:1 received v{rejoined + 1} whole over a fresh communicator",
+        f"a new member on {explorer} received v{rejoined + 1} whole over a fresh communicator",
     )
     b.leave()
-    started = time.monotonic()
-    reached = host.send(rejoined + 2, 4, version(rejoined + 2))
-    waited = time.monotonic() - started
+    reached, waited = timed_send(host, rejoined + 2, 4)
     step(
         "member closed, process alive",
         reached == [] and waited < TIMEOUT_S / 2,
@@ -121,17 +133,17 @@ def main() -> None:
 
     c = peer("c")
     joined_c, _ = send_until(host, {"c"}, rejoined + 3)
+    step("another member", True, f"c joined at v{joined_c}")
     os.kill(c.proc.pid, signal.SIGKILL)
-    started = time.monotonic()
-    reached = host.send(joined_c + 1, 5, version(joined_c + 1))
-    waited = time.monotonic() - started
+    c.stop()
+    reached, waited = timed_send(host, joined_c + 1, 5)
     step(
         "killed member",
         reached == [] and waited < TIMEOUT_S + SLACK_S,
         f"reached {reached} after {waited:.1f} s",
     )
-    c.stop()
     host.close()
+    faulthandler.cancel_dump_traceback_later()
     print("CHECK nccl-group: passed", flush=True)
 
 

@@ -6,7 +6,8 @@ receives is what was sent (sha256 of every tensor's bytes, and the version's tok
 gets exactly the versions whose `send` names it; one that joins late starts at the next version;
 a member that dies or hangs costs the trainer one bounded `synchronizer.weight_group_timeout`,
 after which the group goes on with the living; one closed by its explorer while its process
-lives on costs no wait at all. `synchronizer.weight_group_address` is where the
+lives on costs no wait at all, and one that hangs before a new generation is formed is left out
+of it after one timeout while the others get the version. `synchronizer.weight_group_address` is where the
 trainer hosts the rendezvous.
 """
 
@@ -97,6 +98,30 @@ def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fau
     finally:
         if fault == "hung":
             os.kill(b.proc.pid, signal.SIGKILL)
+        a.stop()
+        b.stop()
+
+
+def test_a_member_that_hangs_before_a_new_generation_is_left_out_of_it(
+    host: WeightGroupHost,
+) -> None:
+    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
+    try:
+        joined, _ = send_until(host, {"a", "b"}, 1)
+        b.expect(joined)
+        os.kill(b.proc.pid, signal.SIGSTOP)
+        # new shapes: a new generation, whose ends b would never make (gloo's wait for it in
+        # the group's setup, NCCL's without a timeout at the first broadcast)
+        version = joined + 1
+        started = time.monotonic()
+        reached = host.send(version, 6, weights(version, mib=2))
+        waited = time.monotonic() - started
+        assert reached == ["a"]
+        assert waited < TIMEOUT_S + 2.0  # one timeout for b's answer
+        assert host.members == ["a"]
+        assert a.expect(version) == (6, digest(weights(version, mib=2)))
+    finally:
+        os.kill(b.proc.pid, signal.SIGKILL)
         a.stop()
         b.stop()
 
