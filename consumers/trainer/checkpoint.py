@@ -218,9 +218,20 @@ class TrainerCheckpointer:
                 "(versions are committed in order)"
             )
         started = time.monotonic()
-        with_state = final or step - self._state_saved_at >= self.save_interval
+        due = final or step - self._state_saved_at >= self.save_interval
+        writing = self._state_write is not None and not self._state_write[1].done()
+        # one training state in host memory at a time: a due one while the last is still going
+        # up goes with the first version after it (at 1.5B a state took 42 s to write, and
+        # waiting for it held the trainer 12 s); the last version's state is always waited for
+        with_state = due and (final or not writing)
+        if due and not with_state and self._state_write is not None:
+            log.info(
+                "version %d: its training state is due, deferred while v%d's still goes up",
+                step,
+                self._state_write[0],
+            )
         if with_state or self._state_done():
-            # one training state in host memory at a time; a failed write surfaces here
+            # a failed write surfaces here
             self.wait_for_state()
         form = engine.version_extra()
         extra: dict[str, str] = {"writer": writer_identity(), **form}

@@ -1376,7 +1376,10 @@ class TrainerConfig:
     )
     save_interval: int = key(
         bounded(100, ge=1),
-        does="steps between versions that carry optimizer state (trainer_state/)",
+        does=(
+            "steps between versions that carry optimizer state (trainer_state/); one due while "
+            "the last is still being written goes with the first version after it"
+        ),
         acts_in="consumers/trainer/checkpoint.py",
         shown_by="tests/unit/test_trainer_checkpoint.py",
     )

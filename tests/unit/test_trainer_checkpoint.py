@@ -255,6 +255,7 @@ def test_a_failed_background_state_write_surfaces_at_the_next_write(tmp_path: Pa
     checkpoints.store.put_bytes(checkpoints.part_key(1, STATE_PART), b"{}")  # in the way
     writer.write(e, 1, 0, OFFSETS, final=False)
     assert checkpoints.has_manifest(1)  # the weights are announceable before the state fails
+    writer._state_writer.submit(lambda: None).result()  # v1's state write has ended
     with pytest.raises(CheckpointError, match="part 'trainer_state' was written already"):
         writer.write(e, 2, 1, OFFSETS, final=False)
     assert not checkpoints.has_manifest(2)
@@ -364,3 +365,32 @@ def test_every_version_carries_the_model_files_the_engine_wrote_once(tmp_path: P
         assert {n: bytes(files[n]) for n in expected} == {
             n: (reference / n).read_bytes() for n in expected
         }
+
+
+def test_a_state_due_while_the_last_is_going_up_is_deferred_not_waited_for(
+    tmp_path: Path,
+) -> None:
+    """One training state is written at a time. A version whose state falls due while the last
+    one is still going up is written without it, at once, and the first version after that state
+    is durable carries one; the run's last version waits for the state in flight and carries its
+    own."""
+    checkpoints = store(tmp_path)
+    e = engine()
+    writer = TrainerCheckpointer(checkpoints, save_interval=1)
+    held = threading.Event()
+    writer._state_writer.submit(held.wait, 30)  # v1's state queues behind this
+    for step in (1, 2):
+        train(e, range(step - 1, step))
+        writer.write(e, step, step - 1, OFFSETS, final=False)  # v2 returns while v1's is held
+    held.set()
+    writer.wait_for_state()
+    later = threading.Event()
+    train(e, range(2, 3))
+    writer._state_writer.submit(later.wait, 30)  # v3's state queues behind this
+    writer.write(e, 3, 2, OFFSETS, final=False)
+    threading.Timer(0.5, later.set).start()
+    train(e, range(3, 4))
+    writer.write(e, 4, 3, OFFSETS, final=True)  # waits for v3's state, then carries its own
+    writer.close()
+    carried = [v for v in (1, 2, 3, 4) if checkpoints.read_part(v, STATE_PART) is not None]
+    assert carried == [1, 3, 4]
