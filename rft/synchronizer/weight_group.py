@@ -12,17 +12,17 @@ shapes, dtypes).
 Membership changes between versions, never during one. An explorer joins by registering its id in
 the store; before the next version the trainer forms a new *generation* (under its own store
 prefix, with the transport's own end of it) of the members still in the old one and those who
-joined, and tells the old one to move on. Every member answers a new generation before any end
-of the transport is made; one that does not within the timeout (it died or hangs) is left out,
-and the generation is formed again without it. Control messages (the next version and its token, or
-"regroup") go through the store, so a member waits for the next version as long as it likes
-while each version's delivery and each group formation is bounded by
-`synchronizer.weight_group_timeout`: a member that died or hangs costs the trainer at most that
-long once; a member whose explorer closes it says so in the store, and the next version forms a
-generation without it at no wait. When the transport fails the whole generation (a broadcast), the trainer drops the
-group; when it names the members a version did not reach (shared memory), the next generation
-leaves them out. Either way that version goes to them only through the store; members whose
-group broke or that were left out join again, and a later version forms a group with them.
+joined, and tells the old one to move on. Every member answers a new generation before any end of
+the transport is made; one that does not within the timeout (it died or hangs) is left out, and the
+generation is formed again without it. Control messages (the next version and its token, or
+"regroup") go through the store, so a member waits for the next version as long as it likes while
+each version's delivery and each group formation is bounded by `synchronizer.weight_group_timeout`:
+a member that died or hangs costs the trainer at most that long once; a member whose explorer
+closes it says so in the store, and the next version forms a generation without it at no wait. When
+the transport fails the whole generation (a broadcast), the trainer drops the group; when it names
+the members a version did not reach (shared memory), the next generation leaves them out. Either
+way that version goes to them only through the store; members whose group broke or that were left
+out join again, and a later version forms a group with them.
 
 A member receives on a thread of its own into fresh tensors and keeps the newest complete
 version for its explorer to take (`WeightGroupMember.take`) between rollouts; a version received
@@ -61,6 +61,13 @@ log = logging.getLogger(__name__)
 
 _GENERATION = "generation"
 _JOINS = "joins"
+_TRANSPORT = "transport"  # the trainer's sync_method and what its transport describes
+# how often a member looks for the trainer's next control message
+_MEMBER_POLL_S = 0.05
+# how often the trainer looks for the members' answers to a new generation
+_READY_POLL_S = 0.005
+# pause before a member whose group broke, or that found no trainer, tries to join again
+_REJOIN_S = 2.0
 
 
 def _ready_key(generation: int, member: str) -> str:
@@ -78,15 +85,6 @@ def _left_key(generation: int, member: str) -> str:
     """Set by a member that stops following `generation`, so the next version forms a
     generation without it."""
     return f"gen{generation}/left/{member}"
-
-
-_TRANSPORT = "transport"  # the trainer's sync_method and what its transport describes
-# how often a member looks for the trainer's next control message
-_MEMBER_POLL_S = 0.05
-# how often the trainer looks for the members' answers to a new generation
-_READY_POLL_S = 0.005
-# pause before a member whose group broke, or that found no trainer, tries to join again
-_REJOIN_S = 2.0
 
 
 def split_address(

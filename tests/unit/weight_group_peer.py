@@ -2,11 +2,11 @@
 
 `python -m tests.unit.weight_group_peer ADDRESS TIMEOUT_S ID [SYNC_METHOD [DEVICE]]` joins the
 group (with the transport of SYNC_METHOD, nccl if not given; receiving on DEVICE, the CPU if not
-given) and prints one line per version it receives whole: `got VERSION TOKEN SHA256` (the sha256
-of the tensors' bytes in the layout's order), until its stdin closes; a line `leave` on stdin closes the member (it prints
-`left`) while the process goes on. `Peer` starts one and reads what it reports, `send_until`
-sends versions until one reaches the members asked for, and `weights` makes a version's tensors:
-the CPU tests and the GPU check (tests/gpu) drive the group with them.
+given) and prints one line per version it receives whole: `got VERSION TOKEN SHA256` (the sha256 of
+the tensors' bytes in the layout's order), until its stdin closes; a line `leave` on stdin closes
+the member (it prints `left`) while the process goes on. `Peer` starts one and reads what it
+reports, `send_until` sends versions until one reaches the members asked for, and `weights` makes a
+version's tensors: the CPU tests and the GPU check (tests/gpu) drive the group with them.
 """
 
 from __future__ import annotations
