@@ -9,7 +9,9 @@
   the trainer goes on training (a pause here makes a slow store);
 - `checkpoint.before_manifest`: a version's files are uploaded, its manifest not yet;
 - `trainer.before_announce`: a version's manifest is written, its WeightVersion not yet sent;
-- `explorer.in_transaction`: a step's experiences are sent in its transaction, not committed.
+- `explorer.in_transaction`: a step's experiences are sent in its transaction, not committed;
+- `weight_group.answered`: an explorer's member of the weight-sync group answered a generation and
+  has not made its end of the transport yet (the trainer's first broadcast waits for it).
 
 The fault suite (`tests/faults/driver.py`) kills the process while it sleeps at one of them.
 """

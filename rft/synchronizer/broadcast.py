@@ -4,15 +4,16 @@ Each generation is a process group of its own (not the default one: an FSDP trai
 of the trainer (rank 0) and its members, NCCL between GPUs and gloo on the CPU; the trainer
 broadcasts the version's tensors in the layout's order into fresh tensors on each member's
 device. A member that died (gloo fails at once) or hangs (the broadcast blocks) fails the whole
-generation's broadcast within the timeout (NCCL's groups are made with blocking waits and an error
-handling that never ends the process): the group's control plane then drops it and the
-members join again. NCCL cannot put two ranks on one GPU: trainer and explorer sharing a GPU
+generation's broadcast within the timeout (NCCL's groups are made with blocking waits, an error
+handling that never ends the process and non-blocking communicators whose setup gives up): the
+group's control plane then drops it and the members join again. NCCL cannot put two ranks on one GPU: trainer and explorer sharing a GPU
 need the `memory` transport (rft.synchronizer.shared_memory).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -44,6 +45,10 @@ def settle(device: torch.device) -> None:
 # process, trainer or explorer, when one member of a weight-sync group hangs.
 _NCCL_GROUP_ENV = {"TORCH_NCCL_BLOCKING_WAIT": "1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "2"}
 _environment_lock = threading.Lock()
+# How long a non-blocking communicator's setup may take, in whole seconds. torch reads it once per
+# process, the first time such a communicator is waited for (at the group's first broadcast, not
+# its constructor), and only those use it; its own default is 30 minutes.
+_NONBLOCKING_TIMEOUT = "TORCH_NCCL_NONBLOCKING_TIMEOUT"
 
 
 @contextlib.contextmanager
@@ -65,6 +70,11 @@ def _new_group(store: Any, rank: int, size: int, backend: str, timeout: timedelt
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
+        # NCCL sets a communicator up at the first broadcast and, blocking, waits there for every
+        # rank without end: a member that died after answering its generation would hang the
+        # trainer. Non-blocking, the setup gives up after the timeout and the broadcast raises.
+        options.config.blocking = 0
+        os.environ.setdefault(_NONBLOCKING_TIMEOUT, str(max(1, math.ceil(timeout.total_seconds()))))
         with _environment(_NCCL_GROUP_ENV):
             return dist.ProcessGroupNCCL(store, rank, size, options)
     return dist.ProcessGroupGloo(store, rank, size, timeout)

@@ -47,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from rft.errors import ConfigError
+from rft.fault_points import fault_point
 from rft.synchronizer.transport import (
     WEIGHT_TRANSPORTS,
     Generation,
@@ -235,8 +236,8 @@ class WeightGroupHost:
             )
             members = [m for m in members if m not in absent]
         # the members create their ends only now: NCCL sets up a communicator at the first
-        # broadcast and waits for every rank without a timeout, so a member that died before
-        # this point would hang the trainer there
+        # broadcast and waits there for every rank, so one that died unseen would cost the
+        # setup's own timeout (rft.synchronizer.broadcast); gloo's constructor would wait it out
         self._store.set(_go_key(generation), "1")
         prefix = dist.PrefixStore(f"gen{generation}/pg/", self._store)
         self._sender = self.transport.sender(
@@ -419,6 +420,7 @@ class WeightGroupMember:
                 continue  # formed before this join was read: the next one holds it
             admitted = True
             store.set(_ready_key(generation, self.member_id), "1")
+            fault_point("weight_group.answered")
             if not self._opened(store, generation):
                 continue  # formed again without waiting for this member, or it stops
             prefix = dist.PrefixStore(f"gen{generation}/pg/", store)

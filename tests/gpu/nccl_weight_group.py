@@ -13,7 +13,9 @@ ends the whole process. The trainer's end runs here on cuda:0, explorers' ends
 3. the stopped member is killed and a new one joins on the same GPU: a fresh communicator after
    the aborted one carries versions whole;
 4. that member closes its end while its process lives: the next send costs no wait;
-5. a member killed mid-group (SIGKILL): the send gives up within the timeout.
+5. a member killed mid-group (SIGKILL): the send gives up within the timeout;
+6. a member that answers a new generation and then hangs before making its end: the first
+   broadcast's communicator setup (non-blocking) gives up within the timeout.
 
 Prints one line per step and `CHECK nccl-group: passed`, or the failed step and exit 1; a step
 that stalls past STALL_S prints every thread's stack and ends the check.
@@ -63,10 +65,12 @@ def step(label: str, ok: bool, detail: str) -> None:
     faulthandler.dump_traceback_later(STALL_S, exit=True)  # the next step's budget
 
 
-def timed_send(host: WeightGroupHost, number: int, token: int) -> tuple[list[str], float]:
+def timed_send(
+    host: WeightGroupHost, number: int, token: int, mib: int = 257
+) -> tuple[list[str], float]:
     """Send version `number` (its tensors made before the clock starts); the members it
     reached and the seconds the send took."""
-    tensors = version(number)
+    tensors = version(number, mib)
     started = time.monotonic()
     reached = host.send(number, token, tensors)
     return reached, time.monotonic() - started
@@ -142,6 +146,19 @@ def main() -> None:
         reached == [] and waited < TIMEOUT_S + SLACK_S,
         f"reached {reached} after {waited:.1f} s",
     )
+
+    d = peer("d")
+    joined_d, _ = send_until(host, {"d"}, joined_c + 2)
+    d.hang_after_answer()
+    # new shapes: a new generation, which d answers and then never makes its end of
+    reached, waited = timed_send(host, joined_d + 1, 6, mib=128)
+    step(
+        "member hung after answering",
+        reached == [] and waited < TIMEOUT_S + SLACK_S,
+        f"reached {reached} after {waited:.1f} s (the communicator's setup gave up)",
+    )
+    os.kill(d.proc.pid, signal.SIGKILL)
+    d.stop()
     host.close()
     faulthandler.cancel_dump_traceback_later()
     print("CHECK nccl-group: passed", flush=True)

@@ -7,7 +7,8 @@ gets exactly the versions whose `send` names it; one that joins late starts at t
 a member that dies or hangs costs the trainer one bounded `synchronizer.weight_group_timeout`,
 after which the group goes on with the living; one closed by its explorer while its process
 lives on costs no wait at all, and one that hangs before a new generation is formed is left out
-of it after one timeout while the others get the version. `synchronizer.weight_group_address` is where the
+of it after one timeout while the others get the version; one that hangs after answering a
+generation, before making its end, fails that version's send within one timeout. `synchronizer.weight_group_address` is where the
 trainer hosts the rendezvous.
 """
 
@@ -120,6 +121,32 @@ def test_a_member_that_hangs_before_a_new_generation_is_left_out_of_it(
         assert waited < TIMEOUT_S + 2.0  # one timeout for b's answer
         assert host.members == ["a"]
         assert a.expect(version) == (6, digest(weights(version, mib=2)))
+    finally:
+        os.kill(b.proc.pid, signal.SIGKILL)
+        a.stop()
+        b.stop()
+
+
+def test_a_member_that_hangs_after_answering_costs_one_bounded_wait(
+    host: WeightGroupHost,
+) -> None:
+    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
+    try:
+        joined, _ = send_until(host, {"a", "b"}, 1)
+        b.expect(joined)
+        b.hang_after_answer()
+        # new shapes: a new generation, which b answers and then never makes its end of (gloo
+        # waits for it in the group's setup; NCCL at the first broadcast, non-blocking)
+        version = joined + 1
+        started = time.monotonic()
+        reached = host.send(version, 7, weights(version, mib=2))
+        waited = time.monotonic() - started
+        assert reached == []  # the generation failed as a whole: the store carries the version
+        assert waited < TIMEOUT_S + 2.0
+        # the trainer goes on: a joins again and gets the next versions; b stays out
+        after, _ = send_until(host, {"a"}, version + 1)
+        assert a.expect(after) == (1000 + after, digest(weights(after)))
+        assert host.members == ["a"]
     finally:
         os.kill(b.proc.pid, signal.SIGKILL)
         a.stop()

@@ -4,7 +4,9 @@
 group (with the transport of SYNC_METHOD, nccl if not given; receiving on DEVICE, the CPU if not
 given) and prints one line per version it receives whole: `got VERSION TOKEN SHA256` (the sha256 of
 the tensors' bytes in the layout's order), until its stdin closes; a line `leave` on stdin closes
-the member (it prints `left`) while the process goes on. `Peer` starts one and reads what it
+the member (it prints `left`) while the process goes on, and a line `hang-after-answer` makes it
+stop for good at the next generation it answers, before it makes its end of the transport (it
+prints `armed`). `Peer` starts one and reads what it
 reports, `send_until` sends versions until one reaches the members asked for, and `weights` makes a
 version's tensors: the CPU tests and the GPU check (tests/gpu) drive the group with them.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from rft.fault_points import ENV
 from rft.synchronizer.weight_group import WeightGroupHost, WeightGroupMember
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +56,9 @@ def main() -> None:
             if line.strip() == "leave":  # the explorer closes its end; the process lives on
                 member.close()
                 print("left", flush=True)
+            elif line.strip() == "hang-after-answer":
+                os.environ[ENV] = "weight_group.answered:3600"
+                print("armed", flush=True)
         closed.set()
 
     threading.Thread(target=commands, daemon=True).start()
@@ -126,13 +132,21 @@ class Peer:
 
     def leave(self) -> None:
         """Close its member and wait until it says so; the process goes on."""
+        self._command("leave", "left")
+
+    def _command(self, command: str, answer: str) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write("leave\n")
+        self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
-        while (line := self.lines.get(timeout=JOIN_DEADLINE_S)) != "left":
+        while (line := self.lines.get(timeout=JOIN_DEADLINE_S)) != answer:
             if line.startswith("got "):
                 _, v, token, sha = line.split()
                 self.got[int(v)] = (int(token), sha)
+
+    def hang_after_answer(self) -> None:
+        """Have it stop, alive, right after it answers the next generation (before its end of
+        the transport exists), and wait until it says it will."""
+        self._command("hang-after-answer", "armed")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
