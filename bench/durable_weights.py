@@ -98,6 +98,7 @@ def worker(args: argparse.Namespace) -> None:
     # before: the follower downloaded into a work directory; after: into memory
     takes_workdir = "workdir" in inspect.signature(load_version).parameters
     workdir = [scratch / "explorer"] if takes_workdir else []
+    marks = _phase_marks(trainer, checkpoints)
     try:
         for version in range(1, 2 * args.versions + 2):
             with torch.no_grad():
@@ -105,6 +106,7 @@ def worker(args: argparse.Namespace) -> None:
                     p.add_(torch.randn_like(p) * 1e-4)
             with_state = version > args.versions + 1  # the last ones carry the training state
             os.sync()  # each timed copy starts with no earlier copy's writeback still pending
+            marks.clear()
             started = time.perf_counter()
             manifest = checkpointer.write(trainer, version, version - 1, OFFSETS, final=with_state)
             published = time.perf_counter()
@@ -131,6 +133,9 @@ def worker(args: argparse.Namespace) -> None:
             else:
                 row["published"] = published - started
                 row["loaded"] = loaded - started
+                # where `loaded` went: the phases' ends, from the same start
+                for phase, at in marks.items():
+                    row[phase] = at - started
                 row["raw"] = _raw_copy(objects, trainer, scratch, 1)
                 row["raw_parallel"] = _raw_copy(objects, trainer, scratch, args.raw_files)
                 got = explorer.model.state_dict()
@@ -145,6 +150,26 @@ def worker(args: argparse.Namespace) -> None:
             objects.delete(info.key)
         objects.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _phase_marks(trainer: Any, checkpoints: Any) -> dict[str, float]:
+    """When each phase of a version's trip ended, recorded by wrapping two calls every checkout
+    makes: `exported` (the trainer's weights on the host) and `downloaded` (every file fetched
+    and verified, before the explorer's engine gets them). The dict is filled per version."""
+    marks: dict[str, float] = {}
+
+    def marking(call: Any, phase: str) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = call(*args, **kwargs)
+            marks.setdefault(phase, time.perf_counter())  # the first call: the version's own
+            return out
+
+        return wrapped
+
+    trainer.export_weights = marking(trainer.export_weights, "exported")
+    if hasattr(checkpoints, "read_files"):
+        checkpoints.read_files = marking(checkpoints.read_files, "downloaded")
+    return marks
 
 
 def _raw_copy(objects: Any, trainer: Any, scratch: Path, files: int) -> float:
@@ -242,6 +267,29 @@ def driver(args: argparse.Namespace) -> None:
             f"| {med('raw_parallel', plain):.2f} "
             f"| {statistics.median(r['loaded'] / _ceiling(r) for r in plain):.2f}× "
             f"| {med('published', state):.2f} | {med('state_durable', state):.2f} |"
+        )
+    print(
+        "\nwhere `loaded` goes (medians, seconds): taking the weights to the host; upload, "
+        "hashes and the manifest; the explorer's download and verification; into its engine\n"
+    )
+    print(
+        "| model | store | checkout | export | upload + commit | download + verify | into the engine |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for (model, store, root), got in rows.items():
+        plain = [r for r in got if not r["state"] and "exported" in r and "downloaded" in r]
+        if not plain:
+            continue
+        cells = [
+            statistics.median(r["exported"] for r in plain),
+            statistics.median(r["published"] - r["exported"] for r in plain),
+            statistics.median(r["downloaded"] - r["published"] for r in plain),
+            statistics.median(r["loaded"] - r["downloaded"] for r in plain),
+        ]
+        print(
+            f"| {model} | {store} | {label.get(str(root), root.name)} | "
+            + " | ".join(f"{c:.3f}" for c in cells)
+            + " |"
         )
 
 
