@@ -9,7 +9,9 @@ alternating rounds on the same prompts,
   stop ids, no detokenizing): the ceiling rft's engine is measured against;
 - `no logprobs`: `LLM.generate` with the same settings but no logprobs, what asking for the
   sampled token's logprob costs vLLM itself.
-The overhead column is 1 - rft / `LLM.generate` tokens/s (the goal: at most 10%); the convert
+The overhead column is 1 - rft / `LLM.generate` tokens/s (the goal: at most 10%), from the
+medians; the paired column takes the same ratio within each round (the two calls run back to
+back, so a drift of the host or the GPU between rounds cancels) and gives its median; the convert
 column is the part of rft's call spent after vLLM returned (outputs into Rollouts: arrays,
 logprobs, decoded text), which `LLM.generate` does not do: the overhead that is rft's by
 construction, measured inside the call rather than as a difference of two noisy rates. Medians
@@ -114,12 +116,14 @@ def worker(args: argparse.Namespace) -> None:
             call(batch)
         rates: dict[str, list[float]] = {name: [] for name in calls}
         shares = []
+        paired = []  # 1 - rft / LLM.generate within a round
         for _ in range(args.repeats):
             for name, call in calls.items():  # alternated, so drift hits every column alike
                 seconds, tokens = timed(call, batch)
                 rates[name].append(tokens / seconds)
                 if name == "rft":
                     shares.append(converts[-1] / seconds)
+            paired.append(1 - rates["rft"][-1] / rates["LLM.generate"][-1])
         emit(
             {
                 "variant": args.worker,
@@ -127,6 +131,8 @@ def worker(args: argparse.Namespace) -> None:
                 "batch": size,
                 **{name: statistics.median(values) for name, values in rates.items()},
                 "convert_share": statistics.median(shares),
+                "paired_overhead": statistics.median(paired),
+                "paired_spread": [min(paired), max(paired)],
                 "spread": {name: [min(v), max(v)] for name, v in rates.items()},
             }
         )
@@ -172,10 +178,10 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
         f"{args.max_tokens} new tokens, median of {args.repeats} alternated rounds\n"
     )
     print(
-        "| settings | prompts | rft tok/s | LLM.generate tok/s | rft overhead | rft convert | "
-        "no-logprobs tok/s | logprobs cost vLLM |"
+        "| settings | prompts | rft tok/s | LLM.generate tok/s | rft overhead | paired overhead "
+        "(min-max) | rft convert | no-logprobs tok/s | logprobs cost vLLM |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["kind"] != "throughput":
             continue
@@ -186,7 +192,9 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
             f"| {r['variant'] or 'rft defaults'} | {r['batch']} | "
             f"{ours:,.0f} ({low / 1e3:.1f}k-{high / 1e3:.1f}k) | "
             f"{ceiling:,.0f} ({low_c / 1e3:.1f}k-{high_c / 1e3:.1f}k) | "
-            f"{1 - ours / ceiling:+.1%} | {r['convert_share']:.1%} | {bare:,.0f} | "
+            f"{1 - ours / ceiling:+.1%} | {r['paired_overhead']:+.1%} "
+            f"({r['paired_spread'][0]:+.1%} to {r['paired_spread'][1]:+.1%}) | "
+            f"{r['convert_share']:.1%} | {bare:,.0f} | "
             f"{1 - ceiling / bare:+.1%} |"
         )
     starts = [r for r in rows if r["kind"] == "start"]
