@@ -60,6 +60,9 @@ _VERSION_DIR = re.compile(r"^v(\d{6,})/")
 
 OffsetLike = ConsumedOffset | tuple[str, int, int]
 
+#: Where a downloaded file of a version lands: a buffer of exactly its size, or None for a new one.
+BufferFor = Callable[[CheckpointManifest, ManifestFile], memoryview | None]
+
 
 # manifest.extra key naming the directory, under the version prefix, that holds its files
 OBJECT_DIR_KEY = "object_dir"
@@ -425,33 +428,47 @@ class CheckpointStore:
         return manifest
 
     def read_files(
-        self, version: int, skip_prefixes: tuple[str, ...] = ()
+        self,
+        version: int,
+        skip_prefixes: tuple[str, ...] = (),
+        into: BufferFor | None = None,
     ) -> tuple[CheckpointManifest, dict[str, memoryview]]:
         """`version`'s manifest and its files in memory (names starting with one of
         `skip_prefixes` left out), each hashed as it downloads and checked against the
         manifest's size and sha256: CheckpointError naming the file and its object key on any
-        mismatch. Nothing touches the local disk."""
+        mismatch. Nothing touches the local disk. `into(manifest, file)` may give the buffer a
+        file lands in (exactly its size; None: a new one), e.g. one kept from the last version."""
         manifest = self.read_manifest(version)
         wanted = [f for f in manifest.files if not f.name.startswith(skip_prefixes)]
-        return manifest, self._fetch(manifest, wanted)
+        return manifest, self._fetch(manifest, wanted, into)
 
     def _fetch(
-        self, manifest: CheckpointManifest, files: Iterable[ManifestFile]
+        self,
+        manifest: CheckpointManifest,
+        files: Iterable[ManifestFile],
+        into: BufferFor | None = None,
     ) -> dict[str, memoryview]:
         wanted = list(files)
         fetched = _each_at_once(
-            lambda entry: self._fetch_file(manifest, entry), wanted, "checkpoint-get"
+            lambda entry: self._fetch_file(
+                manifest, entry, None if into is None else into(manifest, entry)
+            ),
+            wanted,
+            "checkpoint-get",
         )
         return {entry.name: data for entry, data in zip(wanted, fetched, strict=True)}
 
-    def _fetch_file(self, manifest: CheckpointManifest, entry: ManifestFile) -> memoryview:
-        """One file into memory, hashed as it lands and checked against the manifest."""
+    def _fetch_file(
+        self, manifest: CheckpointManifest, entry: ManifestFile, buffer: memoryview | None
+    ) -> memoryview:
+        """One file into memory (`buffer`, or a new one), hashed as it lands and checked against
+        the manifest."""
         version, object_dir = manifest.version, manifest.extra.get(OBJECT_DIR_KEY)
         key = self.object_key(version, entry.name, object_dir)
         uri = self.store.uri(key)
         digest = Sha256Sink()
         try:
-            data = self.store.get_into(key, entry.size, digest)
+            data = self.store.get_into(key, entry.size, digest, buffer)
         except ObjectNotFoundError as exc:
             digest.close()
             raise CheckpointError(

@@ -24,7 +24,7 @@ from rft.storage.object_store_base import (
     ObjectStore,
     PieceSink,
     ReadableStream,
-    new_buffer,
+    download_buffer,
     validate_key,
 )
 
@@ -129,17 +129,23 @@ class LocalObjectStore(ObjectStore):
                     return
                 yield chunk
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
+    def get_into(
+        self,
+        key: str,
+        size: int,
+        sink: PieceSink | None = None,
+        into: memoryview | None = None,
+    ) -> memoryview:
         """Read the file straight into the buffer (`readinto`: no chunk copies), in pieces
         handed to `sink` as each lands."""
         path = self._path(key)
+        view = download_buffer(size, into)
         try:
             handle = path.open("rb", buffering=0)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
             raise ObjectNotFoundError(f"no object {self.uri(key)} (file {path})") from exc
         except OSError as exc:
             raise StorageError(f"cannot read {self.uri(key)} at {path}: {exc}") from exc
-        view = new_buffer(size)
         done = 0
         with handle:
             try:

@@ -75,6 +75,20 @@ def new_buffer(size: int) -> memoryview:
     return memoryview(cast(Any, np.empty(size, dtype=np.uint8)))
 
 
+def download_buffer(size: int, into: memoryview | None) -> memoryview:
+    """`into` (a caller's buffer to fill, which must hold exactly `size` writable bytes) as a flat
+    byte view, or a new buffer when there is none."""
+    if into is None:
+        return new_buffer(size)
+    view = into.cast("B") if into.format != "B" or into.ndim != 1 else into
+    if view.readonly or view.nbytes != size:
+        raise StorageError(
+            f"a download of {size} bytes cannot fill a {'read-only ' if view.readonly else ''}"
+            f"buffer of {view.nbytes}"
+        )
+    return view
+
+
 def validate_key(key: str) -> str:
     """Return `key` if it is a clean relative '/'-path, else raise StorageError saying why.
 
@@ -163,15 +177,23 @@ class ObjectStore(ABC):
         """The whole object in memory (for small objects such as manifests)."""
         return b"".join(self.iter_chunks(key))
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
-        """The object's bytes in a new buffer (`new_buffer`) of exactly `size` bytes, `sink` called on its
-        consecutive pieces in order as they arrive (hashing while downloading: no second pass).
+    def get_into(
+        self,
+        key: str,
+        size: int,
+        sink: PieceSink | None = None,
+        into: memoryview | None = None,
+    ) -> memoryview:
+        """The object's bytes in a buffer of exactly `size` bytes: `into` when given (a caller's
+        buffer, kept from one download to the next), else a new one (`new_buffer`); `sink` is
+        called on its consecutive pieces in order as they arrive (hashing while downloading: no
+        second pass).
 
         ObjectSizeError if the object is shorter or longer than `size`, ObjectNotFoundError if
         it does not exist. This default streams `iter_chunks`; backends read straight into the
         buffer (and the S3 one in parallel ranges).
         """
-        view = new_buffer(size)
+        view = download_buffer(size, into)
         done = 0
         with contextlib.closing(self.iter_chunks(key)) as chunks:
             for chunk in chunks:

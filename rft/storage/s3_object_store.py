@@ -41,7 +41,7 @@ from rft.storage.object_store_base import (
     ObjectStore,
     PieceSink,
     ReadableStream,
-    new_buffer,
+    download_buffer,
     normalize_prefix,
     validate_key,
 )
@@ -305,13 +305,19 @@ class S3ObjectStore(ObjectStore):
             self._fail(exc, "download of", key)
         self.window.failed(f"download of {self.uri(key)} cut off at byte {at}: {exc}")
 
-    def get_into(self, key: str, size: int, sink: PieceSink | None = None) -> memoryview:
+    def get_into(
+        self,
+        key: str,
+        size: int,
+        sink: PieceSink | None = None,
+        into: memoryview | None = None,
+    ) -> memoryview:
+        view = download_buffer(size, into)
         if size == 0:
             actual = self.stat(key).size
             if actual:
                 raise ObjectSizeError(self.uri(key), actual, 0)
-            return new_buffer(0)
-        view = new_buffer(size)
+            return view
         parts = [(lo, min(size, lo + _PART_SIZE)) for lo in range(0, size, _PART_SIZE)]
         if len(parts) == 1:
             self._get_range(key, view, *parts[0], size)

@@ -486,6 +486,22 @@ def test_get_into_fills_one_buffer_and_hands_its_pieces_in_order(store: ObjectSt
     assert bytes(store.get_into("empty", 0)) == b""
 
 
+def test_get_into_fills_a_callers_buffer_and_refuses_one_of_another_size(
+    store: ObjectStore,
+) -> None:
+    data = os.urandom(20 * 1024 * 1024 + 5)  # two S3 ranges
+    store.put_bytes("big/kept.bin", data)
+    held = bytearray(len(data))
+    got = store.get_into("big/kept.bin", len(data), into=memoryview(held))
+    assert bytes(held) == data  # the bytes are in the caller's buffer itself
+    assert bytes(got) == data
+    for size in (len(data) - 1, len(data) + 1):
+        with pytest.raises(StorageError, match=f"cannot fill a buffer of {size}"):
+            store.get_into("big/kept.bin", len(data), into=memoryview(bytearray(size)))
+    with pytest.raises(StorageError, match="read-only"):
+        store.get_into("big/kept.bin", len(data), into=memoryview(bytes(len(data))))
+
+
 @pytest.mark.parametrize(
     ("mutation", "words"),
     [("flip", "is corrupt: expected sha256"), ("truncate", "wrong size"), ("grow", "wrong size")],
