@@ -5,7 +5,8 @@ In each checkout's own code (`--roots`, one process per checkout, its directory 
 sys.path): a `TorchTrainerEngine` holds the model; `TrainerCheckpointer.write` publishes a
 version (the weights durable and verified-to-be: sha256 per file, manifest created), then the
 explorer side's `load_version` (rft.consumers.explorer.weight_follower) fetches it, verifies
-every file and loads it into a running hf rollout engine. Timed per version from the start of
+every file and loads it into a running hf rollout engine (into the download buffers the explorer
+keeps from one version to the next, pinned for an engine on a GPU, where the checkout has them). Timed per version from the start of
 the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
 ceiling, measured in the same process right after each version: the version's weights bytes
 through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
@@ -96,8 +97,13 @@ def worker(args: argparse.Namespace) -> None:
     checkpoints = CheckpointStore(objects, "bench", run)
     checkpointer = TrainerCheckpointer(checkpoints, save_interval=1_000_000)
     # before: the follower downloaded into a work directory; after: into memory
-    takes_workdir = "workdir" in inspect.signature(load_version).parameters
-    workdir = [scratch / "explorer"] if takes_workdir else []
+    takes = inspect.signature(load_version).parameters
+    load_args: list[Any] = [scratch / "explorer"] if "workdir" in takes else []
+    # since the explorer keeps its download buffers (pinned for a GPU engine), as its follower does
+    if "buffers" in takes:
+        from rft.consumers.explorer.weight_buffers import WeightBuffers
+
+        load_args = [WeightBuffers(pinned=explorer.weights_on_gpu)]
     marks = _phase_marks(trainer, checkpoints)
     try:
         for version in range(1, 2 * args.versions + 2):
@@ -115,7 +121,7 @@ def worker(args: argparse.Namespace) -> None:
                 settle()  # the training state durable too (after: written in the background)
             state_durable = time.perf_counter()
             if not with_state:
-                load_version(explorer, checkpoints, version, *workdir)
+                load_version(explorer, checkpoints, version, *load_args)
             loaded = time.perf_counter()
             if version == 1:
                 continue  # warm-up: lazy imports, the allocator, the store's connections

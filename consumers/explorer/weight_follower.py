@@ -39,6 +39,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Status, StatusCode
 
 from rft.config.connections import KafkaSettings
+from rft.consumers.explorer.weight_buffers import WeightBuffers
 from rft.engines.lora import AdapterVersion, is_adapter
 from rft.engines.rollout import RolloutEngine
 from rft.engines.weights import tensors_of_files
@@ -54,11 +55,22 @@ log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.explorer")
 
 
-def load_version(engine: RolloutEngine, checkpoints: CheckpointStore, version: int) -> None:
+def load_version(
+    engine: RolloutEngine,
+    checkpoints: CheckpointStore,
+    version: int,
+    buffers: WeightBuffers | None = None,
+) -> None:
     """Download `version` into memory (every file's size and sha256 verified as it arrives, the
-    trainer state left out) and load it into `engine` from those buffers; CheckpointError if
-    it is refused."""
-    manifest, files = checkpoints.read_files(version, skip_prefixes=(TRAINER_STATE_DIR,))
+    trainer state left out; weight files into `buffers`' kept ones when given) and load it into
+    `engine` from those buffers; CheckpointError if it is refused."""
+    try:
+        manifest, files = checkpoints.read_files(
+            version, skip_prefixes=(TRAINER_STATE_DIR,), into=buffers
+        )
+    finally:
+        if buffers is not None:
+            buffers.settle()
     source = checkpoints.uri(version)
     try:
         tensors = tensors_of_files(files, source)
@@ -90,6 +102,7 @@ class WeightFollower:
         self.fast_loads = 0
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
+        self._buffers: WeightBuffers | None = None  # made at the first load, for its engine
         self.explorer_id = explorer_id
         # the newest version's announcement context (its trainer.announce span), for links
         self._announced: tuple[int, Context] | None = None
@@ -214,8 +227,10 @@ class WeightFollower:
                     "rft.previous_version": engine.model_version,
                 }
             )
+            if self._buffers is None:
+                self._buffers = WeightBuffers(pinned=engine.weights_on_gpu)
             try:
-                load_version(engine, self.checkpoints, version)
+                load_version(engine, self.checkpoints, version, self._buffers)
             except CheckpointError as exc:
                 self.refused[version] = str(exc)
                 span.set_status(Status(StatusCode.ERROR, f"refused: {exc}"))

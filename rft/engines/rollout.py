@@ -221,7 +221,15 @@ class RolloutEngine(abc.ABC):
 
     @abc.abstractmethod
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
-        """Replace the weights (HF names) and set `model_version`."""
+        """Replace the weights (HF names) and set `model_version`. The tensors are copied in:
+        once this returns the engine holds no reference to them (the explorer fills their
+        memory again with the next version: rft.consumers.explorer.weight_buffers)."""
+
+    @property
+    def weights_on_gpu(self) -> bool:
+        """Whether the weights `load_state_dict` takes are copied to a GPU: the explorer then
+        downloads versions into pinned host memory, which that copy reads at full speed."""
+        return False
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -371,6 +379,10 @@ class HFRolloutEngine(RolloutEngine):
     @property
     def model_version(self) -> int:
         return self._version
+
+    @property
+    def weights_on_gpu(self) -> bool:
+        return next(self._model.parameters()).device.type == "cuda"
 
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         if self._adapter is not None and self._adapter.wrapped is not None:

@@ -232,6 +232,10 @@ class VLLMRolloutEngine(RolloutEngine):
         `enable_prefix_caching: false`)."""
         return dataclasses.replace(self._prefix)
 
+    @property
+    def weights_on_gpu(self) -> bool:
+        return True
+
     def load_state_dict(self, tensors: dict[str, torch.Tensor], version: int) -> None:
         started = time.perf_counter()
         items = list(tensors.items())

@@ -1,0 +1,73 @@
+"""The host buffers an explorer downloads a version's weight files into, kept from one version to
+the next.
+
+A model's weight files have the same names and sizes in every version, so each version fills the
+buffers the last one filled instead of new ones: no fresh pages to fault in per version. For an
+engine whose weights live on a GPU the buffers are pinned (page-locked): the copy to the device
+reads them at the bus's full speed, where memory the driver cannot address directly goes through
+its own staging copy first. The cost is one version's weights held on the host for the
+explorer's life (pinned on a GPU host).
+
+A buffer is filled again only by the next version's download, after the engine's
+`load_state_dict` returned (engines copy what it gets: RolloutEngine's contract). Only full-weight
+files are kept; an adapter version's files, which an engine may hold on to, and anything else
+land in buffers of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, cast
+
+import torch
+
+from rft.engines.lora import is_adapter
+from rft.storage.checkpoint_manifest import CheckpointManifest, ManifestFile
+
+log = logging.getLogger(__name__)
+
+_WEIGHT_SUFFIX = ".safetensors"
+
+
+class WeightBuffers:
+    """`CheckpointStore.read_files`' `into`: a kept buffer for each weight file of a full
+    version, by name and size. `settle()` after each version lets go of those it did not use."""
+
+    def __init__(self, pinned: bool) -> None:
+        self.pinned = pinned
+        self._held: dict[tuple[str, int], torch.Tensor] = {}
+        self._used: set[tuple[str, int]] = set()
+        self._lock = threading.Lock()  # files download on several threads at once
+
+    def __call__(self, manifest: CheckpointManifest, entry: ManifestFile) -> memoryview | None:
+        if is_adapter(manifest.extra) or not entry.name.endswith(_WEIGHT_SUFFIX):
+            return None
+        if "/" in entry.name:  # a trainer's own files (its state, master weights): not served
+            return None
+        key = (entry.name, entry.size)
+        with self._lock:
+            buffer = self._held.get(key)
+            if buffer is None:
+                buffer = self._held[key] = self._allocate(entry.size)
+            self._used.add(key)
+        return memoryview(cast(Any, buffer.numpy()))
+
+    def _allocate(self, size: int) -> torch.Tensor:
+        if self.pinned:
+            try:
+                return torch.empty(size, dtype=torch.uint8, pin_memory=True)
+            except RuntimeError as exc:  # no CUDA here after all, or the pinned limit
+                log.warning("weight buffers: cannot pin %d bytes (%s); using pageable memory", size, exc)
+                self.pinned = False
+        return torch.empty(size, dtype=torch.uint8)
+
+    def settle(self) -> None:
+        """A version was loaded (or refused): keep only the buffers its files used."""
+        with self._lock:
+            self._held = {key: self._held[key] for key in self._used if key in self._held}
+            self._used = set()
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(size for _, size in self._held)
