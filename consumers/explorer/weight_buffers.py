@@ -58,7 +58,9 @@ class WeightBuffers:
             try:
                 return torch.empty(size, dtype=torch.uint8, pin_memory=True)
             except RuntimeError as exc:  # no CUDA here after all, or the pinned limit
-                log.warning("weight buffers: cannot pin %d bytes (%s); using pageable memory", size, exc)
+                log.warning(
+                    "weight buffers: cannot pin %d bytes (%s); using pageable memory", size, exc
+                )
                 self.pinned = False
         return torch.empty(size, dtype=torch.uint8)
 

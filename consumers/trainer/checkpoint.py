@@ -43,6 +43,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import shutil
 import socket
 import tempfile
@@ -58,6 +59,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 
 from rft.engines.critic import Critic
+from rft.engines.state_files import state_from_files, state_payloads
 from rft.engines.trainer import TrainerEngine
 from rft.engines.weights import (
     ADAPTER_SAFETENSORS,
@@ -67,7 +69,7 @@ from rft.engines.weights import (
     safetensors_payloads,
     tensors_of_files,
 )
-from rft.errors import CheckpointError
+from rft.errors import CheckpointError, EngineError
 from rft.fault_points import fault_point
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.checkpoint_store import (
@@ -85,12 +87,14 @@ from rft.tracing.spans import UPLOAD
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer("rft.trainer")
 
-_OPTIMIZER_FILE = TRAINER_STATE_DIR + "optimizer.pt"
+# the optimizer states' directories (rft.engines.state_files: skeleton.pt and safetensors shards);
+# versions written before held one torch.save file each (optimizer.pt, critic_optimizer.pt)
+_OPTIMIZER_DIR = TRAINER_STATE_DIR + "optimizer"
 _MASTER_DIR = TRAINER_STATE_DIR + "master"  # an HF-style weights directory
 _SAMPLER_FILE = TRAINER_STATE_DIR + "sampler.json"
 # a critic's weights (every version, in the master dtype) and AdamW state (with the training state)
 _CRITIC_DIR = TRAINER_STATE_DIR + "critic"
-_CRITIC_OPTIMIZER_FILE = TRAINER_STATE_DIR + "critic_optimizer.pt"
+_CRITIC_OPTIMIZER_DIR = TRAINER_STATE_DIR + "critic_optimizer"
 #: The part of a version that holds its training state, written after the version.
 STATE_PART = "trainer_state"
 _SAFETENSORS_METADATA = {"format": "pt"}
@@ -119,16 +123,17 @@ def _check_form(engine: TrainerEngine, manifest: CheckpointManifest, source: str
 
 
 class _TorchObject:
-    """A training state taken at a version (CPU tensors of its own), serialized with
-    `torch.save` only when its part is written, on the background thread."""
+    """A training state taken at a version (CPU tensors of its own), made into files only when
+    its part is written, on the background thread: its tensors stream from their own memory
+    (rft.engines.state_files), so no serialized copy of it is built on the host."""
 
-    def __init__(self, state: Mapping[str, Any]) -> None:
+    def __init__(self, state: Mapping[str, Any], shard_bytes: int) -> None:
         self.state = state
+        self.shard_bytes = shard_bytes
 
-    def payload(self) -> BytesPayload:
-        buffer = io.BytesIO()
-        torch.save(self.state, buffer)
-        return BytesPayload(buffer.getbuffer())
+    def payloads(self, directory: str) -> dict[str, Payload]:
+        files = state_payloads(self.state, self.shard_bytes)
+        return {f"{directory}/{name}": payload for name, payload in files.items()}
 
 
 @dataclass
@@ -145,6 +150,26 @@ def writer_identity() -> str:
     """`host:pid` of this process, kept in each manifest it commits (extra `writer`), so an
     operator (and the fencing test) can tell which of two trainers wrote a version."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _training_state(
+    files: Mapping[str, memoryview], name: str, source: str
+) -> tuple[dict[str, Any], str]:
+    """The training state stored under `name` among a version's state files, and where it came
+    from: a directory of rft.engines.state_files, or (versions written before) one torch.save
+    file."""
+    if name in files:
+        try:
+            state = torch.load(io.BytesIO(files[name]), map_location="cpu", weights_only=True)
+        except (RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+            raise CheckpointError(f"{source}{name}: unreadable training state: {exc}") from exc
+        return state, f"{source}{name}"
+    prefix = f"{name}/"
+    own = {k[len(prefix) :]: v for k, v in files.items() if k.startswith(prefix)}
+    try:
+        return state_from_files(own, f"{source}{prefix}"), f"{source}{prefix}"
+    except EngineError as exc:
+        raise CheckpointError(str(exc)) from exc
 
 
 class TrainerCheckpointer:
@@ -401,10 +426,9 @@ class TrainerCheckpointer:
     ) -> CheckpointManifest:
         """Version `step`'s part `trainer_state`, on the background thread: the optimizer
         states are serialized here, off the step's path."""
-        payloads = {
-            name: item.payload() if isinstance(item, _TorchObject) else item
-            for name, item in files.items()
-        }
+        payloads: dict[str, Payload] = {}
+        for name, item in files.items():
+            payloads.update(item.payloads(name) if isinstance(item, _TorchObject) else {name: item})
         return self.store.write_part(step, STATE_PART, payloads, extra)
 
     def _snapshot(
@@ -414,13 +438,13 @@ class TrainerCheckpointer:
         engine's): the optimizers' states, serialized later in the background, and the float32
         master weights when the published ones are rounded."""
         files: dict[str, Payload | _TorchObject] = {
-            _OPTIMIZER_FILE: _TorchObject(engine.training_state())
+            _OPTIMIZER_DIR: _TorchObject(engine.training_state(), self.shard_bytes)
         }
-        extra = {"trainer_state": _OPTIMIZER_FILE}
+        extra = {"trainer_state": _OPTIMIZER_DIR}
         critic = critic_of(engine)
         if critic is not None:
-            files[_CRITIC_OPTIMIZER_FILE] = _TorchObject(critic.training_state())
-            extra["critic_state"] = _CRITIC_OPTIMIZER_FILE
+            files[_CRITIC_OPTIMIZER_DIR] = _TorchObject(critic.training_state(), self.shard_bytes)
+            extra["critic_state"] = _CRITIC_OPTIMIZER_DIR
         if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
             master = safetensors_payloads(
                 engine.export_weights(owned=True), _SAFETENSORS_METADATA, self.shard_bytes
@@ -504,7 +528,9 @@ class TrainerCheckpointer:
         else:
             self._load_published_weights(engine, files, version, source)
         if state.get("trainer_state"):
-            engine.load_optimizer(io.BytesIO(state_files[str(state["trainer_state"])]))
+            engine.restore_training_state(
+                *_training_state(state_files, str(state["trainer_state"]), source)
+            )
             how = "weights and optimizer state"
         else:
             # the moments are gone; at least the LR schedule continues where it was
@@ -557,7 +583,9 @@ class TrainerCheckpointer:
             )
         )
         if state.get("critic_state"):
-            critic.load_optimizer(io.BytesIO(state_files[str(state["critic_state"])]))
+            critic.restore_training_state(
+                *_training_state(state_files, str(state["critic_state"]), source)
+            )
         else:
             log.warning(
                 "checkpoint v%d has no critic optimizer state: the critic's AdamW moments "

@@ -153,9 +153,16 @@ class Critic:
         try:
             device = self._params[0].device
             state = torch.load(file_or_path(path), map_location=device, weights_only=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise EngineError(f"{path}: cannot load the critic's optimizer state: {exc}") from exc
+        self.restore_training_state(state, str(path))
+
+    def restore_training_state(self, state: dict[str, Any], source: str) -> None:
+        """Continue from what `training_state()` returned; EngineError naming `source`."""
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 self.optimizer.load_state_dict(state["optimizer"])
             self.step = int(state["step"])
-        except (OSError, KeyError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path}: cannot load the critic's optimizer state: {exc}") from exc
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise EngineError(f"{source}: cannot load the critic's optimizer state: {exc}") from exc

@@ -295,12 +295,18 @@ class Fsdp2TrainerEngine:
     def load_optimizer(self, path: str | Path | BinaryIO) -> None:
         try:
             state = torch.load(file_or_path(path), map_location="cpu", weights_only=True)
-            optimizer, scheduler, step = state["optimizer"], state["scheduler"], int(state["step"])
-        except (OSError, KeyError, RuntimeError, ValueError) as exc:
+        except (OSError, RuntimeError, ValueError) as exc:
             raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
+        self.restore_training_state(state, str(path))
+
+    def restore_training_state(self, state: dict[str, Any], source: str) -> None:
+        try:
+            optimizer, scheduler, step = state["optimizer"], state["scheduler"], int(state["step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EngineError(f"{source}: cannot load optimizer state: {exc}") from exc
         if state.get("format") != "fsdp2-full":
             raise EngineError(
-                f"{path}: training state of another engine (format {state.get('format')!r}); "
+                f"{source}: training state of another engine (format {state.get('format')!r}); "
                 "resume it with the engine that wrote it"
             )
         first = {"optimizer": optimizer, "scheduler": scheduler, "step": step}

@@ -525,6 +525,11 @@ class TrainerEngine(Protocol):
         """Restore what `save_optimizer` wrote (a path or a binary file object)."""
         ...
 
+    def restore_training_state(self, state: dict[str, Any], source: str) -> None:
+        """Continue from `state`, what `training_state()` returned (CPU tensors); EngineError
+        naming `source` (where it was read) when it does not fit."""
+        ...
+
     def skip_to_step(self, step: int) -> None:
         """Continue the LR schedule at `step` with fresh optimizer moments."""
         ...
@@ -1024,11 +1029,18 @@ class TorchTrainerEngine:
     def load_optimizer(self, path: str | Path | BinaryIO) -> None:
         try:
             state = torch.load(file_or_path(path), map_location=self.device, weights_only=True)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
+        self.restore_training_state(state, str(path))
+
+    def restore_training_state(self, state: dict[str, Any], source: str) -> None:
+        try:
+            # the optimizer moves each moment to its parameter's device and dtype
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
             self.step = int(state["step"])
-        except (OSError, KeyError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise EngineError(f"{source}: cannot load optimizer state: {exc}") from exc
 
     def close(self) -> None:
         """Nothing outside this process to release."""

@@ -45,6 +45,11 @@ _CODES: dict[torch.dtype, str] = {
 _DTYPES = {code: dtype for dtype, code in _CODES.items()}
 
 
+def safetensors_dtypes() -> frozenset[torch.dtype]:
+    """The tensor dtypes a safetensors file holds (what `SafetensorsPayload` streams)."""
+    return frozenset(_CODES)
+
+
 #: A version's weights are cut into shards of at least this many bytes (HF's sharded layout:
 #: model-0000k-of-0000n.safetensors and an index), at most _MAX_SHARDS of them: the store
 #: moves and hashes a version's files several at once, so each shard is a core's worth of

@@ -80,8 +80,13 @@ def test_training_state_written_behind_the_announcement_resumes_exactly(
     part = checkpoints.read_part(2, STATE_PART)
     assert part is not None
     published = [f.name for f in manifest.files if f.name.endswith(".safetensors")]
-    master = [n for n in part[1] if n.endswith(".safetensors")]
+    master = [n for n in part[1] if n.startswith("trainer_state/master/")]
+    master = [n for n in master if n.endswith(".safetensors")]
     assert (len(published) > 1, len(master) > 1) == (shards, shards)
+    # AdamW's moments stream as safetensors beside a small skeleton (rft.engines.state_files)
+    moments = [n for n in part[1] if n.startswith("trainer_state/optimizer/")]
+    assert "trainer_state/optimizer/skeleton.pt" in moments
+    assert any(n.endswith(".safetensors") for n in moments)
     assert ("model.safetensors.index.json" in {f.name for f in manifest.files}) == shards
 
     resumed = trainer_engine()

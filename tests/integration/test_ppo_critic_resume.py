@@ -4,9 +4,9 @@ resumes both exactly, and the run goes on training the critic."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -19,6 +19,7 @@ from rft.consumers.trainer.checkpoint import STATE_PART, TrainerCheckpointer
 from rft.consumers.trainer.trainer import critic_settings
 from rft.engines.critic import Critic
 from rft.engines.models import load_model
+from rft.engines.state_files import state_from_files
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
 from rft.engines.weights import tensors_of_files
 from rft.events.topics import ensure_topics
@@ -53,8 +54,9 @@ def ppo_run(stack: StackSettings, name: str, tmp: Path) -> tuple[Path, RunPlan]:
     return path, plan
 
 
-def saved_critic(plan: RunPlan, version: int) -> tuple[dict[str, torch.Tensor], bytes]:
-    """The critic's weights in `version` and its optimizer file in the version's training state."""
+def saved_critic(plan: RunPlan, version: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The critic's weights in `version` and its optimizer state in the version's training state
+    (a directory of rft.engines.state_files)."""
     store = plan.checkpoint_store()
     manifest, files = store.read_files(version)
     assert manifest.extra["critic_weights"] == CRITIC.rstrip("/")
@@ -64,9 +66,9 @@ def saved_critic(plan: RunPlan, version: int) -> tuple[dict[str, torch.Tensor], 
     part = store.read_part(version, STATE_PART)
     assert part is not None
     state, state_files = part
-    return {k: v.clone() for k, v in weights.items()}, bytes(
-        state_files[state.extra["critic_state"]]
-    )
+    prefix = f"{state.extra['critic_state']}/"
+    own = {k[len(prefix) :]: v for k, v in state_files.items() if k.startswith(prefix)}
+    return {k: v.clone() for k, v in weights.items()}, state_from_files(own, prefix)
 
 
 def test_a_ppo_run_checkpoints_and_resumes_its_critic(
@@ -77,7 +79,7 @@ def test_a_ppo_run_checkpoints_and_resumes_its_critic(
     run_verb("explore", config_path)
     out, _ = run_verb("train", config_path, "trainer.total_steps=2")
     assert json.loads(out.strip().splitlines()[-1])["steps"] == 2
-    weights, optimizer_file = saved_critic(plan, 2)
+    weights, optimizer_state = saved_critic(plan, 2)
     fresh = Critic.of_lm(load_model(plan.model_spec(dtype="float32"))[0], critic_settings(cfg))
     # two updates towards returns of -1 moved the value head off its zero start
     assert not torch.equal(weights["value_head.bias"], fresh.state_dict()["value_head.bias"])
@@ -93,7 +95,7 @@ def test_a_ppo_run_checkpoints_and_resumes_its_critic(
     restored = fresh.state_dict()
     assert restored.keys() == weights.keys()
     assert all(torch.equal(restored[k], weights[k]) for k in weights)
-    saved_state = torch.load(io.BytesIO(optimizer_file), weights_only=True)["optimizer"]["state"]
+    saved_state = optimizer_state["optimizer"]["state"]
     own_state = fresh.optimizer.state_dict()["state"]
     assert saved_state.keys() == own_state.keys() and saved_state
     for i, moments in saved_state.items():
