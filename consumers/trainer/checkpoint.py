@@ -14,8 +14,8 @@ manifest (docs/weight-sync.md).
 Every `trainer.save_interval` steps, in the final step's version and in one a stop publishes, the
 version also gets the training state: AdamW moments, LR schedule and step, plus the float32
 master weights when the published ones are rounded. It is copied to the CPU before the manifest
-(the next step changes it; rft.engines.state_snapshot) and serialized and written in the
-background, after the announcement, as the version's part `trainer_state`
+(the next step changes it; rft.engines.state_snapshot) and written in the background as files
+that stream from that copy (rft.engines.state_files), after the announcement, as the version's part `trainer_state`
 (rft.storage.checkpoint_store.write_part: files, then a listing created if absent), on a thread
 of its own: the versions after it are uploaded, committed and announced meanwhile, and retention
 spares its version until its listing exists. At most one is in flight: the next version that
@@ -425,7 +425,7 @@ class TrainerCheckpointer:
         self, step: int, files: Mapping[str, Payload | _TorchObject], extra: Mapping[str, str]
     ) -> CheckpointManifest:
         """Version `step`'s part `trainer_state`, on the background thread: the optimizer
-        states are serialized here, off the step's path."""
+        states become files here (streamed from their copy), off the step's path."""
         payloads: dict[str, Payload] = {}
         for name, item in files.items():
             payloads.update(item.payloads(name) if isinstance(item, _TorchObject) else {name: item})
@@ -435,7 +435,7 @@ class TrainerCheckpointer:
         self, engine: TrainerEngine
     ) -> tuple[dict[str, Payload | _TorchObject], dict[str, str]]:
         """The training state as it is now, copied to the CPU (the next step changes the
-        engine's): the optimizers' states, serialized later in the background, and the float32
+        engine's): the optimizers' states, made into files later in the background, and the float32
         master weights when the published ones are rounded."""
         files: dict[str, Payload | _TorchObject] = {
             _OPTIMIZER_DIR: _TorchObject(engine.training_state(), self.shard_bytes)

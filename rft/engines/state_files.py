@@ -2,8 +2,8 @@
 tensors) as files that stream from the tensors' own memory, and back.
 
 `torch.save` into memory builds the whole file before a byte of it moves: at 1.5B parameters a
-second copy of about 18 GB of AdamW moments and master weights on the host, made under the GIL
-while the trainer's thread beside it launches its step. Here the tensors go out as safetensors
+second copy of about 18 GB of AdamW moments and master weights on the host, and a write several
+times slower (bench/state_write.py). Here the tensors go out as safetensors
 shards read straight from their memory (`rft.engines.weights.safetensors_payloads`: several
 files, hashed and uploaded at once, like a version's weights), and the rest (the structure,
 hyperparameters, counters) as one small `torch.save` file, `skeleton.pt`, in which each tensor is

@@ -10,13 +10,16 @@ the same files."""
 
 from __future__ import annotations
 
+import io
 import logging
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+import rft.consumers.trainer.checkpoint as checkpoint_module
 from rft.consumers.trainer.checkpoint import STATE_PART, TrainerCheckpointer
 from rft.engines.models import load_model
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
@@ -24,6 +27,7 @@ from rft.engines.weights import tensors_of_files
 from rft.errors import CheckpointError
 from rft.storage import CheckpointStore, LocalObjectStore
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR
+from rft.storage.payload import BytesPayload
 from tests.unit.test_engines_trainer import _batch, maximise_logprob
 
 CONFIG = TorchTrainerConfig(lr=5e-2, warmup_steps=3, micro_batch_size=2, use_ref_model=True)
@@ -394,3 +398,33 @@ def test_a_state_due_while_the_last_is_going_up_is_deferred_not_waited_for(
     writer.close()
     carried = [v for v in (1, 2, 3, 4) if checkpoints.read_part(v, STATE_PART) is not None]
     assert carried == [1, 3, 4]
+
+
+def test_a_version_whose_state_is_one_torch_save_file_still_resumes_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # versions written before rft.engines.state_files hold the optimizer state as one torch.save
+    # file at the path the manifest names; a restart must still continue them exactly
+    def one_file(self: Any, directory: str) -> dict[str, BytesPayload]:
+        buffer = io.BytesIO()
+        torch.save(self.state, buffer)
+        return {directory: BytesPayload(buffer.getvalue())}
+
+    monkeypatch.setattr(checkpoint_module._TorchObject, "payloads", one_file)
+    straight = engine()
+    train(straight, range(4))
+    first = engine()
+    train(first, range(2))
+    writer = TrainerCheckpointer(store(tmp_path), save_interval=100)
+    writer.write(first, 2, 0, OFFSETS, final=True)
+    writer.close()
+    part = store(tmp_path).read_part(2, STATE_PART)
+    assert part is not None
+    name = part[0].extra["trainer_state"]
+    assert name in part[1] and not any(k.startswith(f"{name}/") for k in part[1])
+
+    resumed = engine()
+    TrainerCheckpointer(store(tmp_path), save_interval=100).restore(resumed)
+    train(resumed, range(2, 4))
+    expect, got = weights(straight), weights(resumed)
+    assert all(torch.equal(expect[k], got[k]) for k in expect)
