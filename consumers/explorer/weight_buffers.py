@@ -32,7 +32,8 @@ _WEIGHT_SUFFIX = ".safetensors"
 
 class WeightBuffers:
     """`CheckpointStore.read_files`' `into`: a kept buffer for each weight file of a full
-    version, by name and size. `settle()` after each version lets go of those it did not use."""
+    version, by name and size. `settle()` after each download lets go of those a complete
+    version did not use."""
 
     def __init__(self, pinned: bool) -> None:
         self.pinned = pinned
@@ -64,10 +65,12 @@ class WeightBuffers:
                 self.pinned = False
         return torch.empty(size, dtype=torch.uint8)
 
-    def settle(self) -> None:
-        """A version was loaded (or refused): keep only the buffers its files used."""
+    def settle(self, complete: bool = True) -> None:
+        """A version's download ended: when `complete`, keep only the buffers its files used
+        (the model's files changed); after a failed one, keep them all for the next version."""
         with self._lock:
-            self._held = {key: self._held[key] for key in self._used if key in self._held}
+            if complete:
+                self._held = {key: self._held[key] for key in self._used if key in self._held}
             self._used = set()
 
     @property

@@ -64,13 +64,15 @@ def load_version(
     """Download `version` into memory (every file's size and sha256 verified as it arrives, the
     trainer state left out; weight files into `buffers`' kept ones when given) and load it into
     `engine` from those buffers; CheckpointError if it is refused."""
+    complete = False
     try:
         manifest, files = checkpoints.read_files(
             version, skip_prefixes=(TRAINER_STATE_DIR,), into=buffers
         )
+        complete = True
     finally:
         if buffers is not None:
-            buffers.settle()
+            buffers.settle(complete)
     source = checkpoints.uri(version)
     try:
         tensors = tensors_of_files(files, source)

@@ -73,6 +73,11 @@ def test_only_a_full_versions_weight_files_are_kept_and_unused_ones_are_let_go()
     assert buffers(full, shard) is not None
     assert buffers(full, ManifestFile("config.json", 10, "0" * 64)) is None
     assert buffers(full, ManifestFile("trainer_state/master/model.safetensors", 8, "0")) is None
+    buffers.settle(complete=False)  # a download that failed lets go of nothing
+    assert buffers.held_bytes == 64
+    buffers.settle()
+    assert buffers.held_bytes == 0  # that version used none: the model's files changed
+    assert buffers(full, shard) is not None
     buffers.settle()
     assert buffers.held_bytes == 64
     adapter = _manifest({EXTRA_ADAPTER: ADAPTER_KIND}, shard)
