@@ -14,6 +14,7 @@ trainer hosts the rendezvous.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -78,12 +79,25 @@ def test_a_late_joiner_gets_only_versions_sent_to_it(host: WeightGroupHost) -> N
             b.stop()
 
 
-@pytest.mark.parametrize("fault", ["killed", "hung"])
-def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fault: str) -> None:
+@contextlib.contextmanager
+def two_members(host: WeightGroupHost) -> Iterator[tuple[Peer, Peer, int]]:
+    """Members a and b, and the first version both received; at the end b is killed (a test
+    may have left it stopped, which no closed stdin ends) and both are reaped."""
     a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
     try:
         joined, _ = send_until(host, {"a", "b"}, 1)
         b.expect(joined)
+        yield a, b, joined
+    finally:
+        if b.proc.poll() is None:
+            os.kill(b.proc.pid, signal.SIGKILL)
+        a.stop()
+        b.stop()
+
+
+@pytest.mark.parametrize("fault", ["killed", "hung"])
+def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fault: str) -> None:
+    with two_members(host) as (a, b, joined):
         # killed: its sockets close; hung: it holds them open and reads nothing
         os.kill(b.proc.pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
         # 8 MiB per tensor: more than the socket buffers hold, so a send to b blocks
@@ -96,20 +110,12 @@ def test_a_dead_or_hung_member_costs_one_bounded_wait(host: WeightGroupHost, fau
         a.drain()
         sent_to_a = {v for v, names in {version: reached, **more}.items() if "a" in names}
         assert sent_to_a <= set(a.got)
-    finally:
-        if fault == "hung":
-            os.kill(b.proc.pid, signal.SIGKILL)
-        a.stop()
-        b.stop()
 
 
 def test_a_member_that_hangs_before_a_new_generation_is_left_out_of_it(
     host: WeightGroupHost,
 ) -> None:
-    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
-    try:
-        joined, _ = send_until(host, {"a", "b"}, 1)
-        b.expect(joined)
+    with two_members(host) as (a, b, joined):
         os.kill(b.proc.pid, signal.SIGSTOP)
         # new shapes: a new generation, whose ends b would never make (gloo's wait for it in
         # the group's setup, NCCL's without a timeout at the first broadcast)
@@ -121,19 +127,12 @@ def test_a_member_that_hangs_before_a_new_generation_is_left_out_of_it(
         assert waited < TIMEOUT_S + 2.0  # one timeout for b's answer
         assert host.members == ["a"]
         assert a.expect(version) == (6, digest(weights(version, mib=2)))
-    finally:
-        os.kill(b.proc.pid, signal.SIGKILL)
-        a.stop()
-        b.stop()
 
 
 def test_a_member_that_hangs_after_answering_costs_one_bounded_wait(
     host: WeightGroupHost,
 ) -> None:
-    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
-    try:
-        joined, _ = send_until(host, {"a", "b"}, 1)
-        b.expect(joined)
+    with two_members(host) as (a, b, joined):
         b.hang_after_answer()
         # new shapes: a new generation, which b answers and then never makes its end of (gloo
         # waits for it in the group's setup; NCCL at the first broadcast, non-blocking)
@@ -147,17 +146,10 @@ def test_a_member_that_hangs_after_answering_costs_one_bounded_wait(
         after, _ = send_until(host, {"a"}, version + 1)
         assert a.expect(after) == (1000 + after, digest(weights(after)))
         assert host.members == ["a"]
-    finally:
-        os.kill(b.proc.pid, signal.SIGKILL)
-        a.stop()
-        b.stop()
 
 
 def test_a_member_closed_while_its_process_lives_costs_no_wait(host: WeightGroupHost) -> None:
-    a, b = Peer(address_of(host), "a"), Peer(address_of(host), "b")
-    try:
-        joined, _ = send_until(host, {"a", "b"}, 1)
-        b.expect(joined)
+    with two_members(host) as (a, b, joined):
         b.leave()  # its sockets stay open: a broadcast to it would block until the timeout
         version = joined + 1
         started = time.monotonic()
@@ -166,9 +158,6 @@ def test_a_member_closed_while_its_process_lives_costs_no_wait(host: WeightGroup
         assert time.monotonic() - started < TIMEOUT_S / 2
         assert host.members == ["a"]
         assert a.expect(version) == (2, digest(weights(version, mib=8)))
-    finally:
-        a.stop()
-        b.stop()
 
 
 def test_an_address_taken_or_not_host_port_names_its_key(host: WeightGroupHost) -> None:
