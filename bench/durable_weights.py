@@ -10,7 +10,9 @@ keeps from one version to the next, pinned for an engine on a GPU, where the che
 the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
 ceiling, measured in the same process right after each version: the version's weights bytes
 through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
-as `--raw-files` pieces moved at once; the ratio is against the faster of the two. A version that
+as `--raw-files` pieces moved at once, each piece going down as soon as it is up; the ratio is
+against the faster of the two. Beside it the same pieces all up, then all down: the shape of a
+version, whose readers can start only after its last file (the manifest commits them all). A version that
 carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
 until its weights are announceable, and until its training state is durable as well.
 
@@ -144,6 +146,9 @@ def worker(args: argparse.Namespace) -> None:
                     row[phase] = at - started
                 row["raw"] = _raw_copy(objects, trainer, scratch, 1)
                 row["raw_parallel"] = _raw_copy(objects, trainer, scratch, args.raw_files)
+                row["raw_staged"] = _raw_copy(
+                    objects, trainer, scratch, args.raw_files, whole_first=True
+                )
                 got = explorer.model.state_dict()
                 want = trainer.model.state_dict()
                 if not all(torch.equal(got[k], want[k]) for k in want):
@@ -160,8 +165,9 @@ def worker(args: argparse.Namespace) -> None:
 
 def _phase_marks(trainer: Any, checkpoints: Any) -> dict[str, float]:
     """When each phase of a version's trip ended, recorded by wrapping two calls every checkout
-    makes: `exported` (the trainer's weights on the host) and `downloaded` (every file fetched
-    and verified, before the explorer's engine gets them). The dict is filled per version."""
+    makes: `exported` (the trainer's weights on the host), `uploaded` (every file in the store
+    and hashed, the manifest not yet created) and `downloaded` (every file fetched and
+    verified, before the explorer's engine gets them). The dict is filled per version."""
     marks: dict[str, float] = {}
 
     def marking(call: Any, phase: str) -> Any:
@@ -173,14 +179,20 @@ def _phase_marks(trainer: Any, checkpoints: Any) -> dict[str, float]:
         return wrapped
 
     trainer.export_weights = marking(trainer.export_weights, "exported")
+    if hasattr(checkpoints, "upload"):
+        checkpoints.upload = marking(checkpoints.upload, "uploaded")
     if hasattr(checkpoints, "read_files"):
         checkpoints.read_files = marking(checkpoints.read_files, "downloaded")
     return marks
 
 
-def _raw_copy(objects: Any, trainer: Any, scratch: Path, files: int) -> float:
+def _raw_copy(
+    objects: Any, trainer: Any, scratch: Path, files: int, whole_first: bool = False
+) -> float:
     """The weights' bytes through the same store, without rft: put_file + get_file of each of
-    `files` local files (the weights file cut in as many pieces), all at once when several."""
+    `files` local files (the weights file cut in as many pieces), all at once when several;
+    each piece goes down as soon as it is up, or with `whole_first` once every piece is up (a
+    version's shape: its readers wait for the commit, after the last file)."""
     local = scratch / "raw" / "model.safetensors"
     local.parent.mkdir(parents=True, exist_ok=True)
     trainer.save_weights(local)  # untimed: the bytes are on the disk before the copy starts
@@ -200,7 +212,11 @@ def _raw_copy(objects: Any, trainer: Any, scratch: Path, files: int) -> float:
 
     started = time.perf_counter()
     with ThreadPoolExecutor(files) as pool:
-        list(pool.map(copy, pieces))
+        if whole_first:
+            list(pool.map(lambda item: objects.put_file(item[1], item[0]), pieces))
+            list(pool.map(lambda item: objects.get_file(item[1], item[2]), pieces))
+        else:
+            list(pool.map(copy, pieces))
     took = time.perf_counter() - started
     for _, key, _ in pieces:
         objects.delete(key)
@@ -255,9 +271,10 @@ def driver(args: argparse.Namespace) -> None:
     print(
         "| model | store | checkout | weights MiB (files) | published | loaded in the explorer "
         f"| raw copy, 1 file | raw copy, {args.raw_files} files at once | loaded / faster raw "
+        f"| raw copy, {args.raw_files} files: all up, then all down | loaded / that "
         "| with training state: announceable | … state durable too |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (model, store, root), got in rows.items():
         plain = [r for r in got if not r["state"]]
         state = [r for r in got if r["state"]]
@@ -272,23 +289,30 @@ def driver(args: argparse.Namespace) -> None:
             f"| {med('loaded', plain):.2f} | {med('raw', plain):.2f} "
             f"| {med('raw_parallel', plain):.2f} "
             f"| {statistics.median(r['loaded'] / _ceiling(r) for r in plain):.2f}× "
+            f"| {med('raw_staged', plain):.2f} "
+            f"| {statistics.median(r['loaded'] / r['raw_staged'] for r in plain):.2f}× "
             f"| {med('published', state):.2f} | {med('state_durable', state):.2f} |"
         )
     print(
-        "\nwhere `loaded` goes (medians, seconds): taking the weights to the host; upload, "
-        "hashes and the manifest; the explorer's download and verification; into its engine\n"
+        "\nwhere `loaded` goes (medians, seconds): taking the weights to the host; the files "
+        "up and hashed; the manifest created (the commit); the explorer's download and "
+        "verification; into its engine\n"
     )
     print(
-        "| model | store | checkout | export | upload + commit | download + verify | into the engine |"
+        "| model | store | checkout | export | upload | commit | download + verify "
+        "| into the engine |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for (model, store, root), got in rows.items():
-        plain = [r for r in got if not r["state"] and "exported" in r and "downloaded" in r]
+        plain = [
+            r for r in got if not r["state"] and {"exported", "uploaded", "downloaded"} <= r.keys()
+        ]
         if not plain:
             continue
         cells = [
             statistics.median(r["exported"] for r in plain),
-            statistics.median(r["published"] - r["exported"] for r in plain),
+            statistics.median(r["uploaded"] - r["exported"] for r in plain),
+            statistics.median(r["published"] - r["uploaded"] for r in plain),
             statistics.median(r["downloaded"] - r["published"] for r in plain),
             statistics.median(r["loaded"] - r["downloaded"] for r in plain),
         ]

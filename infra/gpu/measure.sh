@@ -19,6 +19,10 @@
 #   bash infra/gpu/measure.sh durable-weights [MODEL ...]   # bench/durable_weights.py on one GPU:
 #       publish -> loaded in an hf explorer, beside a raw copy (one file, and 8 at once) through
 #       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
+#   bash infra/gpu/measure.sh store-put   # bench/store_put.py: where a version's upload to a
+#       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
+#   bash infra/gpu/measure.sh pinned-host   # bench/pinned_host.py: a 1.5B-shape training state's
+#       first take off the GPU against later ones, per way of getting pinned host memory
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
 #   bash infra/gpu/measure.sh nccl-group   # tests/gpu/nccl_weight_group.py: the nccl weight-sync
@@ -139,6 +143,12 @@ case "$stage" in
     python3 bench/durable_weights.py --roots . --store file --model "${@:-smollm2}" \
       --device cuda --dtype bfloat16 --versions "${VERSIONS:-3}" --rounds "${ROUNDS:-1}" \
       --threads 8 2>&1 | tee "$out/durable-weights.txt" ;;
+  store-put)
+    { python3 bench/store_put.py --mib 257 --files 8 --dir "$home"
+      python3 bench/store_put.py --mib 2648 --files 16 --rounds 3 --dir "$home"; } 2>&1 \
+      | tee "$out/store-put.txt" ;;
+  pinned-host)
+    python3 bench/pinned_host.py 2>&1 | tee "$out/pinned-host.txt" ;;
   fast-weights)
     for engine in ${1:-hf vllm}; do
       python3 bench/fast_weights.py --engine "$engine" --store file --model smollm2 \

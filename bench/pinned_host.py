@@ -1,0 +1,120 @@
+"""A trainer's first training-state take against its later ones: the pinned host memory.
+
+A version that carries the training state copies it off the GPU on the step's path
+(rft.engines.state_snapshot: non-blocking copies into pinned memory from torch's caching host
+allocator, one synchronize). At the 1.5B shape the first such take cost 10-16 s on an H100
+machine and the later ones 0.4 s: the first allocates ~18 GB of page-locked memory. This bench
+takes a state of Qwen2.5-1.5B's shape (float32 AdamW moments and master weights: three copies of
+the parameters; SmolLM2's vocabulary) off a GPU three times, in a fresh process per way of
+getting the memory:
+
+- `default`: torch's caching host allocator as it comes;
+- `host register, 8 threads`: PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True,
+  pinned_num_register_threads:8 (ordinary pages, registered with the driver by 8 threads);
+- `reserved beforehand`: the same blocks allocated and freed by a thread started before the
+  first step (as a trainer could while it waits for its first batch), timed on its own.
+
+Run on a GPU host: python bench/pinned_host.py [--layers 28] [--takes 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WAYS = {
+    "default": {},
+    "host register, 8 threads": {
+        "PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
+    },
+    "reserved beforehand": {"RESERVE": "1"},
+}
+
+
+def shapes(layers: int) -> list[tuple[int, ...]]:
+    """The parameters of a Qwen2.5-1.5B-shaped model with SmolLM2's vocabulary (tied head)."""
+    hidden, mlp, kv, vocab = 1536, 8960, 256, 49152
+    layer = [
+        (hidden, hidden), (hidden,), (kv, hidden), (kv,), (kv, hidden), (kv,), (hidden, hidden),
+        (mlp, hidden), (mlp, hidden), (hidden, mlp), (hidden,), (hidden,),
+    ]  # fmt: skip
+    return [(vocab, hidden), *(layer * layers), (hidden,)]
+
+
+def worker(layers: int, takes: int) -> None:
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from rft.engines.state_snapshot import cpu_snapshot
+
+    params = [torch.randn(s, device="cuda") for s in shapes(layers)]
+    state = {
+        "master": params,
+        "exp_avg": [torch.randn_like(p) for p in params],
+        "exp_avg_sq": [torch.rand_like(p) for p in params],
+    }
+    torch.cuda.synchronize()
+    row: dict[str, float] = {"gb": sum(p.numel() * 4 for p in params) * 3 / 1e9}
+    if os.environ.get("RESERVE"):
+        started = time.perf_counter()
+
+        def reserve() -> None:
+            # every block of the three copies alive at once, then freed: the allocator keeps
+            # them for the takes (it reuses a freed block of the size asked for)
+            held = [
+                torch.empty(p.numel() * 4, dtype=torch.uint8, pin_memory=True)
+                for copy in state.values()
+                for p in copy
+            ]
+            del held
+
+        thread = threading.Thread(target=reserve)
+        thread.start()
+        thread.join()
+        row["reserve"] = time.perf_counter() - started
+    for take in range(takes):
+        started = time.perf_counter()
+        copy = cpu_snapshot(state)
+        row[f"take{take + 1}"] = time.perf_counter() - started
+        del copy
+    print(json.dumps(row), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=28)
+    parser.add_argument("--takes", type=int, default=3)
+    parser.add_argument("--worker", action="store_true")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.layers, args.takes)
+        return
+    print("| way | state GB | reserved beforehand, s | take 1, s | later takes, s |")
+    print("|---|---|---|---|---|")
+    for name, env in WAYS.items():
+        done = subprocess.run(
+            [sys.executable, __file__, "--worker", "--layers", str(args.layers)]
+            + ["--takes", str(args.takes)],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(f"| {name} | failed: {done.stderr.strip().splitlines()[-1:]} | | | |")
+            continue
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        later = " / ".join(f"{row[f'take{k}']:.2f}" for k in range(2, args.takes + 1))
+        reserve = f"{row['reserve']:.2f}" if "reserve" in row else "–"
+        print(f"| {name} | {row['gb']:.1f} | {reserve} | {row['take1']:.2f} | {later} |")
+
+
+if __name__ == "__main__":
+    main()
