@@ -445,13 +445,28 @@ class TrainerCheckpointer:
         if critic is not None:
             files[_CRITIC_OPTIMIZER_DIR] = _TorchObject(critic.training_state(), self.shard_bytes)
             extra["critic_state"] = _CRITIC_OPTIMIZER_DIR
-        if self.weights_dtype is not None and self.weights_dtype != engine.dtype:
+        if self._carries_master(engine):
             master = safetensors_payloads(
                 engine.export_weights(owned=True), _SAFETENSORS_METADATA, self.shard_bytes
             )
             files.update({f"{_MASTER_DIR}/{name}": payload for name, payload in master.items()})
             extra["master_weights"] = _MASTER_DIR
         return files, extra
+
+    def reserve_state_memory(self, engine: TrainerEngine) -> None:
+        """Have `engine` set aside, in the background, the host memory its training state's copy
+        will take (`TrainerEngine.reserve_state_copies`): every run writes at least its last
+        version's state, and the first copy's allocation would otherwise fall on that step's
+        path (10 s at the 1.5B shape)."""
+        engine.reserve_state_copies(self._carries_master(engine))
+        critic = critic_of(engine)
+        if critic is not None:
+            critic.reserve_state_copies()
+
+    def _carries_master(self, engine: TrainerEngine) -> bool:
+        """Whether a version's training state carries float32 master weights: the published
+        weights are rounded to another dtype."""
+        return self.weights_dtype is not None and self.weights_dtype != engine.dtype
 
     def _state_done(self) -> bool:
         """Whether a training state went up (or failed) and was not yet waited for."""

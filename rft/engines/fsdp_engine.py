@@ -284,6 +284,11 @@ class Fsdp2TrainerEngine:
         state: dict[str, Any] = self._call("full_training_state", {})[0]
         return state
 
+    def reserve_state_copies(self, with_weights: bool) -> None:
+        """Nothing: rank 0 gathers the state with torch's `get_optimizer_state_dict(...,
+        cpu_offload=True)`, which copies into ordinary (pageable) host memory that no pinned
+        block would serve."""
+
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """`training_state()` as one file."""
         state = self.training_state()

@@ -43,7 +43,12 @@ from rft.engines.critic import Critic
 from rft.engines.logprobs import token_logprobs
 from rft.engines.lora import LoraSpec
 from rft.engines.micro_batches import micro_batches
-from rft.engines.state_snapshot import cpu_snapshot, host_tensors
+from rft.engines.state_snapshot import (
+    adamw_copy_sizes,
+    cpu_snapshot,
+    host_tensors,
+    reserve_pinned,
+)
 from rft.engines.weights import (
     export_state_dict,
     export_state_dict_names,
@@ -514,6 +519,14 @@ class TrainerEngine(Protocol):
         """The training state (AdamW moments, LR schedule, step) now, as a CPU copy that the
         next step does not change (rft.engines.state_snapshot): the checkpoint writer takes it
         on the step's path and serializes it in the background."""
+        ...
+
+    def reserve_state_copies(self, with_weights: bool) -> None:
+        """Start setting aside, in the background, the host memory that `training_state()` (and,
+        `with_weights`, an owned `export_weights()` in the engine's own dtype) will copy into,
+        so that the first version carrying the training state does not allocate it on the
+        step's path. Returns at once; nothing to do for an engine whose copies need no
+        allocation of their own."""
         ...
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
@@ -1012,6 +1025,15 @@ class TorchTrainerEngine:
                 "step": self.step,
             }
         )
+
+    def reserve_state_copies(self, with_weights: bool) -> None:
+        """On a GPU: pinned blocks for AdamW's two moments of every trained parameter (its own
+        dtype and size) and, `with_weights`, for a copy of the parameters themselves
+        (rft.engines.state_snapshot.reserve_pinned). On the CPU the copies are clones: no
+        pinned memory."""
+        if self.device.type != "cuda":
+            return
+        reserve_pinned(adamw_copy_sizes(self._params, with_weights))
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """`training_state()` as one file."""

@@ -1,12 +1,21 @@
 """CPU copies of a trainer's tensors (rft.engines.state_snapshot): a snapshot or an owned export
 is unchanged by later in-place steps; an export that need not be owned shares the live memory;
-a cast is the cast of the values."""
+a cast is the cast of the values; the pinned blocks set aside beforehand are the sizes AdamW's
+state copies ask for."""
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 import torch
 
-from rft.engines.state_snapshot import cpu_snapshot, host_tensors
+from rft.engines.state_snapshot import (
+    adamw_copy_sizes,
+    cpu_snapshot,
+    host_tensors,
+    reserve_pinned,
+)
 
 
 def test_a_snapshot_is_unchanged_by_later_in_place_steps() -> None:
@@ -37,3 +46,29 @@ def test_a_cast_export_holds_the_cast_values_and_not_the_live_memory() -> None:
     assert torch.equal(cast, weight.to(torch.bfloat16))
     weight.add_(1.0)
     assert not torch.equal(cast, weight.to(torch.bfloat16))
+
+
+def test_the_sizes_set_aside_are_those_of_adamws_state_after_a_step() -> None:
+    params = [
+        torch.nn.Parameter(torch.randn(5, 3)),
+        torch.nn.Parameter(torch.randn(7, dtype=torch.bfloat16)),
+        torch.nn.Parameter(torch.randn(2, 2, 2, dtype=torch.float64)),
+    ]
+    optimizer = torch.optim.AdamW(params)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    copied = cpu_snapshot(optimizer.state_dict())["state"]
+    moments = sorted(t.nbytes for s in copied.values() for t in s.values() if t.dim() > 0)
+    assert sorted(adamw_copy_sizes(params, with_weights=False)) == moments
+    weights = [p.detach().clone().nbytes for p in params]
+    assert sorted(adamw_copy_sizes(params, with_weights=True)) == sorted(moments + weights)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the failure path: no CUDA to pin with")
+def test_a_reserve_that_cannot_pin_says_so_and_ends(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rft.engines.state_snapshot"):
+        thread = reserve_pinned([1 << 20, 4096])
+        thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert "could not set aside pinned host memory" in caplog.text
