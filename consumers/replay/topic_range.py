@@ -6,6 +6,16 @@ offset span per partition, against the broker's offsets at that moment: the defa
 last stable offset, so a read never waits for a transaction that is still open, and events written
 after the read began are left out. `RangeReader` reads the spans as a throwaway consumer group
 that never commits. An undecodable record is counted and skipped (a read-only tool parks nothing).
+
+The order of the events depends only on the records in the spans, never on when each partition's
+fetches land: `RangeReader` merges the partitions with `PartitionMerge`, by the key
+`(offset - span start, topic, partition)` (transaction markers and aborted records count in the
+offsets). Two reads of one range deliver the same events in the same order, in whatever batch
+sizes they poll, and a read resumed from per-partition offsets inside the spans (an offline
+trainer's resume: `seek`) delivers exactly what an uninterrupted read would have delivered from
+there. An undecodable record keeps its place in that order (it is skipped when its turn comes).
+The merge holds back what it cannot deliver yet; a partition holding `PAUSE_BYTES` undelivered is
+paused until most of it is delivered.
 """
 
 from __future__ import annotations
@@ -20,20 +30,23 @@ from types import TracebackType
 from typing import Any, Self
 
 from rft.config.connections import KafkaSettings
+from rft.consumers.replay.partition_merge import Partition, PartitionMerge
 from rft.errors import ConfigError, DecodeError, ReplayError
 from rft.events.codec import EventCodec
 from rft.events.reader import Envelope
-from rft.events.transport import RecordConsumer, TopicAdmin, kafka_backend
+from rft.events.transport import Record, RecordConsumer, TopicAdmin, kafka_backend
 
 log = logging.getLogger(__name__)
-
-Partition = tuple[str, int]
 
 # Seconds a read may make no progress while partitions remain before it gives up.
 DEFAULT_STALL_TIMEOUT_S = 120.0
 # Records fetched ahead of the reader: enough to keep the broker busy, small beside the
 # client's defaults (bench/replay_export.py: 0.5 GiB peak with those, about 0.3 with this).
 PREFETCH_BYTES = 32 << 20
+# Undelivered bytes of one partition past which it is paused while the merge waits on another,
+# and the level under which it is fetched again.
+PAUSE_BYTES = PREFETCH_BYTES // 2
+RESUME_BYTES = PAUSE_BYTES // 4
 
 
 @dataclass(frozen=True)
@@ -126,7 +139,11 @@ def resolve_spans(
 
 
 class RangeReader:
-    """Reads `spans` of `topics` once, in batches of decoded envelopes, and stops at their ends."""
+    """Reads `spans` of `topics` once, in batches of decoded envelopes, and stops at their ends.
+
+    Events come in `PartitionMerge` order (by index in the span, then topic and partition), not
+    in the order the partitions' fetches land: every read of one range delivers the same events
+    in the same order, and a read resumed from saved offsets (`seek`) goes on in that order."""
 
     def __init__(
         self,
@@ -139,12 +156,12 @@ class RangeReader:
         self.spans = dict(spans)
         self._codec = codec or EventCodec.default()
         self._stall_timeout_s = stall_timeout_s
-        self._reached: dict[Partition, int] = {tp: start for tp, (start, _) in self.spans.items()}
+        self._merge: PartitionMerge[Record] = PartitionMerge(self.spans)
+        self._paused: set[Partition] = set()
         self.undecodable: list[str] = []  # "topic[partition]@offset: error", in reading order
-        # seconds spent polling since a poll last moved a position: time between polls (a
-        # trainer's step) is not a stall
+        # seconds spent polling since a poll last read or delivered anything: time between polls
+        # (a trainer's step) is not a stall
         self._stalled_s = 0.0
-        self._last_check = 0.0
         for (topic, partition), (first, _) in self.spans.items():
             consumer.seek(topic, partition, first)
 
@@ -190,78 +207,114 @@ class RangeReader:
 
     @property
     def done(self) -> int:
-        """Offsets of the spans read so far."""
-        return sum(min(self._reached[tp], end) - start for tp, (start, end) in self.spans.items())
+        """Offsets of the spans delivered so far."""
+        return sum(self._merge.position(tp) - start for tp, (start, _) in self.spans.items())
 
-    def _pending(self) -> list[Partition]:
-        return [tp for tp, (_, end) in self.spans.items() if self._reached[tp] < end]
+    def _fetched(self) -> int:
+        """Offsets of the spans read from the broker so far, delivered or buffered."""
+        return sum(self._merge.fetched(tp) - start for tp, (start, _) in self.spans.items())
 
     @property
     def exhausted(self) -> bool:
-        """Whether every partition's position has reached its span's end."""
-        return not self._pending()
+        """Whether every event of the spans was delivered (every partition's position reached
+        its span's end, and nothing is left buffered)."""
+        return self._merge.exhausted
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
         """Read `topic[partition]` on from `offset` (inside its span: a resume point)."""
         tp = (topic, partition)
         first, end = self.spans[tp]
         offset = min(max(offset, first), end)
-        self._reached[tp] = offset
+        self._merge.seek(tp, offset)
         self._consumer.seek(topic, partition, offset)
+        if tp in self._paused:
+            self._paused.discard(tp)
+            self._consumer.resume([tp])
 
     def batches(self, max_events: int = 500) -> Iterator[list[Envelope]]:
-        """Batches of the events in the spans, in each partition's order; ends when every
-        partition's position has reached its span's end."""
+        """Batches of the events in the spans, in merge order; ends when every event was
+        delivered."""
         while not self.exhausted:
             batch = self.poll(max_events, 0.5)
             if batch:
                 yield batch
 
     def poll(self, max_events: int = 500, timeout_s: float = 0.5) -> list[Envelope]:
-        """One poll: the decoded events in the spans (possibly none). Raises ReplayError after
-        `stall_timeout_s` without progress while partitions remain."""
+        """One poll: up to `max_events` decoded events in merge order (possibly none, while the
+        merge waits on a partition fetched more slowly). Raises ReplayError after
+        `stall_timeout_s` without progress while events remain."""
         if self.exhausted:
             return []
-        decode = self._codec.decode
-        before = self.done
+        before = (self.done, self._fetched())
         started = time.monotonic()
-        records = self._consumer.poll(max_events, timeout_s)
-        batch: list[Envelope] = []
-        for r in records:
-            tp = (r.topic, r.partition)
-            span = self.spans.get(tp)
-            if span is None or not self._reached[tp] <= r.offset < span[1]:
-                continue  # a partition's records past its end, or before a seek applied
-            self._reached[tp] = max(self._reached[tp], r.offset + 1)
-            try:
-                if r.value is None:
-                    raise DecodeError("record has no value")
-                event = decode(r.value)
-            except DecodeError as exc:
-                self.undecodable.append(f"{r.topic}[{r.partition}]@{r.offset}: {exc}")
-                log.warning("%s[%d]@%d: skipped: %s", r.topic, r.partition, r.offset, exc)
-                continue
-            batch.append(
-                Envelope(event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms)
-            )
-        now = time.monotonic()
-        if not records or now - self._last_check > 1.0:
+        batch = self._deliver(max_events)
+        # the consumer is polled even when the buffers fill the batch: its group expects polls
+        wait = 0.0 if len(batch) >= max_events else timeout_s
+        for r in self._consumer.poll(max_events, wait):
+            size = len(r.value or b"") + len(r.key or b"")
+            self._merge.add((r.topic, r.partition), r.offset, r, size)
+        if len(batch) < max_events:
             # positions move past transaction markers and aborted records that no record shows
-            self._last_check = now
             for tp, position in self._consumer.positions().items():
-                if tp in self._reached and position > self._reached[tp]:
-                    self._reached[tp] = position
-        self._stalled_s = 0.0 if self.done > before else self._stalled_s + (now - started)
+                self._merge.moved(tp, position)
+            batch += self._deliver(max_events - len(batch))
+        self._bound_buffers()
+        now = time.monotonic()
+        moved = (self.done, self._fetched()) != before
+        self._stalled_s = 0.0 if moved else self._stalled_s + (now - started)
         if self._stalled_s > self._stall_timeout_s:
-            where = ", ".join(
-                f"{t}[{p}] at {self._reached[(t, p)]} of {self.spans[(t, p)][1]}"
-                for t, p in self._pending()
-            )
-            raise ReplayError(
-                f"no progress for {self._stall_timeout_s:.0f}s reading {where} "
-                "(records deleted by retention, or a broker that stopped answering?)"
-            )
+            self._give_up()
         return batch
+
+    def _deliver(self, count: int) -> list[Envelope]:
+        """Up to `count` events the merge can deliver now; undecodable records among them are
+        logged and skipped in their place."""
+        batch: list[Envelope] = []
+        while len(batch) < count:
+            taken = self._merge.take()
+            if taken is None:
+                break
+            envelope = self._decoded(taken[2])
+            if envelope is not None:
+                batch.append(envelope)
+        return batch
+
+    def _decoded(self, r: Record) -> Envelope | None:
+        try:
+            if r.value is None:
+                raise DecodeError("record has no value")
+            event = self._codec.decode(r.value)
+        except DecodeError as exc:
+            self.undecodable.append(f"{r.topic}[{r.partition}]@{r.offset}: {exc}")
+            log.warning("%s[%d]@%d: skipped: %s", r.topic, r.partition, r.offset, exc)
+            return None
+        return Envelope(event, r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms)
+
+    def _bound_buffers(self) -> None:
+        """Pause the partitions holding `PAUSE_BYTES` or more undelivered, resume those under
+        `RESUME_BYTES`: while the merge waits on a slow partition the others are not read into
+        memory without end (a partition it waits on has nothing buffered, so it is never
+        paused)."""
+        held = {tp: self._merge.buffered_bytes(tp) for tp in self.spans}
+        pause = [tp for tp, n in held.items() if n >= PAUSE_BYTES and tp not in self._paused]
+        resume = [tp for tp, n in held.items() if n < RESUME_BYTES and tp in self._paused]
+        if pause:
+            self._consumer.pause(pause)
+            self._paused.update(pause)
+        if resume:
+            self._consumer.resume(resume)
+            self._paused.difference_update(resume)
+
+    def _give_up(self) -> None:
+        merge = self._merge
+        waiting = merge.waiting_on() or [tp for tp in self.spans if not merge.finished(tp)]
+        where = ", ".join(
+            f"{t}[{p}] at {merge.fetched((t, p))} of {self.spans[(t, p)][1]}" for t, p in waiting
+        )
+        raise ReplayError(
+            f"no progress for {self._stall_timeout_s:.0f}s reading {where} "
+            "(records deleted by retention, or a broker that stopped answering?)"
+        )
 
     def close(self) -> None:
         self._consumer.close()

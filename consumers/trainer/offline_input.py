@@ -5,7 +5,9 @@ written (this run's or another's), read with `rft.consumers.replay.topic_range` 
 group that never commits, so no other group's offsets move. The range is resolved to per-partition
 `[start, end)` offsets once, when the run starts fresh, and saved with every weight version
 (`offline_state`): a resumed run reads the same range to the same end even if the topic has grown
-since, and ends when it is exhausted.
+since, and ends when it is exhausted. Its events come in an order fixed by the range's records
+(`topic_range`'s partition merge), so two retrains of one range build the same batches and a
+resume goes on as the uninterrupted run would have.
 
 Staleness is not judged offline. Online, staleness compares an experience's `model_version` with
 the version the trainer is about to train; offline, the logged versions count steps of the run

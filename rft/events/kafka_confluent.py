@@ -800,6 +800,15 @@ class ConfluentRecordConsumer(CoreRecordConsumer[Consumer]):
         found = client.position(client.assignment())
         return {(tp.topic, tp.partition): tp.offset for tp in found if tp.offset >= 0}
 
+    def _pause_now(
+        self, client: Consumer, partitions: Sequence[tuple[str, int]], paused: bool
+    ) -> None:
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if paused:
+            client.pause(tps)
+        else:
+            client.resume(tps)
+
     def _close_client(self, client: Consumer) -> None:
         client.close()
 

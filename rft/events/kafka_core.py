@@ -584,6 +584,10 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
     def _positions_now(self, client: C) -> dict[Partition, int]: ...
 
     @abstractmethod
+    def _pause_now(self, client: C, partitions: Sequence[Partition], paused: bool) -> None:
+        """Pause (or resume) assigned partitions."""
+
+    @abstractmethod
     def _group_metadata_now(self, client: C) -> Any: ...
 
     @abstractmethod
@@ -750,6 +754,21 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
         consumer = self._consumer
         with self._calling(f"cannot read positions in {self._topics}"):
             return self._positions_now(consumer)
+
+    def _pause(self, partitions: Sequence[Partition], paused: bool) -> None:
+        held = set(self.assignment())
+        now = [tp for tp in partitions if tp in held]
+        if not now:
+            return
+        verb = "pause" if paused else "resume"
+        with self._calling(f"{verb} of {', '.join(f'{t}[{p}]' for t, p in now)} failed"):
+            self._pause_now(self._consumer, now, paused)
+
+    def pause(self, partitions: Sequence[tuple[str, int]]) -> None:
+        self._pause(partitions, True)
+
+    def resume(self, partitions: Sequence[tuple[str, int]]) -> None:
+        self._pause(partitions, False)
 
     def close(self) -> None:
         if self._client is None:

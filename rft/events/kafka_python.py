@@ -625,6 +625,15 @@ class KafkaPythonRecordConsumer(CoreRecordConsumer[KafkaConsumer]):
                 out[(tp.topic, tp.partition)] = offset
         return out
 
+    def _pause_now(
+        self, client: KafkaConsumer, partitions: Sequence[tuple[str, int]], paused: bool
+    ) -> None:
+        tps = [TopicPartition(t, p) for t, p in partitions]
+        if paused:
+            client.pause(*tps)
+        else:
+            client.resume(*tps)
+
     def _close_client(self, client: KafkaConsumer) -> None:
         client.close(autocommit=False, timeout_ms=5000)
 

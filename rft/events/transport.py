@@ -408,6 +408,18 @@ class RecordConsumer(_Closing):
         records already skipped); partitions whose position is not known yet are left out."""
 
     @abstractmethod
+    def pause(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Stop fetching `partitions` until resume() (those not assigned now are left as they
+        are): a caller that buffers records of its own bounds its memory by pausing the
+        partitions it holds most of. Records of them fetched already may still come, or be
+        dropped and fetched again after resume(), from the position; a rebalance resumes every
+        partition it assigns."""
+
+    @abstractmethod
+    def resume(self, partitions: Sequence[tuple[str, int]]) -> None:
+        """Fetch paused `partitions` again."""
+
+    @abstractmethod
     def take_revoked(self) -> set[tuple[str, int]]:
         """The partitions revoked from this member (or lost by it) since the last call, and
         forget them. A rebalance runs inside poll(), so a caller that keeps records between

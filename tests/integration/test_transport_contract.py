@@ -589,3 +589,28 @@ def test_a_partition_handed_back_is_read_from_the_readers_resume_position(
     else:
         assert {e.event.step for e in before} | set(steps) == set(range(40))
         assert len(steps) == len(set(steps))
+
+
+def test_a_paused_partition_is_not_read_until_resumed(kafka: KafkaSettings, unique: str) -> None:
+    topic = make_topic(kafka, f"t.{unique}.pause", partitions=2)
+    backend = kafka_backend(kafka)
+    with backend.consumer(f"g-{unique}", [topic]) as consumer, backend.producer() as producer:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline
+            assert consumer.poll(1, 0.2) == []
+        consumer.pause([(topic, 1), (topic, 7)])  # a partition not assigned is left alone
+        for i in range(20):
+            producer.produce(topic, b"%d" % i, partition=i % 2)
+        producer.flush()
+        got: list[tuple[int, int]] = []
+        while len(got) < 10:
+            assert time.monotonic() < deadline, got
+            got += [(r.partition, r.offset) for r in consumer.poll(10, 0.2)]
+        got += [(r.partition, r.offset) for _ in range(5) for r in consumer.poll(10, 0.2)]
+        assert got == [(0, i) for i in range(10)]
+        consumer.resume([(topic, 1)])
+        while len(got) < 20:
+            assert time.monotonic() < deadline, got
+            got += [(r.partition, r.offset) for r in consumer.poll(10, 0.2)]
+        assert got[10:] == [(1, i) for i in range(10)]

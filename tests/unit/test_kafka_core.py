@@ -106,6 +106,9 @@ class Consumer(CoreRecordConsumer[Client]):
     def _positions_now(self, client: Client) -> dict[Partition, int]:
         return {}
 
+    def _pause_now(self, client: Client, partitions: Sequence[Partition], paused: bool) -> None:
+        client.calls.append(("pause" if paused else "resume", *partitions))
+
     def _group_metadata_now(self, client: Client) -> Any:
         return None
 
