@@ -12,9 +12,13 @@ getting the memory:
 - `host register, 8 threads`: PYTORCH_CUDA_ALLOC_CONF=pinned_use_cuda_host_register:True,
   pinned_num_register_threads:8 (ordinary pages, registered with the driver by 8 threads);
 - `reserved beforehand`: the same blocks allocated and freed by a thread started before the
-  first step (as a trainer could while it waits for its first batch), timed on its own.
+  first step (as a trainer could while it waits for its first batch), timed on its own;
+- `rft engine, nothing set aside` / `rft engine, set aside at start`: rft's TorchTrainerEngine on
+  the model of that shape (float32 masters), taking what a version with the training state
+  takes (`export_weights` in bf16, `training_state()`, the float32 masters) without and with
+  `reserve_version_copies(bfloat16, with_master=True)` first, as the trainer calls it at start.
 
-Run on a GPU host: python bench/pinned_host.py [--layers 28] [--takes 3]
+Run on a GPU host: python bench/pinned_host.py [--layers 28] [--takes 3] [--ways 'rft engine']
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ WAYS = {
         "PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True,pinned_num_register_threads:8"
     },
     "reserved beforehand": {"RESERVE": "1"},
+    "rft engine, nothing set aside": {"ENGINE": "1"},
+    "rft engine, set aside at start": {"ENGINE": "1", "RESERVE": "1"},
 }
 
 
@@ -48,9 +54,48 @@ def shapes(layers: int) -> list[tuple[int, ...]]:
     return [(vocab, hidden), *(layer * layers), (hidden,)]
 
 
+def engine_worker(takes: int) -> None:
+    """A version's copies taken from rft's trainer engine, as TrainerCheckpointer.begin does."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from rft.engines.models import ModelSpec, load_model
+    from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine
+
+    spec = ModelSpec(name_or_path="qwen2.5-1.5b-shape", dtype="float32", device="cuda")
+    model, tok = load_model(spec)
+    engine = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-5), tokenizer=tok)
+    params = [p for p in model.parameters() if p.requires_grad]
+    row: dict[str, float] = {"gb": sum(p.numel() * 4 for p in params) * 3.5 / 1e9}
+    if os.environ.get("RESERVE"):
+        started = time.perf_counter()
+        thread = engine.reserve_version_copies(torch.bfloat16, with_master=True)
+        if thread is not None:
+            thread.join()
+        row["reserve"] = time.perf_counter() - started
+    for p in params:  # AdamW's moments exist after a step, as a trainer's do
+        p.grad = torch.zeros_like(p)
+    engine.optimizer.step()
+    engine.optimizer.zero_grad(set_to_none=True)
+    torch.cuda.synchronize()
+    for take in range(takes):
+        started = time.perf_counter()
+        copies = (
+            engine.export_weights(torch.bfloat16, owned=True),
+            engine.training_state(),
+            engine.export_weights(owned=True),
+        )
+        row[f"take{take + 1}"] = time.perf_counter() - started
+        del copies
+    print(json.dumps(row), flush=True)
+
+
 def worker(layers: int, takes: int) -> None:
     import torch
 
+    if os.environ.get("ENGINE"):
+        engine_worker(takes)
+        return
     sys.path.insert(0, str(ROOT))
     from rft.engines.state_snapshot import cpu_snapshot
 
@@ -92,6 +137,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=28)
     parser.add_argument("--takes", type=int, default=3)
     parser.add_argument("--worker", action="store_true")
+    parser.add_argument("--ways", default="", help="only the ways whose names contain this")
     args = parser.parse_args()
     if args.worker:
         worker(args.layers, args.takes)
@@ -99,6 +145,8 @@ def main() -> None:
     print("| way | state GB | reserved beforehand, s | take 1, s | later takes, s |")
     print("|---|---|---|---|---|")
     for name, env in WAYS.items():
+        if args.ways not in name:
+            continue
         done = subprocess.run(
             [sys.executable, __file__, "--worker", "--layers", str(args.layers)]
             + ["--takes", str(args.takes)],

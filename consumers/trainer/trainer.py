@@ -269,7 +269,7 @@ class Trainer:
                 checkpoints.restore(engine) if self.cfg.continue_from_checkpoint else (0, {})
             )
             # while the trainer waits for its first batch (a model's moments exist by now)
-            checkpoints.reserve_state_memory(engine)
+            checkpoints.reserve_host_memory(engine)
             saved = checkpoints.read_sampler_state(step) if step else None
             if self.teacher is not None:
                 check_recorded(self.teacher, (saved or {}).get(TEACHER_KEY), step)

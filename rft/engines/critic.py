@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import torch
 
 from rft.algorithms.aggregation import LOSS_AGG_MODES
-from rft.engines.state_snapshot import adamw_copy_sizes, cpu_snapshot, reserve_pinned
+from rft.engines.state_snapshot import adamw_moment_sizes, cpu_snapshot, reserve_pinned
 from rft.engines.weights import file_or_path
 from rft.errors import ConfigError, EngineError
 
@@ -147,9 +147,9 @@ class Critic:
 
     def reserve_state_copies(self) -> None:
         """On a GPU, pinned blocks for its AdamW moments set aside in the background
-        (`TrainerEngine.reserve_state_copies`); nothing on the CPU."""
+        (`TrainerEngine.reserve_version_copies`); nothing on the CPU."""
         if self._params[0].device.type == "cuda":
-            reserve_pinned(adamw_copy_sizes(self._params, with_weights=False))
+            reserve_pinned(adamw_moment_sizes(self._params))
 
     def save_optimizer(self, path: str | BinaryIO) -> None:
         """`training_state()` as one file."""

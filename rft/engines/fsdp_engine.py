@@ -20,6 +20,7 @@ this process already belongs to a process group (a launcher such as Ray called
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -284,10 +285,13 @@ class Fsdp2TrainerEngine:
         state: dict[str, Any] = self._call("full_training_state", {})[0]
         return state
 
-    def reserve_state_copies(self, with_weights: bool) -> None:
-        """Nothing: rank 0 gathers the state with torch's `get_optimizer_state_dict(...,
+    def reserve_version_copies(
+        self, export_dtype: torch.dtype | None, with_master: bool
+    ) -> threading.Thread | None:
+        """Nothing: rank 0 gathers the weights and the state with torch's `get_*_state_dict(...,
         cpu_offload=True)`, which copies into ordinary (pageable) host memory that no pinned
         block would serve."""
+        return None
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """`training_state()` as one file."""

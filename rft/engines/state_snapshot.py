@@ -77,13 +77,23 @@ def host_tensors(
     return out
 
 
-def adamw_copy_sizes(params: Sequence[torch.Tensor], with_weights: bool) -> list[int]:
+def adamw_moment_sizes(params: Sequence[torch.Tensor]) -> list[int]:
     """The bytes of each tensor a copy of AdamW's state over `params` holds: both moments of
-    every parameter (`exp_avg`, `exp_avg_sq`: the parameter's dtype and shape), and with
-    `with_weights` each parameter once more (the float32 master weights a version carries when
-    it publishes them rounded)."""
-    sizes = [p.numel() * p.element_size() for p in params]
-    return sizes * (3 if with_weights else 2)
+    every parameter (`exp_avg`, `exp_avg_sq`: the parameter's dtype and shape)."""
+    return [p.numel() * p.element_size() for p in params] * 2
+
+
+def version_copy_sizes(
+    params: Sequence[torch.Tensor], export_dtype: torch.dtype | None, with_master: bool
+) -> list[int]:
+    """The bytes of each host tensor a version's copies hold for `params`, taken together when
+    the version carries the training state: the exported weights (each parameter in
+    `export_dtype`; None: its own), AdamW's moments, and with `with_master` each parameter once
+    more in its own dtype (the float32 master weights of a version published rounded)."""
+    own = [p.numel() * p.element_size() for p in params]
+    width = None if export_dtype is None else torch.empty((), dtype=export_dtype).element_size()
+    export = own if width is None else [p.numel() * width for p in params]
+    return export + adamw_moment_sizes(params) + (own if with_master else [])
 
 
 def reserve_pinned(sizes: Sequence[int]) -> threading.Thread:

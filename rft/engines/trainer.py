@@ -26,6 +26,7 @@ import contextlib
 import copy
 import math
 import numbers
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,10 +45,10 @@ from rft.engines.logprobs import token_logprobs
 from rft.engines.lora import LoraSpec
 from rft.engines.micro_batches import micro_batches
 from rft.engines.state_snapshot import (
-    adamw_copy_sizes,
     cpu_snapshot,
     host_tensors,
     reserve_pinned,
+    version_copy_sizes,
 )
 from rft.engines.weights import (
     export_state_dict,
@@ -521,12 +522,15 @@ class TrainerEngine(Protocol):
         on the step's path and serializes it in the background."""
         ...
 
-    def reserve_state_copies(self, with_weights: bool) -> None:
-        """Start setting aside, in the background, the host memory that `training_state()` (and,
-        `with_weights`, an owned `export_weights()` in the engine's own dtype) will copy into,
-        so that the first version carrying the training state does not allocate it on the
-        step's path. Returns at once; nothing to do for an engine whose copies need no
-        allocation of their own."""
+    def reserve_version_copies(
+        self, export_dtype: torch.dtype | None, with_master: bool
+    ) -> threading.Thread | None:
+        """Start setting aside, in the background, the host memory a version's copies will take:
+        `export_weights(export_dtype, owned=True)`, `training_state()` and, `with_master`,
+        `export_weights(owned=True)` in the engine's own dtype. The first version (and the first
+        carrying the training state) then does not allocate it on the step's path. Returns at
+        once: the thread doing it, or None for an engine whose copies need no allocation of
+        their own."""
         ...
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
@@ -1026,14 +1030,16 @@ class TorchTrainerEngine:
             }
         )
 
-    def reserve_state_copies(self, with_weights: bool) -> None:
-        """On a GPU: pinned blocks for AdamW's two moments of every trained parameter (its own
-        dtype and size) and, `with_weights`, for a copy of the parameters themselves
-        (rft.engines.state_snapshot.reserve_pinned). On the CPU the copies are clones: no
-        pinned memory."""
+    def reserve_version_copies(
+        self, export_dtype: torch.dtype | None, with_master: bool
+    ) -> threading.Thread | None:
+        """On a GPU: pinned blocks for every trained parameter's copies (`version_copy_sizes`:
+        exported, AdamW's two moments, the master copy), set aside by
+        rft.engines.state_snapshot.reserve_pinned. On the CPU the copies are clones or casts:
+        no pinned memory."""
         if self.device.type != "cuda":
-            return
-        reserve_pinned(adamw_copy_sizes(self._params, with_weights))
+            return None
+        return reserve_pinned(version_copy_sizes(self._params, export_dtype, with_master))
 
     def save_optimizer(self, path: str | Path | BinaryIO) -> None:
         """`training_state()` as one file."""

@@ -1,7 +1,7 @@
 """CPU copies of a trainer's tensors (rft.engines.state_snapshot): a snapshot or an owned export
 is unchanged by later in-place steps; an export that need not be owned shares the live memory;
-a cast is the cast of the values; the pinned blocks set aside beforehand are the sizes AdamW's
-state copies ask for."""
+a cast is the cast of the values; the pinned blocks set aside beforehand are the sizes a
+version's copies (export, AdamW's moments, master weights) ask for."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from rft.engines.state_snapshot import (
-    adamw_copy_sizes,
     cpu_snapshot,
     host_tensors,
     reserve_pinned,
+    version_copy_sizes,
 )
 
 
@@ -48,7 +48,7 @@ def test_a_cast_export_holds_the_cast_values_and_not_the_live_memory() -> None:
     assert not torch.equal(cast, weight.to(torch.bfloat16))
 
 
-def test_the_sizes_set_aside_are_those_of_adamws_state_after_a_step() -> None:
+def test_the_sizes_set_aside_are_those_of_a_versions_copies_after_a_step() -> None:
     params = [
         torch.nn.Parameter(torch.randn(5, 3)),
         torch.nn.Parameter(torch.randn(7, dtype=torch.bfloat16)),
@@ -58,11 +58,16 @@ def test_the_sizes_set_aside_are_those_of_adamws_state_after_a_step() -> None:
     for p in params:
         p.grad = torch.ones_like(p)
     optimizer.step()
+    named = {str(k): p for k, p in enumerate(params)}
     copied = cpu_snapshot(optimizer.state_dict())["state"]
-    moments = sorted(t.nbytes for s in copied.values() for t in s.values() if t.dim() > 0)
-    assert sorted(adamw_copy_sizes(params, with_weights=False)) == moments
-    weights = [p.detach().clone().nbytes for p in params]
-    assert sorted(adamw_copy_sizes(params, with_weights=True)) == sorted(moments + weights)
+    moments = [t.nbytes for s in copied.values() for t in s.values() if t.dim() > 0]
+    exported = [t.nbytes for t in host_tensors(named, torch.bfloat16, owned=True).values()]
+    master = [t.nbytes for t in host_tensors(named, None, owned=True).values()]
+    assert sorted(version_copy_sizes(params, torch.bfloat16, False)) == sorted(exported + moments)
+    assert sorted(version_copy_sizes(params, torch.bfloat16, True)) == sorted(
+        exported + moments + master
+    )
+    assert sorted(version_copy_sizes(params, None, False)) == sorted(master + moments)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the failure path: no CUDA to pin with")
