@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
 from rft.algorithms.aggregation import LOSS_AGG_MODES
 from rft.engines.state_snapshot import adamw_moment_sizes, cpu_snapshot, reserve_pinned
-from rft.engines.weights import file_or_path
 from rft.errors import ConfigError, EngineError
 
 
@@ -150,18 +149,6 @@ class Critic:
         (`TrainerEngine.reserve_version_copies`); nothing on the CPU."""
         if self._params[0].device.type == "cuda":
             reserve_pinned(adamw_moment_sizes(self._params))
-
-    def save_optimizer(self, path: str | BinaryIO) -> None:
-        """`training_state()` as one file."""
-        torch.save(self.training_state(), file_or_path(path))
-
-    def load_optimizer(self, path: str | BinaryIO) -> None:
-        try:
-            device = self._params[0].device
-            state = torch.load(file_or_path(path), map_location=device, weights_only=True)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path}: cannot load the critic's optimizer state: {exc}") from exc
-        self.restore_training_state(state, str(path))
 
     def restore_training_state(self, state: dict[str, Any], source: str) -> None:
         """Continue from what `training_state()` returned; EngineError naming `source`."""

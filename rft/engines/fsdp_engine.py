@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +49,6 @@ from rft.engines.trainer import (
     rows_per_unit,
     split_micro_batches,
 )
-from rft.engines.weights import file_or_path
 from rft.errors import ConfigError, EngineError
 
 log = logging.getLogger(__name__)
@@ -292,21 +291,6 @@ class Fsdp2TrainerEngine:
         cpu_offload=True)`, which copies into ordinary (pageable) host memory that no pinned
         block would serve."""
         return None
-
-    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """`training_state()` as one file."""
-        state = self.training_state()
-        try:
-            torch.save(state, file_or_path(path))
-        except (OSError, RuntimeError) as exc:
-            raise EngineError(f"{path}: cannot save the training state: {exc}") from exc
-
-    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
-        try:
-            state = torch.load(file_or_path(path), map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
-        self.restore_training_state(state, str(path))
 
     def restore_training_state(self, state: dict[str, Any], source: str) -> None:
         try:

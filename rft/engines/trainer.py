@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -53,7 +53,6 @@ from rft.engines.state_snapshot import (
 from rft.engines.weights import (
     export_state_dict,
     export_state_dict_names,
-    file_or_path,
     load_weights_into,
     read_safetensors_dir,
 )
@@ -531,15 +530,6 @@ class TrainerEngine(Protocol):
         carrying the training state) then does not allocate it on the step's path. Returns at
         once: the thread doing it, or None for an engine whose copies need no allocation of
         their own."""
-        ...
-
-    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """`training_state()` as one file (a path, or a binary file object such as an
-        in-memory buffer)."""
-        ...
-
-    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """Restore what `save_optimizer` wrote (a path or a binary file object)."""
         ...
 
     def restore_training_state(self, state: dict[str, Any], source: str) -> None:
@@ -1041,10 +1031,6 @@ class TorchTrainerEngine:
             return None
         return reserve_pinned(version_copy_sizes(self._params, export_dtype, with_master))
 
-    def save_optimizer(self, path: str | Path | BinaryIO) -> None:
-        """`training_state()` as one file."""
-        torch.save(self.training_state(), file_or_path(path))
-
     def skip_to_step(self, step: int) -> None:
         """Continue the LR schedule at `step` with fresh optimizer moments (no saved state)."""
         with warnings.catch_warnings():
@@ -1053,13 +1039,6 @@ class TorchTrainerEngine:
             for _ in range(step - self.step):
                 self.scheduler.step()
         self.step = step
-
-    def load_optimizer(self, path: str | Path | BinaryIO) -> None:
-        try:
-            state = torch.load(file_or_path(path), map_location=self.device, weights_only=True)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"{path}: cannot load optimizer state: {exc}") from exc
-        self.restore_training_state(state, str(path))
 
     def restore_training_state(self, state: dict[str, Any], source: str) -> None:
         try:

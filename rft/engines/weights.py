@@ -18,7 +18,7 @@ import json
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, cast
 
 import torch
 
@@ -237,11 +237,6 @@ def tensors_of_files(
             out.update(tensors_from_safetensors(files[shard], f"{source}{shard}"))
         return out
     raise EngineError(f"{source}: no {SAFETENSORS}, {SAFETENSORS_INDEX} or {ADAPTER_SAFETENSORS}")
-
-
-def file_or_path(target: str | Path | BinaryIO) -> str | BinaryIO:
-    """What torch.save / torch.load take: a path as a string, a file object as it is."""
-    return str(target) if isinstance(target, str | Path) else target
 
 
 def export_state_dict(model: Any) -> dict[str, torch.Tensor]:

@@ -295,7 +295,6 @@ def test_the_engine_gives_chord_its_step_and_a_resumed_engine_goes_on_from_it() 
     """Through the real engine and StepTrainer: μ of each step is the schedule at the engine's
     step (1, 2, 3, ...), and an engine restored from the saved training state continues at the
     step it was saved at, not at 1."""
-    import io
 
     from rft.buffer.sampler import SampledBatch, SamplerCounters
     from rft.consumers.trainer.train_step import StepTrainer
@@ -320,13 +319,11 @@ def test_the_engine_gives_chord_its_step_and_a_resumed_engine_goes_on_from_it() 
     engine = TorchTrainerEngine(model, TorchTrainerConfig(micro_batch_size=2), tokenizer=tok)
     seen = [step(engine) for _ in range(3)]
     assert seen == pytest.approx([mu_reference(s, 2, 4, 0.6, 0.05) for s in (1, 2, 3)])
-    state = io.BytesIO()
-    engine.save_optimizer(state)
-    state.seek(0)
+    state = engine.training_state()
     resumed = TorchTrainerEngine(
         load_model(ModelSpec("tiny", dtype="float64"))[0],
         TorchTrainerConfig(micro_batch_size=2),
         tokenizer=tok,
     )
-    resumed.load_optimizer(state)
+    resumed.restore_training_state(state, "the first engine's state")
     assert step(resumed) == pytest.approx(mu_reference(4, 2, 4, 0.6, 0.05))

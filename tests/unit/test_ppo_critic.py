@@ -339,19 +339,16 @@ def test_the_first_advantages_come_from_the_token_rewards_when_rows_have_them() 
 
 
 def test_the_critic_state_round_trips() -> None:
-    import io
-
     engine = _engine()
     spec = resolve_algorithm(NO_KL)
     engine.train_step(_rollouts(), build_loss(spec), Advantages(spec))
     critic = engine.critic
     assert critic is not None
-    weights, buffer = critic.state_dict(), io.BytesIO()
-    critic.save_optimizer(buffer)
+    weights, state = critic.state_dict(), critic.training_state()
     other = _engine(seed=7).critic
     assert other is not None
     other.load_state_dict(weights)
-    other.load_optimizer(io.BytesIO(buffer.getvalue()))
+    other.restore_training_state(state, "the first critic's state")
     assert all(torch.equal(other.state_dict()[k], v) for k, v in weights.items())
     assert other.step == critic.step == 1
     moments = critic.optimizer.state_dict()["state"]
