@@ -14,22 +14,28 @@ rounds, each way:
   model's config and tokenizer files are;
 - `put_stream, no fsync`: not durable, so never what rft does: how much of the time the fsync is.
 
+With `--busy`, a thread runs a pure-Python loop beside each way, as a trainer's step does beside
+its version's upload in `fully_async`: the upload's threads then wait for the interpreter lock
+at every piece they hand over.
+
 Medians of `--rounds`, seconds, and each against `raw put_file`.
 
-Run: python bench/store_put.py [--mib 257] [--files 8] [--small 6] [--rounds 5] [--dir DIR]
+Run: python bench/store_put.py [--mib 257] [--files 8] [--small 6] [--rounds 5] [--dir DIR] [--busy]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
@@ -51,6 +57,28 @@ def _at_once(work: Callable[[int], object], count: int) -> float:
     return time.perf_counter() - started
 
 
+@contextlib.contextmanager
+def _beside(busy: bool) -> Iterator[None]:
+    """A thread spinning in pure Python while the block runs, when `busy`."""
+    if not busy:
+        yield
+        return
+    stop = threading.Event()
+
+    def spin() -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=257, help="bytes of weights, MiB")
@@ -58,6 +86,7 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=6, help="small files beside (upload only)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--dir", default=None, help="where the store lives (default: a tmp dir)")
+    parser.add_argument("--busy", action="store_true", help="a pure-Python thread beside each way")
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="rft-put-", dir=args.dir))
@@ -117,7 +146,8 @@ def main() -> None:
             order = list(ways) if round_no % 2 == 0 else list(ways)[::-1]
             for name in order:
                 os.sync()  # no earlier way's writeback still pending
-                took = ways[name]()
+                with _beside(args.busy):
+                    took = ways[name]()
                 if round_no:  # the first round warms the page cache and the allocator
                     times[name].append(took)
                 shutil.rmtree(scratch / "store" / "v", ignore_errors=True)
@@ -127,7 +157,7 @@ def main() -> None:
     ceiling = statistics.median(times["raw put_file"])
     print(
         f"\n{args.mib} MiB in {args.files} files, {TRANSFER_THREADS} at once; medians of "
-        f"{args.rounds} rounds\n"
+        f"{args.rounds} rounds{'; a pure-Python thread beside' if args.busy else ''}\n"
     )
     print("| way | seconds | GB/s | / raw put_file |")
     print("|---|---|---|---|")

@@ -30,8 +30,10 @@ from rft.storage.object_store_base import (
 
 # Temp files are named with this prefix; `list` hides them so an in-flight write is invisible.
 _TEMP_PREFIX = ".tmp-"
-# Bytes read per `readinto` by `get_into`: big enough that a digest of each piece runs at full
-# speed, small enough that the digest of one overlaps the read of the next.
+# Bytes per `readinto` of `get_into` and per write of an upload: big enough that a digest of each
+# piece runs at full speed and that a transfer takes the interpreter lock rarely (beside a
+# training step's Python thread, every piece waits for it: bench/store_put.py --busy), small
+# enough that the digest of one overlaps the transfer of the next.
 _PIECE = 8 << 20
 
 
@@ -80,7 +82,7 @@ class LocalObjectStore(ObjectStore):
             path.parent.mkdir(parents=True, exist_ok=True)
             with tmp.open("wb") as out:
                 while written < length:
-                    chunk = stream.read(min(CHUNK_SIZE, length - written))
+                    chunk = stream.read(min(_PIECE, length - written))
                     if not chunk:
                         break
                     out.write(chunk)

@@ -118,20 +118,31 @@ class Sha256Reader:
 class Sha256Sink:
     """sha256 of pieces handed over in order (`ObjectStore.get_into`'s sink), digested on one
     thread of its own; a piece must stay unchanged until `hexdigest()`, as a download's
-    buffer does. At most `_IN_FLIGHT` pieces wait: a producer faster than the digest waits for
-    it rather than piling pieces up in memory."""
+    buffer does. At most `_IN_FLIGHT_BYTES` wait (or one piece, if larger): a producer faster
+    than the digest waits for it rather than piling pieces up in memory."""
 
-    _IN_FLIGHT = 16
+    _IN_FLIGHT_BYTES = 64 << 20
 
     def __init__(self) -> None:
         self._sha256 = hashlib.sha256()
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="sha256")
-        self._slots = threading.BoundedSemaphore(self._IN_FLIGHT)
+        self._room = threading.Condition()
+        self._waiting = 0  # bytes handed over and not yet digested
 
     def __call__(self, piece: memoryview) -> None:
-        self._slots.acquire()
+        size = piece.nbytes
+        with self._room:
+            self._room.wait_for(
+                lambda: not self._waiting or self._waiting + size <= self._IN_FLIGHT_BYTES
+            )
+            self._waiting += size
         future = self._thread.submit(self._sha256.update, piece)
-        future.add_done_callback(lambda _: self._slots.release())
+        future.add_done_callback(lambda _: self._digested(size))
+
+    def _digested(self, size: int) -> None:
+        with self._room:
+            self._waiting -= size
+            self._room.notify_all()
 
     def hexdigest(self) -> str:
         """The digest of every piece handed over (waits for the last)."""

@@ -97,6 +97,39 @@ def test_digests_taken_while_copying_equal_a_separate_sha256() -> None:
     assert reader.hexdigest() == sink.hexdigest() == hashlib.sha256(data).hexdigest()
 
 
+def test_a_digest_that_lags_holds_the_producer_at_its_bound_of_bytes() -> None:
+    sink = Sha256Sink()
+    sink._IN_FLIGHT_BYTES = 10  # small, so a few bytes show the bound
+    gate = threading.Event()
+    real = sink._sha256
+
+    class Lagging:
+        def update(self, piece: memoryview) -> None:
+            gate.wait(timeout=30)
+            real.update(piece)
+
+        def hexdigest(self) -> str:
+            return real.hexdigest()
+
+    sink._sha256 = Lagging()  # type: ignore[assignment]
+    data = b"abcdefghijklmnopqrstuvwxyz" * 2
+    handed: list[int] = []
+
+    def produce() -> None:
+        for at, size in ((0, 4), (4, 4), (8, 4), (12, 40)):
+            sink(memoryview(data)[at : at + size])
+            handed.append(at)
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    producer.join(timeout=1.0)
+    assert handed == [0, 4]  # 8 bytes wait; 4 more would pass the bound of 10
+    gate.set()
+    producer.join(timeout=30)
+    assert handed == [0, 4, 8, 12]  # a piece over the bound goes alone
+    assert sink.hexdigest() == hashlib.sha256(data[:52]).hexdigest()
+
+
 def test_a_version_written_from_memory_reads_back_verified_without_a_file(
     tmp_path: Path,
 ) -> None:
