@@ -10,6 +10,8 @@
 #       (qwen2.5-1.5b-shape: random weights, throughput only): the vLLM explorer and the trainer
 #       placed by the ray launcher, 256-token responses, STEPS (8) steps; needs --vllm --ray;
 #       trainer micro-batches of 16 with gradient checkpointing (64 ran out of an H100's memory)
+#       TRAINER=fsdp2 runs the fsdp2 engine instead of the example's torch engine (its ranks:
+#       the GPUs left after the explorer's, or --override trainer.world_size=N)
 #   bash infra/gpu/measure.sh learn NAME=CONFIG ...   # several runs of the loop at once on one GPU
 #       (hf engine, STEPS steps each, the loop's sizes): learning curves side by side, not speed
 #   bash infra/gpu/measure.sh dpo   # DPO on pairs from the arithmetic loop's rollouts: a SRC_STEPS (4)
@@ -132,7 +134,7 @@ case "$stage" in
       --override buffer.explorer_input.taskset.rollout_args.max_tokens=256 \
       --override explorer.eval_interval=1000 --override explorer.rollout_model.gpu_memory_utilization=0.7 \
       --override trainer.micro_batch_size=16 --override trainer.enable_gradient_checkpointing=true \
-      "${async[@]}" "$@" ;;
+      --override trainer.trainer_type="${TRAINER:-torch}" "${async[@]}" "$@" ;;
   weight-sync)
     kafka_up
     for engine in ${1:-hf vllm}; do
