@@ -32,10 +32,9 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
@@ -45,6 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.state_write import Spinner  # noqa: E402
 from rft.storage import CheckpointStore, LocalObjectStore  # noqa: E402
 from rft.storage.checkpoint_store import TRANSFER_THREADS  # noqa: E402
 from rft.storage.payload import BytesPayload, Payload, Sha256Reader  # noqa: E402
@@ -55,28 +55,6 @@ def _at_once(work: Callable[[int], object], count: int) -> float:
     with ThreadPoolExecutor(min(count, TRANSFER_THREADS)) as pool:
         list(pool.map(work, range(count)))
     return time.perf_counter() - started
-
-
-@contextlib.contextmanager
-def _beside(busy: bool) -> Iterator[None]:
-    """A thread spinning in pure Python while the block runs, when `busy`."""
-    if not busy:
-        yield
-        return
-    stop = threading.Event()
-
-    def spin() -> None:
-        count = 0
-        while not stop.is_set():
-            count += 1
-
-    thread = threading.Thread(target=spin, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def main() -> None:
@@ -146,7 +124,7 @@ def main() -> None:
             order = list(ways) if round_no % 2 == 0 else list(ways)[::-1]
             for name in order:
                 os.sync()  # no earlier way's writeback still pending
-                with _beside(args.busy):
+                with Spinner() if args.busy else contextlib.nullcontext():
                     took = ways[name]()
                 if round_no:  # the first round warms the page cache and the allocator
                     times[name].append(took)
