@@ -40,6 +40,7 @@ from rft.engines.fsdp_ranks import (
     spawn_local_followers,
 )
 from rft.engines.fsdp_worker import ShardedWorker, setup_of
+from rft.engines.state_snapshot import reserve_pinned, version_copy_sizes
 from rft.engines.trainer import (
     TorchTrainerConfig,
     TrainBatch,
@@ -94,7 +95,8 @@ class Fsdp2TrainerEngine:
         self._owns_group = owns_group
         self._closed = False
         self._broken = False  # a command failed part-way: the ranks may be out of step
-        self._full_weights: tuple[int, dict[str, torch.Tensor]] | None = None
+        # the consolidated weights gathered at (step, dtype)
+        self._full_weights: dict[tuple[int, torch.dtype | None], dict[str, torch.Tensor]] = {}
         self.restore_threads: int | None = None  # this process's torch threads before sharing
 
     @property
@@ -182,7 +184,7 @@ class Fsdp2TrainerEngine:
                 for s in shards
             ],
         )
-        self._full_weights = None
+        self._full_weights = {}
         sums: dict[str, float] = {}
         for r in results:
             for name, value in r["sums"].items():
@@ -226,17 +228,23 @@ class Fsdp2TrainerEngine:
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """The consolidated weights under HF names on CPU (gathered once per step)."""
-        if self._full_weights is None or self._full_weights[0] != self.step:
-            full = self._call("full_weights", {})[0]
-            self._full_weights = (self.step, full)
-        return self._full_weights[1]
+        return self._gathered(None)
+
+    def _gathered(self, dtype: torch.dtype | None) -> dict[str, torch.Tensor]:
+        """The consolidated weights in `dtype` (None: the model's), cast on the device before
+        they cross to the host; gathered once per step and dtype (a version and its float32
+        master weights are two)."""
+        key = (self.step, dtype)
+        if key not in self._full_weights:
+            # an earlier step's copies go first: kept, they would hold host memory for nothing
+            self._full_weights = {k: v for k, v in self._full_weights.items() if k[0] == self.step}
+            self._full_weights[key] = self._call("full_weights", {"dtype": dtype})[0]
+        return self._full_weights[key]
 
     def save_weights(self, file: str | Path, dtype: torch.dtype | None = None) -> None:
         from safetensors.torch import save_file
 
-        tensors = self.state_dict_for_export()
-        if dtype is not None:
-            tensors = {k: v.to(dtype) for k, v in tensors.items()}
+        tensors = self._gathered(dtype)
         try:
             save_file(tensors, str(file), metadata={"format": "pt"})
         except (OSError, RuntimeError, ValueError) as exc:
@@ -246,8 +254,7 @@ class Fsdp2TrainerEngine:
         self, dtype: torch.dtype | None = None, *, owned: bool = False
     ) -> dict[str, torch.Tensor]:
         # always owned: the gathered copy is the step's own, replaced (not changed) by the next
-        tensors = self.state_dict_for_export()
-        return tensors if dtype is None else {k: v.to(dtype) for k, v in tensors.items()}
+        return self._gathered(dtype)
 
     def save_hf(
         self, directory: str | Path, dtype: torch.dtype | None = None, *, weights: bool = True
@@ -272,7 +279,7 @@ class Fsdp2TrainerEngine:
             "load_full_weights",
             [{"tensors": tensors}] + [{"tensors": None}] * (self.world_size - 1),
         )
-        self._full_weights = None
+        self._full_weights = {}
 
     def version_extra(self) -> dict[str, str]:
         """Full weights (the fsdp2 engine trains no adapters): nothing to add to a manifest."""
@@ -287,10 +294,18 @@ class Fsdp2TrainerEngine:
     def reserve_version_copies(
         self, export_dtype: torch.dtype | None, with_master: bool
     ) -> threading.Thread | None:
-        """Nothing: rank 0 gathers the weights and the state with torch's `get_*_state_dict(...,
-        cpu_offload=True)`, which copies into ordinary (pageable) host memory that no pinned
-        block would serve."""
-        return None
+        """On a GPU: pinned blocks for rank 0's copies of every trained parameter, whole
+        (`version_copy_sizes`: exported, AdamW's two moments, the master copy), set aside by
+        rft.engines.state_snapshot.reserve_pinned. Nothing on the CPU, nor when an offload
+        keeps shards on the host: then torch's state-dict functions gather into pageable
+        memory that no pinned block would serve."""
+        worker = self.worker
+        config = worker.config
+        if worker.device.type != "cuda" or config.param_offload or config.optimizer_offload:
+            return None
+        # a sharded parameter's numel is the whole parameter's
+        trained = [p for p in worker.model.parameters() if p.requires_grad]
+        return reserve_pinned(version_copy_sizes(trained, export_dtype, with_master))
 
     def restore_training_state(self, state: dict[str, Any], source: str) -> None:
         try:

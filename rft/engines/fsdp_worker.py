@@ -13,9 +13,10 @@ the one-process engine's. FSDP needs every rank to run the same number of forwar
 a rank with fewer micro-batches runs idle passes whose loss is multiplied by zero.
 
 Weights and training state leave and enter as full (consolidated) tensors on rank 0:
-`get_model_state_dict(full_state_dict=True, cpu_offload=True)` gathers them, and loading
-broadcasts them from rank 0 and each rank keeps its shard. A full state does not depend on how
-many ranks wrote it, so a restart may use another world size.
+`rft.engines.sharded_copy` gathers them one tensor at a time into pinned host memory (torch's
+`get_*_state_dict(full_state_dict=True, cpu_offload=True)` when an offload keeps shards on the
+host of a GPU rank), and loading broadcasts them from rank 0 and each rank keeps its shard. A
+full state does not depend on how many ranks wrote it, so a restart may use another world size.
 
 Memory (trainer.*): `enable_gradient_checkpointing` checkpoints each decoder layer before it is
 sharded; `param_offload` shards with FSDP2's CPU offload policy (shards, gradients and the AdamW
@@ -52,6 +53,7 @@ from rft.algorithms.expert_rows import BatchUnits
 from rft.algorithms.objective import LossFn
 from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.logprobs import token_logprobs
+from rft.engines.sharded_copy import gather_to_host
 from rft.engines.state_snapshot import cpu_snapshot
 from rft.engines.trainer import TorchTrainerConfig, TorchTrainerEngine, TrainBatch, rows_per_unit
 from rft.engines.weights import export_state_dict_names
@@ -293,19 +295,27 @@ class ShardedWorker(TorchTrainerEngine):
         self._peak_bytes = 0
         return peak
 
-    def full_weights(self) -> dict[str, torch.Tensor] | None:
-        """The consolidated weights (HF names, each storage once) on rank 0's CPU; None elsewhere."""
-        state = get_model_state_dict(
-            self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    def full_weights(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor] | None:
+        """The consolidated weights (HF names, each storage once) on rank 0's CPU, in `dtype`
+        (None: the model's own), copies of their own; None elsewhere."""
+        if self._shards_on_host:
+            state = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+            if self.rank != 0:
+                return None
+            out: dict[str, torch.Tensor] = {}
+            for name in self._export_names:
+                tensor = state[ROOT_PREFIX + name]
+                assert isinstance(tensor, torch.Tensor)  # full_state_dict: plain CPU tensors
+                out[name] = tensor if dtype is None else tensor.to(dtype)
+            return out
+        live = self.model.state_dict()
+        named = {name: live[ROOT_PREFIX + name] for name in self._export_names}
+        full: dict[str, torch.Tensor] | None = gather_to_host(
+            named, keep=self.rank == 0, dtype=dtype
         )
-        if self.rank != 0:
-            return None
-        out: dict[str, torch.Tensor] = {}
-        for name in self._export_names:
-            tensor = state[ROOT_PREFIX + name]
-            assert isinstance(tensor, torch.Tensor)  # full_state_dict: plain CPU tensors
-            out[name] = tensor
-        return out
+        return full
 
     def load_full_weights(self, tensors: dict[str, torch.Tensor] | None) -> None:
         """Rank 0's `tensors` (every exported name) become every rank's shards."""
@@ -333,6 +343,14 @@ class ShardedWorker(TorchTrainerEngine):
                 )
 
     @property
+    def _shards_on_host(self) -> bool:
+        """Whether the weights' shards live on the host while the ranks' collectives run on a
+        GPU (`param_offload`; `optimizer_offload` does the same to AdamW's moments between
+        steps): then `full_tensor` cannot gather them, and torch's state-dict functions, which
+        move each shard to the device first, do."""
+        return self.config.param_offload and self.device.type != "cpu"
+
+    @property
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         return {
             name: tuple(int(d) for d in value.shape) for name, value in self.lm.state_dict().items()
@@ -341,22 +359,31 @@ class ShardedWorker(TorchTrainerEngine):
     def full_training_state(self) -> dict[str, Any] | None:
         """AdamW's consolidated state (keyed by HF parameter name), the schedule and the step, on
         rank 0; None elsewhere."""
-        state = get_optimizer_state_dict(
-            self.model,
-            self.optimizer,
-            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
-        )
-        if self.rank != 0:
+        state: dict[str, Any] | None
+        if self._shards_on_host or (self.config.optimizer_offload and self.device.type != "cpu"):
+            state = get_optimizer_state_dict(
+                self.model,
+                self.optimizer,
+                options=StateDictOptions(full_state_dict=True, cpu_offload=True),
+            )
+            # copied again: the gathered moments are fresh, but AdamW's step counters (CPU
+            # tensors, never sharded) are the live ones, which the next step changes while the
+            # state is being written
+            state = cpu_snapshot(state) if self.rank == 0 else None
+        else:
+            # the sharded state keyed by name (no gather), then gathered tensor by tensor
+            sharded = get_optimizer_state_dict(
+                self.model, self.optimizer, options=StateDictOptions(full_state_dict=False)
+            )
+            state = gather_to_host(sharded, keep=self.rank == 0)
+        if state is None:
             return None
-        full = {
+        return {
             "optimizer": _strip_prefix(state),
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "format": "fsdp2-full",
         }
-        # gathered from a GPU, the CPU tensors are fresh; on the CPU one rank's may be the live
-        # shards themselves, which the next step changes while the state is being written
-        return full if self.device.type == "cuda" else cpu_snapshot(full)
 
     def load_training_state(
         self, optimizer: dict[str, Any] | None, scheduler: dict[str, Any], step: int

@@ -38,13 +38,20 @@ def cpu_snapshot(state: Any) -> Any:
     return copied
 
 
+def copy_to_host(tensor: torch.Tensor, devices: set[torch.device]) -> torch.Tensor:
+    """A CPU copy of `tensor` of its own: a clone of a CPU tensor (it may be live state), a
+    non-blocking transfer into pinned memory from a GPU, whose device is added to `devices`
+    (the caller synchronizes each once, after queueing all its copies)."""
+    if tensor.device.type == "cpu":
+        return tensor.detach().clone()
+    if tensor.device.type == "cuda":
+        devices.add(tensor.device)
+    return tensor.detach().to("cpu", non_blocking=tensor.device.type == "cuda")
+
+
 def _copy(value: Any, devices: set[torch.device]) -> Any:
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cpu":
-            return value.detach().clone()
-        if value.device.type == "cuda":
-            devices.add(value.device)
-        return value.detach().to("cpu", non_blocking=value.device.type == "cuda")
+        return copy_to_host(value, devices)
     if isinstance(value, dict):
         return {key: _copy(item, devices) for key, item in value.items()}
     if isinstance(value, list):
