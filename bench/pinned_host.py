@@ -16,7 +16,11 @@ getting the memory:
 - `rft engine, nothing set aside` / `rft engine, set aside at start`: rft's TorchTrainerEngine on
   the model of that shape (float32 masters), taking what a version with the training state
   takes (`export_weights` in bf16, `training_state()`, the float32 masters) without and with
-  `reserve_version_copies(bfloat16, with_master=True)` first, as the trainer calls it at start.
+  `reserve_version_copies(bfloat16, with_master=True)` first, as the trainer calls it at start;
+- `fsdp2 engine, …`: the same through rft's fsdp2 engine on one rank (FSDP2 shards, a
+  world of one): torch's `get_*_state_dict(full_state_dict=True, cpu_offload=True)` with the
+  bf16 cast on the CPU (what the engine did before rft.engines.sharded_copy), against the
+  engine's own per-tensor gather, without and with the reserve.
 
 Run on a GPU host: python bench/pinned_host.py [--layers 28] [--takes 3] [--ways 'rft engine']
 """
@@ -31,6 +35,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WAYS = {
@@ -41,6 +46,9 @@ WAYS = {
     "reserved beforehand": {"RESERVE": "1"},
     "rft engine, nothing set aside": {"ENGINE": "1"},
     "rft engine, set aside at start": {"ENGINE": "1", "RESERVE": "1"},
+    "fsdp2 engine, torch's full state dicts": {"ENGINE": "fsdp2", "TORCH_GATHER": "1"},
+    "fsdp2 engine, gathered per tensor": {"ENGINE": "fsdp2"},
+    "fsdp2 engine, gathered, set aside at start": {"ENGINE": "fsdp2", "RESERVE": "1"},
 }
 
 
@@ -64,8 +72,19 @@ def engine_worker(takes: int) -> None:
 
     spec = ModelSpec(name_or_path="qwen2.5-1.5b-shape", dtype="float32", device="cuda")
     model, tok = load_model(spec)
-    engine = TorchTrainerEngine(model, TorchTrainerConfig(lr=1e-5), tokenizer=tok)
-    params = [p for p in model.parameters() if p.requires_grad]
+    config = TorchTrainerConfig(lr=1e-5)
+    engine: Any
+    if os.environ["ENGINE"] == "fsdp2":
+        from rft.engines.fsdp_engine import build_fsdp2_engine
+        from rft.engines.trainer import TrainerPlacement
+
+        engine = build_fsdp2_engine(model, tok, config, TrainerPlacement(("cuda:0",)))
+        params = [p for p in engine.worker.model.parameters() if p.requires_grad]
+        optimizer = engine.worker.optimizer
+    else:
+        engine = TorchTrainerEngine(model, config, tokenizer=tok)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = engine.optimizer
     row: dict[str, float] = {"gb": sum(p.numel() * 4 for p in params) * 3.5 / 1e9}
     if os.environ.get("RESERVE"):
         started = time.perf_counter()
@@ -75,19 +94,47 @@ def engine_worker(takes: int) -> None:
         row["reserve"] = time.perf_counter() - started
     for p in params:  # AdamW's moments exist after a step, as a trainer's do
         p.grad = torch.zeros_like(p)
-    engine.optimizer.step()
-    engine.optimizer.zero_grad(set_to_none=True)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
-    for take in range(takes):
+    take = torch_full_state_dicts if os.environ.get("TORCH_GATHER") else version_copies
+    for k in range(takes):
         started = time.perf_counter()
-        copies = (
-            engine.export_weights(torch.bfloat16, owned=True),
-            engine.training_state(),
-            engine.export_weights(owned=True),
-        )
-        row[f"take{take + 1}"] = time.perf_counter() - started
+        copies = take(engine)
+        row[f"take{k + 1}"] = time.perf_counter() - started
         del copies
+        engine.step += 1  # a new version: the fsdp2 engine gathers its weights once per step
     print(json.dumps(row), flush=True)
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
+
+
+def version_copies(engine: Any) -> tuple[Any, ...]:
+    """What TrainerCheckpointer takes for a version carrying the training state."""
+    import torch
+
+    return (
+        engine.export_weights(torch.bfloat16, owned=True),
+        engine.training_state(),
+        engine.export_weights(owned=True),
+    )
+
+
+def torch_full_state_dicts(engine: Any) -> tuple[Any, ...]:
+    """The same copies as the fsdp2 engine took them before its per-tensor gather."""
+    import torch
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    worker = engine.worker
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(worker.model, options=full)
+    rounded = {k: v.to(torch.bfloat16) for k, v in weights.items() if isinstance(v, torch.Tensor)}
+    return rounded, get_optimizer_state_dict(worker.model, worker.optimizer, options=full), weights
 
 
 def worker(layers: int, takes: int) -> None:

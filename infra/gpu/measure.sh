@@ -23,7 +23,7 @@
 #       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
 #   bash infra/gpu/measure.sh store-put   # bench/store_put.py: where a version's upload to a
 #       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
-#   bash infra/gpu/measure.sh pinned-host   # bench/pinned_host.py: a 1.5B-shape training state's
+#   bash infra/gpu/measure.sh pinned-host [--ways W]   # bench/pinned_host.py: a 1.5B-shape training state's
 #       first take off the GPU against later ones, per way of getting pinned host memory
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
 #       announce -> serving, trainer on cuda:0 and explorer on cuda:1 (NCCL: needs 2 GPUs)
@@ -150,7 +150,7 @@ case "$stage" in
       python3 bench/store_put.py --mib 2648 --files 16 --rounds 3 --dir "$home"; } 2>&1 \
       | tee "$out/store-put.txt" ;;
   pinned-host)
-    python3 bench/pinned_host.py 2>&1 | tee "$out/pinned-host.txt" ;;
+    python3 bench/pinned_host.py "$@" 2>&1 | tee "$out/pinned-host.txt" ;;
   fast-weights)
     for engine in ${1:-hf vllm}; do
       python3 bench/fast_weights.py --engine "$engine" --store file --model smollm2 \
