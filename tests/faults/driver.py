@@ -50,6 +50,12 @@ EARLY_KINDS = frozenset(
     {"explorer_kill_in_transaction", "explorer_kill_one_of_two", "corrupt_experience"}
 )
 IDLE_EXIT = "the taskset is exhausted"  # what an explorer says when it stops for want of tasks
+# fault kinds that wait for a version counted from the newest one published when they begin
+RELATIVE_KINDS = frozenset({"kafka_restart", "kafka_outage", "explorer_kill_one_of_two", "fence"})
+# Versions a broker fault's target leaves free for each relative fault still to come: one the
+# kill may land past its target (it comes before the next version, or just after it) and one
+# for the next fault's own target.
+VERSIONS_PER_FAULT = 2
 RESTART_LIMIT = 12  # unplanned restarts of one component before the run is given up
 # Bytes that no decoder accepts: the single-object magic, a fingerprint no schema has, garbage.
 CORRUPT = b"\xc3\x01" + b"\xde\xad\xbe\xef\x00\x00\x00\x00" + b"\x07corrupt"
@@ -366,7 +372,9 @@ class LoopRun:
             for name, c in self.components.items()
         )
 
-    def wait_until(self, ready: Callable[[], bool], what: str, at_end: bool = False) -> None:
+    def wait_until(
+        self, ready: Callable[[], bool], what: str, at_end: bool = False, poll_s: float = 0.2
+    ) -> None:
         while not ready():
             if not at_end and self.trainer_done():
                 raise RunEnded(what)
@@ -374,7 +382,7 @@ class LoopRun:
             if time.monotonic() > self.deadline:
                 tails = {n: c.output()[-2500:] for n, c in self.components.items()}
                 raise DriverError(f"ran out of time waiting for {what}; seed {self.seed}: {tails}")
-            time.sleep(0.2)
+            time.sleep(poll_s)
 
     def restart(self, component: str) -> None:
         c = self.components[component]
@@ -382,6 +390,19 @@ class LoopRun:
 
     def published_versions(self) -> int:
         return self.components["trainer"].all_output().count("published weight version")
+
+    def moment_after(self, target: int, jitter_s: float, rng: random.Random) -> None:
+        """Wait for version `target`, then for a seeded moment before the version after it: a
+        delay of up to `jitter_s`, cut short when that version comes first. A step of the tiny
+        model can take a third of a second, so a delay alone let a broker kill meant for v2
+        land after v11 (seed 1864336037), and the outages after it found the run at its end."""
+        self.wait_until(lambda: self.published_versions() >= target, f"version {target}")
+        until = time.monotonic() + rng.uniform(0, jitter_s)
+        self.wait_until(
+            lambda: time.monotonic() >= until or self.published_versions() > target,
+            f"a moment after version {target}",
+            poll_s=0.05,
+        )
 
     def at_point(self, component: str, point: str, occurrence: int) -> Callable[[], bool]:
         """True once the current process of `component` has paused `occurrence` more times at
@@ -448,28 +469,34 @@ def explorer_kill_one_of_two(run: LoopRun, rng: random.Random) -> str:
     if victim is None:
         raise DriverError("explorer_kill_one_of_two needs two explorers")
     target = run.published_versions() + rng.randint(1, 2)
-    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
-    time.sleep(rng.uniform(0, 5))
+    run.moment_after(target, 5.0, rng)
     victim.kill9()
-    return "kill -9 of explorer-b (explorer-a shares its group), not restarted"
+    at = run.published_versions()
+    return (
+        f"kill -9 of explorer-b after v{at} (target v{target}; explorer-a shares its group), "
+        "not restarted"
+    )
 
 
-def _broker_down(run: LoopRun, rng: random.Random, kind: str, max_wait: int) -> int:
-    """Wait for a seeded version, then kill -9 the private stack's broker; the version waited
-    for."""
+def _broker_down(run: LoopRun, rng: random.Random, kind: str, max_wait: int) -> str:
+    """Wait for a seeded version, then kill -9 the private stack's broker; says where the kill
+    landed."""
     local = run.local
     if local is None:
         raise DriverError(f"{kind} needs a private stack")
     ahead = run.published_versions()
-    # not past the version before the run's last: a target at or past the last is skipped when
-    # the earlier faults ran late (seed 999222671's third outage, in a run of 16 versions)
-    target = max(ahead + 1, min(ahead + rng.randint(1, max_wait), run.steps - 1))
-    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
-    time.sleep(rng.uniform(0, 3))
+    # Early enough that each fault still to come that counts its version from the newest one
+    # finds versions left to wait for: with one version before the run's last as the only bound,
+    # a late outage took the last versions and the next was skipped (seeds 999222671 and
+    # 1864336037: the third of three outages in a run of 16 versions).
+    later = sum(k in RELATIVE_KINDS for k in run.pending)
+    last = run.steps - 1 - VERSIONS_PER_FAULT * later
+    target = max(ahead + 1, min(ahead + rng.randint(1, max_wait), last))
+    run.moment_after(target, 3.0, rng)
     pid = local.status().service("kafka").pid
     assert pid
     os.kill(pid, signal.SIGKILL)
-    return target
+    return f"after v{run.published_versions()} (target v{target})"
 
 
 def _broker_up(run: LoopRun) -> None:
@@ -479,11 +506,11 @@ def _broker_up(run: LoopRun) -> None:
 
 @FAULTS.register("kafka_restart")
 def kafka_restart(run: LoopRun, rng: random.Random) -> str:
-    target = _broker_down(run, rng, "kafka_restart", 2)
+    where = _broker_down(run, rng, "kafka_restart", 2)
     down_s = rng.uniform(3, 10)
     time.sleep(down_s)
     _broker_up(run)
-    return f"kill -9 of the broker after v{target}, down {down_s:.1f}s, restarted"
+    return f"kill -9 of the broker {where}, down {down_s:.1f}s, restarted"
 
 
 @FAULTS.register("kafka_outage")
@@ -491,12 +518,12 @@ def kafka_outage(run: LoopRun, rng: random.Random) -> str:
     """A broker `kill -9` and an outage longer than the consumers' session timeout: every group
     member's session expires while the broker is away, so each group rebalances when it is back
     (the members' partitions are revoked, or lost, and assigned again)."""
-    target = _broker_down(run, rng, "kafka_outage", 3)
+    where = _broker_down(run, rng, "kafka_outage", 3)
     session_s = (run.session_timeout_ms or 45_000) / 1000
     down_s = session_s + rng.uniform(2, 8)
     time.sleep(down_s)
     _broker_up(run)
-    return f"kill -9 of the broker after v{target}, down {down_s:.1f}s (session {session_s:g}s)"
+    return f"kill -9 of the broker {where}, down {down_s:.1f}s (session {session_s:g}s)"
 
 
 @FAULTS.register("minio_restart")
