@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -45,6 +46,7 @@ from rft.stack.local_stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_S = 4.0  # how long a process waits at its fault point: time to kill it there
+LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # the time that starts a line of rft's log (rft.cli.main)
 # fault kinds that must come while the explorers still explore and the trainer still reads
 EARLY_KINDS = frozenset(
     {"explorer_kill_in_transaction", "explorer_kill_one_of_two", "corrupt_experience"}
@@ -391,15 +393,32 @@ class LoopRun:
     def published_versions(self) -> int:
         return self.components["trainer"].all_output().count("published weight version")
 
+    def version_times(self) -> list[float]:
+        """When the trainer logged each version it published (seconds since the epoch, from the
+        time that starts each line of rft's log format)."""
+        return [
+            datetime.strptime(line[:23], LOG_TIME).timestamp()
+            for line in self.components["trainer"].all_output().splitlines()
+            if "published weight version" in line
+        ]
+
     def moment_after(self, target: int, jitter_s: float, rng: random.Random) -> None:
-        """Wait for version `target`, then for a seeded moment before the version after it: a
-        delay of up to `jitter_s`, cut short when that version comes first. A step of the tiny
-        model can take a third of a second, so a delay alone let a broker kill meant for v2
-        land after v11 (seed 1864336037), and the outages after it found the run at its end."""
+        """Wait for version `target`, then for a seeded moment of the step that follows it: a
+        seeded fraction of the time the step before it took (at most `jitter_s`) after the
+        target was published, or at once if the next version comes first.
+
+        A step of the tiny model can take a third of a second: a plain 0 to `jitter_s` delay
+        let a broker kill meant for v2 land after v11 (seed 1864336037), and the outages after
+        it found the run at its end. Scaling the delay to the step keeps the kill inside the
+        step after its target without pinning it to the moment the next version comes."""
         self.wait_until(lambda: self.published_versions() >= target, f"version {target}")
-        until = time.monotonic() + rng.uniform(0, jitter_s)
+        fraction = rng.random()
+        times = self.version_times()
+        published = times[target - 1]
+        step_s = published - times[target - 2] if target >= 2 else jitter_s
+        at = published + fraction * min(jitter_s, step_s)
         self.wait_until(
-            lambda: time.monotonic() >= until or self.published_versions() > target,
+            lambda: time.time() >= at or self.published_versions() > target,
             f"a moment after version {target}",
             poll_s=0.05,
         )
