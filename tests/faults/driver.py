@@ -54,10 +54,9 @@ EARLY_KINDS = frozenset(
 IDLE_EXIT = "the taskset is exhausted"  # what an explorer says when it stops for want of tasks
 # fault kinds that wait for a version counted from the newest one published when they begin
 RELATIVE_KINDS = frozenset({"kafka_restart", "kafka_outage", "explorer_kill_one_of_two", "fence"})
-# Versions a broker fault's target leaves free for each relative fault still to come: one the
-# kill may land past its target (it comes before the next version, or just after it) and one
-# for the next fault's own target.
-VERSIONS_PER_FAULT = 2
+# Versions a broker fault's target leaves free for each relative fault still to come: two its
+# kill may land past (LoopRun.moment_after) and one for that fault's own target.
+VERSIONS_PER_FAULT = 3
 RESTART_LIMIT = 12  # unplanned restarts of one component before the run is given up
 # Bytes that no decoder accepts: the single-object magic, a fingerprint no schema has, garbage.
 CORRUPT = b"\xc3\x01" + b"\xde\xad\xbe\xef\x00\x00\x00\x00" + b"\x07corrupt"
@@ -403,25 +402,36 @@ class LoopRun:
         ]
 
     def moment_after(self, target: int, jitter_s: float, rng: random.Random) -> None:
-        """Wait for version `target`, then for a seeded moment of the step that follows it: a
-        seeded fraction of the time the step before it took (at most `jitter_s`) after the
-        target was published, or at once if the next version comes first.
+        """Wait for version `target`, then for a seeded moment of the step after it: a seeded
+        fraction of the time the step before took (at most `jitter_s`), counted from when the
+        trainer logged `target`. When the next version comes first, the same fraction of the
+        step after that one; when the one after it comes first too, or there is no step after
+        it in the run, at once.
 
         A step of the tiny model can take a third of a second: a plain 0 to `jitter_s` delay
         let a broker kill meant for v2 land after v11 (seed 1864336037), and the outages after
-        it found the run at its end. Scaling the delay to the step keeps the kill inside the
-        step after its target without pinning it to the moment the next version comes."""
+        it found the run at its end. Killing at once when the next version came put nearly
+        every kill of a fast run just after a version was announced."""
         self.wait_until(lambda: self.published_versions() >= target, f"version {target}")
         fraction = rng.random()
+        for version in (target, target + 1):
+            # at the run's last version no step of it comes after
+            if version >= self.steps or self._moment_after(version, fraction, jitter_s):
+                return
+
+    def _moment_after(self, version: int, fraction: float, jitter_s: float) -> bool:
+        """Wait for `fraction` of the step before `version` (at most `jitter_s`) from when the
+        trainer logged `version`, or for the next version: whether the moment came first."""
         times = self.version_times()
-        published = times[target - 1]
-        step_s = published - times[target - 2] if target >= 2 else jitter_s
+        published = times[version - 1]
+        step_s = published - times[version - 2] if version >= 2 else jitter_s
         at = published + fraction * min(jitter_s, step_s)
         self.wait_until(
-            lambda: time.time() >= at or self.published_versions() > target,
-            f"a moment after version {target}",
+            lambda: time.time() >= at or self.published_versions() > version,
+            f"a moment after version {version}",
             poll_s=0.05,
         )
+        return time.time() >= at
 
     def at_point(self, component: str, point: str, occurrence: int) -> Callable[[], bool]:
         """True once the current process of `component` has paused `occurrence` more times at
