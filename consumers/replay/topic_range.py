@@ -157,6 +157,7 @@ class RangeReader:
         self._codec = codec or EventCodec.default()
         self._stall_timeout_s = stall_timeout_s
         self._merge: PartitionMerge[Record] = PartitionMerge(self.spans)
+        # stays what the consumer holds paused: it pauses again what a rebalance hands back
         self._paused: set[Partition] = set()
         self.undecodable: list[str] = []  # "topic[partition]@offset: error", in reading order
         # seconds spent polling since a poll last read or delivered anything: time between polls

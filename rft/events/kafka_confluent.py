@@ -691,6 +691,7 @@ class ConfluentRecordConsumer(CoreRecordConsumer[Consumer]):
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+        self._pause_assigned((tp.topic, tp.partition) for tp in partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._revoked_now((tp.topic, tp.partition) for tp in partitions)

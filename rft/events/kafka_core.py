@@ -1,7 +1,8 @@
 """What every Kafka client backend does the same way, written once for all of them.
 
 Owns the policy of the client wrappers: seeks of partitions not assigned yet (kept, and applied
-once when the partition is assigned), the revoked set and rejoin, the outage window of a polling
+once when the partition is assigned), pauses (kept until resumed, and applied again on each
+assignment), the revoked set and rejoin, the outage window of a polling
 consumer, the transaction steps with their fencing, stuck-call and stall rules, when a producer
 is flushed, replaced or given up, the prefetch bounds, and the wording of every error. A backend
 module subclasses `CoreTopicAdmin`, `CoreRecordProducer`, `CoreRecordConsumer` and `CoreBackend`
@@ -532,8 +533,9 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
     """A consumer-group member over a backend's client `C`, made on first use.
 
     Seeks of partitions this member does not hold yet are kept and applied when a rebalance
-    assigns them (the backend's rebalance callback calls `_assigned_now` and `_revoked_now`).
-    poll() tells the outage window whether a broker answered."""
+    assigns them, and paused partitions are paused again (the backend's rebalance callback calls
+    `_assigned_now`, `_pause_assigned` and `_revoked_now`). poll() tells the outage window
+    whether a broker answered."""
 
     def __init__(
         self,
@@ -551,6 +553,9 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
         self._pending_seeks: dict[Partition, SeekSpec] = {}
         self._pending_all: SeekSpec | None = None
         self._revoked: set[Partition] = set()
+        # Paused until resume(), across rebalances and rejoins: both clients resume what they
+        # assign, and a caller that paused a partition to bound its buffers keeps them after.
+        self._paused: set[Partition] = set()
 
     # -- what a backend supplies
 
@@ -638,6 +643,14 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
         if assigned:
             log.info("group %s: assigned %s", self._group_id, sorted(assigned))
         return specs
+
+    def _pause_assigned(self, assigned: Iterable[Partition]) -> None:
+        """A rebalance assigned `partitions` (the client holds them now): pause again those
+        paused before."""
+        again = sorted(tp for tp in assigned if tp in self._paused)
+        if again:
+            with self._calling(f"pause of {', '.join(f'{t}[{p}]' for t, p in again)} failed"):
+                self._pause_now(self._consumer, again, True)
 
     def _revoked_now(self, partitions: Iterable[Partition]) -> None:
         # Called inside poll(), for revoked and for lost partitions (a lost one may already have
@@ -756,6 +769,10 @@ class CoreRecordConsumer(_Translating, RecordConsumer, Generic[C]):
             return self._positions_now(consumer)
 
     def _pause(self, partitions: Sequence[Partition], paused: bool) -> None:
+        if paused:
+            self._paused.update(partitions)
+        else:
+            self._paused.difference_update(partitions)
         held = set(self.assignment())
         now = [tp for tp in partitions if tp in held]
         if not now:

@@ -517,6 +517,7 @@ class _SeekOnAssign(ConsumerRebalanceListener):
         specs = self._owner._assigned_now((tp.topic, tp.partition) for tp in assigned)
         if specs:
             self._owner._seek_assigned(specs)
+        self._owner._pause_assigned((tp.topic, tp.partition) for tp in assigned)
 
 
 class KafkaPythonRecordConsumer(CoreRecordConsumer[KafkaConsumer]):

@@ -409,11 +409,11 @@ class RecordConsumer(_Closing):
 
     @abstractmethod
     def pause(self, partitions: Sequence[tuple[str, int]]) -> None:
-        """Stop fetching `partitions` until resume() (those not assigned now are left as they
-        are): a caller that buffers records of its own bounds its memory by pausing the
-        partitions it holds most of. Records of them fetched already may still come, or be
-        dropped and fetched again after resume(), from the position; a rebalance resumes every
-        partition it assigns."""
+        """Stop fetching `partitions` until resume(): a caller that buffers records of its own
+        bounds its memory by pausing the partitions it holds most of. Records of them fetched
+        already may still come, or be dropped and fetched again after resume(), from the
+        position. The pause holds across rebalances (and rejoin): a paused partition assigned
+        again, or assigned later, is paused as it is assigned."""
 
     @abstractmethod
     def resume(self, partitions: Sequence[tuple[str, int]]) -> None:

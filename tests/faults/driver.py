@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -45,11 +46,17 @@ from rft.stack.local_stack import LocalStack
 
 REPO = Path(__file__).resolve().parents[2]
 PAUSE_S = 4.0  # how long a process waits at its fault point: time to kill it there
+LOG_TIME = "%Y-%m-%d %H:%M:%S,%f"  # the time that starts a line of rft's log (rft.cli.main)
 # fault kinds that must come while the explorers still explore and the trainer still reads
 EARLY_KINDS = frozenset(
     {"explorer_kill_in_transaction", "explorer_kill_one_of_two", "corrupt_experience"}
 )
 IDLE_EXIT = "the taskset is exhausted"  # what an explorer says when it stops for want of tasks
+# fault kinds that wait for a version counted from the newest one published when they begin
+RELATIVE_KINDS = frozenset({"kafka_restart", "kafka_outage", "explorer_kill_one_of_two", "fence"})
+# Versions a broker fault's target leaves free for each relative fault still to come: two its
+# kill may land past (LoopRun.moment_after) and one for that fault's own target.
+VERSIONS_PER_FAULT = 3
 RESTART_LIMIT = 12  # unplanned restarts of one component before the run is given up
 # Bytes that no decoder accepts: the single-object magic, a fingerprint no schema has, garbage.
 CORRUPT = b"\xc3\x01" + b"\xde\xad\xbe\xef\x00\x00\x00\x00" + b"\x07corrupt"
@@ -366,7 +373,9 @@ class LoopRun:
             for name, c in self.components.items()
         )
 
-    def wait_until(self, ready: Callable[[], bool], what: str, at_end: bool = False) -> None:
+    def wait_until(
+        self, ready: Callable[[], bool], what: str, at_end: bool = False, poll_s: float = 0.2
+    ) -> None:
         while not ready():
             if not at_end and self.trainer_done():
                 raise RunEnded(what)
@@ -374,7 +383,7 @@ class LoopRun:
             if time.monotonic() > self.deadline:
                 tails = {n: c.output()[-2500:] for n, c in self.components.items()}
                 raise DriverError(f"ran out of time waiting for {what}; seed {self.seed}: {tails}")
-            time.sleep(0.2)
+            time.sleep(poll_s)
 
     def restart(self, component: str) -> None:
         c = self.components[component]
@@ -382,6 +391,47 @@ class LoopRun:
 
     def published_versions(self) -> int:
         return self.components["trainer"].all_output().count("published weight version")
+
+    def version_times(self) -> list[float]:
+        """When the trainer logged each version it published (seconds since the epoch, from the
+        time that starts each line of rft's log format)."""
+        return [
+            datetime.strptime(line[:23], LOG_TIME).timestamp()
+            for line in self.components["trainer"].all_output().splitlines()
+            if "published weight version" in line
+        ]
+
+    def moment_after(self, target: int, jitter_s: float, rng: random.Random) -> None:
+        """Wait for version `target`, then for a seeded moment of the step after it: a seeded
+        fraction of the time the step before took (at most `jitter_s`), counted from when the
+        trainer logged `target`. When the next version comes first, the same fraction of the
+        step after that one; when the one after it comes first too, or there is no step after
+        it in the run, at once.
+
+        A step of the tiny model can take a third of a second: a plain 0 to `jitter_s` delay
+        let a broker kill meant for v2 land after v11 (seed 1864336037), and the outages after
+        it found the run at its end. Killing at once when the next version came put nearly
+        every kill of a fast run just after a version was announced."""
+        self.wait_until(lambda: self.published_versions() >= target, f"version {target}")
+        fraction = rng.random()
+        for version in (target, target + 1):
+            # at the run's last version no step of it comes after
+            if version >= self.steps or self._moment_after(version, fraction, jitter_s):
+                return
+
+    def _moment_after(self, version: int, fraction: float, jitter_s: float) -> bool:
+        """Wait for `fraction` of the step before `version` (at most `jitter_s`) from when the
+        trainer logged `version`, or for the next version: whether the moment came first."""
+        times = self.version_times()
+        published = times[version - 1]
+        step_s = published - times[version - 2] if version >= 2 else jitter_s
+        at = published + fraction * min(jitter_s, step_s)
+        self.wait_until(
+            lambda: time.time() >= at or self.published_versions() > version,
+            f"a moment after version {version}",
+            poll_s=0.05,
+        )
+        return time.time() >= at
 
     def at_point(self, component: str, point: str, occurrence: int) -> Callable[[], bool]:
         """True once the current process of `component` has paused `occurrence` more times at
@@ -448,28 +498,34 @@ def explorer_kill_one_of_two(run: LoopRun, rng: random.Random) -> str:
     if victim is None:
         raise DriverError("explorer_kill_one_of_two needs two explorers")
     target = run.published_versions() + rng.randint(1, 2)
-    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
-    time.sleep(rng.uniform(0, 5))
+    run.moment_after(target, 5.0, rng)
     victim.kill9()
-    return "kill -9 of explorer-b (explorer-a shares its group), not restarted"
+    at = run.published_versions()
+    return (
+        f"kill -9 of explorer-b after v{at} (target v{target}; explorer-a shares its group), "
+        "not restarted"
+    )
 
 
-def _broker_down(run: LoopRun, rng: random.Random, kind: str, max_wait: int) -> int:
-    """Wait for a seeded version, then kill -9 the private stack's broker; the version waited
-    for."""
+def _broker_down(run: LoopRun, rng: random.Random, kind: str, max_wait: int) -> str:
+    """Wait for a seeded version, then kill -9 the private stack's broker; says where the kill
+    landed."""
     local = run.local
     if local is None:
         raise DriverError(f"{kind} needs a private stack")
     ahead = run.published_versions()
-    # not past the version before the run's last: a target at or past the last is skipped when
-    # the earlier faults ran late (seed 999222671's third outage, in a run of 16 versions)
-    target = max(ahead + 1, min(ahead + rng.randint(1, max_wait), run.steps - 1))
-    run.wait_until(lambda: run.published_versions() >= target, f"version {target}")
-    time.sleep(rng.uniform(0, 3))
+    # Early enough that each fault still to come that counts its version from the newest one
+    # finds versions left to wait for: with one version before the run's last as the only bound,
+    # a late outage took the last versions and the next was skipped (seeds 999222671 and
+    # 1864336037: the third of three outages in a run of 16 versions).
+    later = sum(k in RELATIVE_KINDS for k in run.pending)
+    last = run.steps - 1 - VERSIONS_PER_FAULT * later
+    target = max(ahead + 1, min(ahead + rng.randint(1, max_wait), last))
+    run.moment_after(target, 3.0, rng)
     pid = local.status().service("kafka").pid
     assert pid
     os.kill(pid, signal.SIGKILL)
-    return target
+    return f"after v{run.published_versions()} (target v{target})"
 
 
 def _broker_up(run: LoopRun) -> None:
@@ -479,11 +535,11 @@ def _broker_up(run: LoopRun) -> None:
 
 @FAULTS.register("kafka_restart")
 def kafka_restart(run: LoopRun, rng: random.Random) -> str:
-    target = _broker_down(run, rng, "kafka_restart", 2)
+    where = _broker_down(run, rng, "kafka_restart", 2)
     down_s = rng.uniform(3, 10)
     time.sleep(down_s)
     _broker_up(run)
-    return f"kill -9 of the broker after v{target}, down {down_s:.1f}s, restarted"
+    return f"kill -9 of the broker {where}, down {down_s:.1f}s, restarted"
 
 
 @FAULTS.register("kafka_outage")
@@ -491,12 +547,12 @@ def kafka_outage(run: LoopRun, rng: random.Random) -> str:
     """A broker `kill -9` and an outage longer than the consumers' session timeout: every group
     member's session expires while the broker is away, so each group rebalances when it is back
     (the members' partitions are revoked, or lost, and assigned again)."""
-    target = _broker_down(run, rng, "kafka_outage", 3)
+    where = _broker_down(run, rng, "kafka_outage", 3)
     session_s = (run.session_timeout_ms or 45_000) / 1000
     down_s = session_s + rng.uniform(2, 8)
     time.sleep(down_s)
     _broker_up(run)
-    return f"kill -9 of the broker after v{target}, down {down_s:.1f}s (session {session_s:g}s)"
+    return f"kill -9 of the broker {where}, down {down_s:.1f}s (session {session_s:g}s)"
 
 
 @FAULTS.register("minio_restart")

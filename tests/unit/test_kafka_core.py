@@ -81,6 +81,7 @@ class Consumer(CoreRecordConsumer[Client]):
         specs = self._assigned_now(assigned)
         if specs:
             self._seek_now(client, specs)
+        self._pause_assigned(assigned)
 
     def _open(self) -> Client:
         self.opened.append(Client())
@@ -155,6 +156,22 @@ def test_rejoin_counts_what_was_held_as_revoked_and_forgets_kept_seeks() -> None
     assert consumer.take_revoked() == set()
     consumer.rebalance([("t", 4)])  # a new client, which reads from the committed offset
     assert len(consumer.opened) == 2 and consumer.opened[1].calls == []
+
+
+def test_a_pause_holds_across_rebalances_and_rejoin_until_resumed() -> None:
+    consumer = Consumer()
+    consumer.rebalance([("t", 0), ("t", 1)])
+    consumer.pause([("t", 0), ("t", 2)])  # t[2] is not held: paused when it is assigned
+    client = consumer.opened[0]
+    assert client.calls == [("pause", ("t", 0))]
+    # a client resumes what it assigns: the pauses are made again
+    consumer.rebalance([("t", 0), ("t", 1), ("t", 2)])
+    assert client.calls[1:] == [("pause", ("t", 0), ("t", 2))]
+    consumer.resume([("t", 2)])
+    assert client.calls[2:] == [("resume", ("t", 2))]
+    consumer.rejoin()
+    consumer.rebalance([("t", 0), ("t", 1), ("t", 2)])
+    assert consumer.opened[1].calls == [("pause", ("t", 0))]
 
 
 class Producer(CoreRecordProducer[Client]):
