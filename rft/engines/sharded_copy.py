@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.distributed.tensor import DTensor
 
-from rft.engines.state_snapshot import copy_to_host
+from rft.engines.state_snapshot import copy_to_host, map_tensors
 
 
 def gather_to_host(state: Any, *, keep: bool, dtype: torch.dtype | None = None) -> Any:
@@ -31,14 +31,8 @@ def gather_to_host(state: Any, *, keep: bool, dtype: torch.dtype | None = None) 
     given. Every rank of the DTensors' mesh must call it with the same structure; only a rank
     with `keep` (rank 0) gets the copy, the others None."""
     devices: set[torch.device] = set()
-    out = _gather(state, keep, dtype, devices)
-    for device in devices:
-        torch.cuda.synchronize(device)
-    return out if keep else None
 
-
-def _gather(value: Any, keep: bool, dtype: torch.dtype | None, devices: set[torch.device]) -> Any:
-    if isinstance(value, torch.Tensor):
+    def gather(value: torch.Tensor) -> torch.Tensor | None:
         tensor = value.detach()
         if isinstance(tensor, DTensor):
             tensor = tensor.full_tensor()
@@ -47,10 +41,8 @@ def _gather(value: Any, keep: bool, dtype: torch.dtype | None, devices: set[torc
         if dtype is not None and tensor.is_floating_point() and tensor.dtype != dtype:
             tensor = tensor.to(dtype)  # on the device: a rounded export moves fewer bytes
         return copy_to_host(tensor, devices)
-    if isinstance(value, dict):
-        return {key: _gather(item, keep, dtype, devices) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_gather(item, keep, dtype, devices) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_gather(item, keep, dtype, devices) for item in value)
-    return value
+
+    out = map_tensors(state, gather)
+    for device in devices:
+        torch.cuda.synchronize(device)
+    return out if keep else None

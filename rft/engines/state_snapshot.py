@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ def cpu_snapshot(state: Any) -> Any:
     replaced by a CPU copy of its own; plain values are shared (they are immutable or rebuilt
     by the next step)."""
     devices: set[torch.device] = set()
-    copied = _copy(state, devices)
+    copied = map_tensors(state, lambda tensor: copy_to_host(tensor, devices))
     for device in devices:
         torch.cuda.synchronize(device)
     return copied
@@ -49,15 +49,17 @@ def copy_to_host(tensor: torch.Tensor, devices: set[torch.device]) -> torch.Tens
     return tensor.detach().to("cpu", non_blocking=tensor.device.type == "cuda")
 
 
-def _copy(value: Any, devices: set[torch.device]) -> Any:
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`value` (nested dicts, lists and tuples) with `fn` applied to every tensor, in the order
+    the structure is walked (the same on every rank of a collective); other values as they are."""
     if isinstance(value, torch.Tensor):
-        return copy_to_host(value, devices)
+        return fn(value)
     if isinstance(value, dict):
-        return {key: _copy(item, devices) for key, item in value.items()}
+        return {key: map_tensors(item, fn) for key, item in value.items()}
     if isinstance(value, list):
-        return [_copy(item, devices) for item in value]
+        return [map_tensors(item, fn) for item in value]
     if isinstance(value, tuple):
-        return tuple(_copy(item, devices) for item in value)
+        return tuple(map_tensors(item, fn) for item in value)
     return value
 
 
@@ -78,7 +80,7 @@ def host_tensors(
             value = value.to(dtype)
         on_cpu = value.device.type == "cpu"
         # the copy cpu_snapshot makes, except of a CPU tensor that is fresh or may be borrowed
-        out[name] = value if on_cpu and (cast or not owned) else _copy(value, devices)
+        out[name] = value if on_cpu and (cast or not owned) else copy_to_host(value, devices)
     for device in devices:
         torch.cuda.synchronize(device)
     return out
