@@ -23,6 +23,9 @@
 #       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
 #   bash infra/gpu/measure.sh store-put   # bench/store_put.py: where a version's upload to a
 #       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
+#   bash infra/gpu/measure.sh step-beside-upload [--ways W]   # bench/step_beside_upload.py: the
+#       fsdp2 trainer's 1.5B-shape step alone, beside a version's upload, a disk writer, busy
+#       cores and a busy second GPU (why the step is slower in fully_async than in fixed)
 #   bash infra/gpu/measure.sh pinned-host [--ways W]   # bench/pinned_host.py: a 1.5B-shape training state's
 #       first take off the GPU against later ones, per way of getting pinned host memory
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
@@ -149,6 +152,10 @@ case "$stage" in
     { python3 bench/store_put.py --mib 257 --files 8 --dir "$home"
       python3 bench/store_put.py --mib 2648 --files 16 --rounds 3 --dir "$home"; } 2>&1 \
       | tee "$out/store-put.txt" ;;
+  step-beside-upload)
+    python3 -m bench.step_beside_upload --engine "${ENGINE:-fsdp2}" --device cuda --bf16 \
+      --rounds "${ROUNDS:-3}" --dir "$home" "$@" 2>&1 | grep --line-buffered -v "^INFO" \
+      | tee "$out/step-beside-upload.txt" ;;
   pinned-host)
     python3 bench/pinned_host.py "$@" 2>&1 | tee "$out/pinned-host.txt" ;;
   fast-weights)
