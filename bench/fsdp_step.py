@@ -15,6 +15,7 @@ import argparse
 import importlib
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,6 +57,16 @@ class PolicyGradientLoss:
         return loss, {}
 
 
+def random_model(shape: dict[str, Any], device: str) -> Any:
+    """A Qwen2 causal LM of `shape`, randomly initialised on `device` with seed 0 (the caller's
+    RNG untouched): the same weights in every process and checkout."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(0)
+        return Qwen2ForCausalLM(Qwen2Config(**shape))
+
+
 def random_batch(rows: int, prompt: int, response: int, vocab: int, seed: int) -> TrainBatch:
     rng = np.random.default_rng(seed)
     return TrainBatch(
@@ -81,13 +92,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
 
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     devices = tuple(f"cuda:{r}" if args.device == "cuda" else "cpu" for r in range(args.ranks))
     shape = SHAPES[args.model]
-    with torch.random.fork_rng(devices=[]), torch.device(devices[0]):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    model = random_model(shape, devices[0])
     config = TorchTrainerConfig(
         lr=1e-6,
         micro_batch_size=args.micro_batch,

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from bench.fsdp_step import SHAPES, PolicyGradientLoss, random_batch
+from bench.fsdp_step import SHAPES, PolicyGradientLoss, random_batch, random_model
 
 WAYS = ("alone", "upload", "disk", "cpu", "other_gpu", "python")
 DEFAULT_WAYS = ("alone", "upload", "disk", "cpu", "other_gpu")
@@ -84,21 +84,17 @@ _SPIN = "while True: pass"
 
 
 def engine_for(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainerPlacement
 
     shape = {**SHAPES[args.model], "vocab_size": args.vocab}
     device = "cuda:0" if args.device == "cuda" else "cpu"
-    with torch.random.fork_rng(devices=[]), torch.device(device):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(**shape))
     config = TorchTrainerConfig(
         lr=1e-6,
         micro_batch_size=args.micro_batch,
         autocast_dtype="bfloat16" if args.bf16 else None,
         gradient_checkpointing=args.grad_ckpt,
     )
+    model = random_model(shape, device)
     engine = TRAINER_ENGINES.get(args.engine)(model, None, config, TrainerPlacement((device,)))
     return engine, shape
 

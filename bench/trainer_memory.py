@@ -73,17 +73,13 @@ def varied_batch(rows: int, prompt: int, response: int, vocab: int, seed: int) -
 
 def engine_for(setting: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The trainer engine of `setting` on a freshly initialised model, and the model's shape."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from bench.fsdp_step import SHAPES
+    from bench.fsdp_step import SHAPES, random_model
     from rft.engines.lora import LoraSpec
     from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainerPlacement
 
     shape = {**SHAPES, **LOCAL_SHAPES}[args.model]
     device = "cuda:0" if args.device == "cuda" else "cpu"
-    with torch.random.fork_rng(devices=[]), torch.device(device):
-        torch.manual_seed(0)
-        model = Qwen2ForCausalLM(Qwen2Config(**shape))
+    model = random_model(shape, device)
     config = TorchTrainerConfig(
         lr=1e-6,
         micro_batch_size=args.micro_batch,
