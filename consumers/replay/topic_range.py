@@ -160,6 +160,9 @@ class RangeReader:
         # stays what the consumer holds paused: it pauses again what a rebalance hands back
         self._paused: set[Partition] = set()
         self.undecodable: list[str] = []  # "topic[partition]@offset: error", in reading order
+        # records fetched that the merge had already, or that lie outside the spans (before a
+        # seek applied): work done twice, not events delivered twice
+        self.refetched = 0
         # seconds spent polling since a poll last read or delivered anything: time between polls
         # (a trainer's step) is not a stall
         self._stalled_s = 0.0
@@ -253,7 +256,9 @@ class RangeReader:
         wait = 0.0 if len(batch) >= max_events else timeout_s
         for r in self._consumer.poll(max_events, wait):
             size = len(r.value or b"") + len(r.key or b"")
-            self._merge.add((r.topic, r.partition), r.offset, r, size)
+            if not self._merge.add((r.topic, r.partition), r.offset, r, size):
+                self.refetched += 1
+        self._resume_handed_back()
         if len(batch) < max_events:
             # positions move past transaction markers and aborted records that no record shows
             for tp, position in self._consumer.positions().items():
@@ -266,6 +271,15 @@ class RangeReader:
         if self._stalled_s > self._stall_timeout_s:
             self._give_up()
         return batch
+
+    def _resume_handed_back(self) -> None:
+        """Partitions a rebalance took away (a poll interval overrun, a coordinator that moved)
+        come back where their reading stands, not from the start: the group never commits, so
+        without a seek the client would read them again from the oldest record (the merge would
+        drop what it has, after fetching it all again)."""
+        for topic, partition in sorted(self._consumer.take_revoked() & self.spans.keys()):
+            # a partition read to its end is sought there too: nothing of it is fetched again
+            self._consumer.seek(topic, partition, self._merge.fetched((topic, partition)))
 
     def _deliver(self, count: int) -> list[Envelope]:
         """Up to `count` events the merge can deliver now; undecodable records among them are

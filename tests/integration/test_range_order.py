@@ -6,6 +6,7 @@ partitions paused to bound memory change nothing."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 
@@ -129,3 +130,31 @@ def test_partitions_paused_to_bound_memory_change_nothing(
     with RangeReader.for_spans(kafka, spans) as paused:
         assert where(read(paused, 500)) == expected
         assert paused.done == paused.total
+
+
+def test_a_read_whose_partitions_are_handed_back_goes_on_where_it_stood(
+    kafka: KafkaSettings, topic: str
+) -> None:
+    """The reader works past its poll interval mid-read (a trainer's long step): its member
+    leaves the group and the next poll joins it again, which hands every partition back. The
+    group never commits, so unless the reader seeks them to where its reading stands the client
+    reads them again from their oldest record; the order must not change either way, and the
+    work must not be done twice."""
+    with RangeReader.open(kafka, [topic]) as plain:
+        expected = where(read(plain, 500))
+        spans = plain.spans
+    short = {
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+        "max.poll.interval.ms": 7000,
+    }
+    with RangeReader.for_spans(kafka, spans, config=short) as reader:
+        head = read(reader, 5, limit=40)
+        fetched = reader._fetched()
+        assert fetched > len(head)  # read ahead of what it delivered
+        time.sleep(10)  # past max.poll.interval.ms: the member leaves the group
+        rest = read(reader, 5)
+        assert where(head + rest) == expected
+        # before the seek on reassignment every partition was fetched again from its start:
+        # at least `fetched` records twice
+        assert reader.refetched < fetched // 4, (reader.refetched, fetched)
