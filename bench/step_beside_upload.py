@@ -9,8 +9,8 @@ one process, alternating in rounds between what runs beside it:
 - `alone`: nothing (what `fixed` has);
 - `upload`: the real path: `begin` before the step, its upload beside it, `land` after (the
   wait for the upload after the step is reported apart);
-- `disk`: another process writing the version's bytes to the same disk with an fsync (the
-  page cache and the disk, without our interpreter's lock);
+- `disk`: another process writing the version's bytes (1 GiB until an `upload` way has run) to
+  the same disk with an fsync (the page cache and the disk, without our interpreter's lock);
 - `cpu`: --cpu-procs other processes spinning (the host's cores taken, as a busy explorer's
   processes take them, without our interpreter's lock);
 - `other_gpu`: another process multiplying bf16 matrices on the next GPU for the step's length
