@@ -82,6 +82,10 @@ class LaunchedGroup(Protocol):
         """Exit code of each component; None while it runs or when its host died without one."""
         ...
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each component's process tree has used, as last sampled."""
+        ...
+
 
 class Launcher(Protocol):
     def check(self, cfg: RftConfig) -> list[Issue]: ...

@@ -1,8 +1,11 @@
-"""ProcessGroup: child processes started, watched and stopped together, with their memory sampled.
+"""ProcessGroup: child processes started, watched and stopped together, with their memory and CPU
+time sampled.
 
 `rft run` starts the explorer and the trainer as separate OS processes (as a cluster would run
 them) and must stop them all on Ctrl-C or when one fails. The group also samples the resident
-memory of the whole process tree, so the run summary can report the peak of all processes together.
+memory of the whole process tree, so the run summary can report the peak of all processes
+together, and the CPU time of each child's tree, so it can say how many cores each component
+kept busy.
 It is the `local` launcher's group (`rft.supervisor.launchers`), and each Ray actor of the `ray`
 launcher runs its component in a group of one (`rft.supervisor.ray_host`).
 """
@@ -69,6 +72,10 @@ class ProcessGroup:
     log_dir: Path | None = None
     children: list[Child] = field(default_factory=list)
     peak_rss_bytes: int = 0
+    # child name -> the most CPU time (user + system) its tree was seen to have used; a
+    # descendant its parent waited for counts in the parent's children's times (psutil's
+    # children_user / children_system), so a vLLM engine's exited workers still count
+    _cpu: dict[str, float] = field(default_factory=dict)
     _sampler: threading.Thread | None = None
     _stop_sampling: threading.Event = field(default_factory=threading.Event)
 
@@ -109,7 +116,7 @@ class ProcessGroup:
         self.children.append(child)
         log.info("started %s (pid %d)%s", name, popen.pid, f", log {log_path}" if log_path else "")
         if self._sampler is None:
-            self._sampler = threading.Thread(target=self._sample_memory, daemon=True)
+            self._sampler = threading.Thread(target=self._sample, daemon=True)
             self._sampler.start()
         return child
 
@@ -130,12 +137,38 @@ class ProcessGroup:
                 continue
         return total
 
-    def _sample_memory(self) -> None:
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each child's process tree has used so far, by child name,
+        as of the last sample (every 0.5 s while the group runs, and now)."""
+        self.sample_cpu()
+        return dict(self._cpu)
+
+    def sample_cpu(self) -> None:
+        """Record the CPU time of every child's tree, now: each live process's own, plus what
+        the descendants it waited for used (a process is either live or in its parent's
+        count, never both). A tree's count only grows, so the most seen is kept: the last
+        sample stands for a child that has exited."""
+        for child in self.children:
+            try:
+                root = psutil.Process(child.popen.pid)
+            except psutil.Error:
+                continue
+            used = 0.0
+            for proc in descendants(root):
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:  # exited meanwhile; the most seen is kept
+                    continue
+                used += t.user + t.system + t.children_user + t.children_system
+            self._cpu[child.name] = max(self._cpu.get(child.name, 0.0), used)
+
+    def _sample(self) -> None:
         while not self._stop_sampling.wait(0.5):
             try:
                 self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss())
+                self.sample_cpu()
             except psutil.Error as exc:  # one sample lost; the peak goes on being tracked
-                log.debug("memory sample skipped: %s", exc)
+                log.debug("memory or CPU sample skipped: %s", exc)
 
     def failed(self) -> list[Child]:
         return [c for c in self.children if c.returncode not in (None, 0)]

@@ -232,6 +232,14 @@ class RayGroup:
     def exit_codes(self) -> dict[str, int | None]:
         return {m.slot.name: m.returncode for m in self.members}
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """Each component's CPU time as its host last reported it (every STATUS_S)."""
+        out: dict[str, float] = {}
+        for m in self.members:
+            if m.status is not None:
+                out[m.slot.name] = out.get(m.slot.name, 0.0) + m.status.cpu_seconds
+        return out
+
     def _poll(self, force: bool = False) -> None:
         import ray
 

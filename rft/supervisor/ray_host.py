@@ -46,6 +46,7 @@ class HostStatus:
     returncode: int | None  # None while the component runs
     rss_bytes: int  # the actor and its component's process tree, now
     last_lines: list[str]
+    cpu_seconds: float = 0.0  # CPU time its component's process tree has used so far
 
 
 def node_address() -> str:
@@ -115,7 +116,8 @@ class ComponentHost:
     def status(self) -> HostStatus:
         code = self.group.children[0].returncode if self.group else None
         rss = self.group.tree_rss() if self.group else 0
-        return HostStatus(code, rss, last_lines(self.log_path))
+        cpu = sum(self.group.cpu_seconds().values()) if self.group else 0.0
+        return HostStatus(code, rss, last_lines(self.log_path), cpu)
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """SIGINT (the component commits or aborts its open step), then SIGTERM, then SIGKILL."""

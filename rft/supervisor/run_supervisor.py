@@ -44,6 +44,7 @@ class RunSummary:
     train_step_s: list[float] = field(default_factory=list)
     trainer_gpu_peak_gib: float = 0.0  # the largest step's peak on the trainer's GPU (0: none)
     peak_rss_bytes: int = 0
+    cpu_seconds: dict[str, float] = field(default_factory=dict)  # component -> its tree's
     exit_codes: dict[str, int | None] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # components that ended the run badly
     endings: list[str] = field(default_factory=list)  # how each component finished, as it said
@@ -80,6 +81,15 @@ class RunSummary:
                 "(its largest step)"
             )
         out.append(f"peak memory of all processes: {self.peak_rss_bytes / 2**30:.2f} GiB (host)")
+        if self.cpu_seconds and self.wall_s > 0:
+            # cores kept busy on average, over the run's wall time
+            out.append(
+                "CPU time: "
+                + ", ".join(
+                    f"{name} {used:.0f} s ({used / self.wall_s:.1f} cores on average)"
+                    for name, used in sorted(self.cpu_seconds.items())
+                )
+            )
         out.extend(self.endings)
         if self.traces:
             out.append(f"traces: {self.traces}")
@@ -255,6 +265,7 @@ class RunSupervisor:
             sinks.close()
             summary.wall_s = time.monotonic() - started
             summary.peak_rss_bytes = group.peak_rss_bytes
+            summary.cpu_seconds = group.cpu_seconds()
             summary.exit_codes = group.exit_codes()
             summary.failed = sorted(
                 {f.name for f in failures}

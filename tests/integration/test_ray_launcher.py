@@ -26,6 +26,7 @@ from rft.config.connections import StackSettings
 from rft.consumers.run_plan import RunPlan
 from rft.events.models import Experience, WeightVersion
 from tests.integration.test_rft_loop import STEPS, check_honest_versions, read_all, run_config
+from tests.integration.test_run_ends import CPU_LINE
 
 pytestmark = pytest.mark.integration
 
@@ -74,6 +75,9 @@ def test_ray_actors_on_declared_gpus_run_the_loop_with_honest_versions(
     assert placed["explorer"][0] != placed["trainer"][0]
     assert {placed["explorer"][1], placed["trainer"][1]} == {"0", "1"}
     assert "exit codes: {'explorer': 0, 'trainer': 0}" in out
+    # each actor's host reported its component's CPU time (the process tree's, sampled there)
+    cpu = CPU_LINE.search(out)
+    assert cpu is not None and float(cpu["explorer"]) > 0 and float(cpu["trainer"]) > 0, out[-2000:]
 
     cfg = load_config(config)
     plan = RunPlan(cfg)

@@ -10,6 +10,7 @@ same code and reason.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +33,11 @@ pytestmark = pytest.mark.integration
 STEPS = 5
 BATCH = 2
 PUBLISHED = 7  # tasks that reach the topic: 3 steps of BATCH and one short batch
+# the run summary's line of each component's CPU time
+CPU_LINE = re.compile(
+    r"CPU time: explorer (?P<explorer>\d+) s \([\d.]+ cores on average\), "
+    r"trainer (?P<trainer>\d+) s"
+)
 HANG_GUARD_S = 300  # the processes would otherwise wait an hour (--idle-timeout 3600)
 
 
@@ -127,3 +133,5 @@ def test_rft_run_exits_short_with_the_reason(
     assert f"trainer: stopped at step {full} of {STEPS}: " in summary
     assert "used up its tasks" in summary
     assert f"'trainer': {SHORT_EXIT_CODE}, 'explorer': 0" in summary
+    cpu = CPU_LINE.search(summary)  # each component's process tree, sampled by the launcher
+    assert cpu is not None and float(cpu["explorer"]) > 0 and float(cpu["trainer"]) > 0, summary

@@ -61,3 +61,27 @@ def test_memory_sampling_outlives_children_that_exit(tmp_path) -> None:
     assert group.peak_rss_bytes > 0
     group.stop()
     assert {c.returncode for c in group.children} == {0}
+
+
+def test_cpu_time_is_counted_per_child_including_a_grandchild_that_exited(tmp_path) -> None:
+    """A child that spins for a second in a grandchild it waits for, then sleeps: its tree's
+    CPU time keeps the grandchild's second after the grandchild is gone. A sleeper's stays near
+    nothing."""
+    spin = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass"
+    parent = (
+        "import subprocess, sys, time\n"
+        f"subprocess.run([sys.executable, '-c', {spin!r}])\n"
+        "time.sleep(30)"
+    )
+    group = ProcessGroup(log_dir=tmp_path)
+    group.start("busy", [sys.executable, "-c", parent])
+    group.start("idle", SLEEPER)
+    deadline = time.monotonic() + 30
+    while group.cpu_seconds().get("busy", 0.0) < 1.0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # the grandchild has exited: two more samples without it
+    used = group.cpu_seconds()
+    group.stop(grace_s=5)
+    assert used["busy"] >= 1.0  # the grandchild's second, kept after it exited
+    assert used["idle"] < 0.5 * used["busy"]
+    assert group.cpu_seconds()["busy"] >= used["busy"]  # after the stop: the last samples
