@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +76,7 @@ class ProcessGroup:
     # descendant its parent waited for counts in the parent's children's times (psutil's
     # children_user / children_system), so a vLLM engine's exited workers still count
     _cpu: dict[str, float] = field(default_factory=dict)
+    _cpu_lock: threading.Lock = field(default_factory=threading.Lock)
     _sampler: threading.Thread | None = None
     _stop_sampling: threading.Event = field(default_factory=threading.Event)
 
@@ -124,11 +125,8 @@ class ProcessGroup:
         """Resident memory of this process and every child tree, now (children that exit while
         it is measured count as nothing)."""
         procs = [psutil.Process()]
-        for child in self.children:
-            try:
-                procs += descendants(psutil.Process(child.popen.pid))
-            except psutil.Error:
-                continue
+        for _, tree in self._child_trees():
+            procs += tree
         total = 0
         for p in procs:
             try:
@@ -141,26 +139,32 @@ class ProcessGroup:
         """CPU time (user + system) each child's process tree has used so far, by child name,
         as of the last sample (every 0.5 s while the group runs, and now)."""
         self.sample_cpu()
-        return dict(self._cpu)
+        with self._cpu_lock:
+            return dict(self._cpu)
 
     def sample_cpu(self) -> None:
         """Record the CPU time of every child's tree, now: each live process's own, plus what
         the descendants it waited for used (a process is either live or in its parent's
         count, never both). A tree's count only grows, so the most seen is kept: the last
         sample stands for a child that has exited."""
-        for child in self.children:
-            try:
-                root = psutil.Process(child.popen.pid)
-            except psutil.Error:
-                continue
+        for child, tree in self._child_trees():
             used = 0.0
-            for proc in descendants(root):
+            for proc in tree:
                 try:
                     t = proc.cpu_times()
                 except psutil.Error:  # exited meanwhile; the most seen is kept
                     continue
                 used += t.user + t.system + t.children_user + t.children_system
-            self._cpu[child.name] = max(self._cpu.get(child.name, 0.0), used)
+            with self._cpu_lock:  # the sampler and a caller's cpu_seconds() both record
+                self._cpu[child.name] = max(self._cpu.get(child.name, 0.0), used)
+
+    def _child_trees(self) -> Iterator[tuple[Child, list[psutil.Process]]]:
+        """Each child with its process tree, now (an empty one for a child that is gone)."""
+        for child in self.children:
+            try:
+                yield child, descendants(psutil.Process(child.popen.pid))
+            except psutil.Error:
+                yield child, []
 
     def _sample(self) -> None:
         while not self._stop_sampling.wait(0.5):
