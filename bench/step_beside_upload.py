@@ -17,8 +17,8 @@ one process, alternating in rounds between what runs beside it:
   (what the explorer's rollouts do beside the step in `fully_async`; needs 2 GPUs);
 - `python` (not in the default ways): a thread of this process spinning in pure Python, the
   interpreter lock alone. Every torch op gives the lock up and takes it back, so the step waits
-  for the spinner's switch interval at each op: on an H100 one fsdp2 step of the 1.5B shape had
-  not finished after more than 100 s beside it (5.5 s beside the upload).
+  for the spinner's switch interval at each op: on an H100 one fsdp2 step of the 1.5B shape beside
+  it did not finish within the rest of a 230 s bench (5.5 s beside the upload).
 
 Medians of --rounds steps per way; the ratio is against `alone` in the same run. Random weights
 in a published model's shape (bench.fsdp_step's SHAPES, SmolLM2's vocabulary by default):
