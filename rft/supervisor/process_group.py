@@ -76,7 +76,7 @@ class ProcessGroup:
     # descendant its parent waited for counts in the parent's children's times (psutil's
     # children_user / children_system), so a vLLM engine's exited workers still count
     _cpu: dict[str, float] = field(default_factory=dict)
-    _cpu_lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # guards the two above
     _sampler: threading.Thread | None = None
     _stop_sampling: threading.Event = field(default_factory=threading.Event)
 
@@ -124,39 +124,38 @@ class ProcessGroup:
     def tree_rss(self) -> int:
         """Resident memory of this process and every child tree, now (children that exit while
         it is measured count as nothing)."""
-        procs = [psutil.Process()]
-        for _, tree in self._child_trees():
-            procs += tree
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                continue
-        return total
+        return self.sample()[0]
 
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time (user + system) each child's process tree has used so far, by child name,
         as of the last sample (every 0.5 s while the group runs, and now)."""
-        self.sample_cpu()
-        with self._cpu_lock:
-            return dict(self._cpu)
+        return self.sample()[1]
 
-    def sample_cpu(self) -> None:
-        """Record the CPU time of every child's tree, now: each live process's own, plus what
-        the descendants it waited for used (a process is either live or in its parent's
-        count, never both). A tree's count only grows, so the most seen is kept: the last
-        sample stands for a child that has exited."""
+    def sample(self) -> tuple[int, dict[str, float]]:
+        """One walk over the trees, now: the resident memory of this process and every child
+        tree, and the CPU time each child's tree has used, both recorded (`peak_rss_bytes`,
+        `cpu_seconds`). A tree's CPU time is each live process's own plus what the descendants
+        it waited for used (a process is either live or in its parent's count, never both); it
+        only grows, so the most seen is kept, and the last sample stands for a child that has
+        exited."""
+        rss = psutil.Process().memory_info().rss
+        cpu: dict[str, float] = {}
         for child, tree in self._child_trees():
             used = 0.0
             for proc in tree:
                 try:
-                    t = proc.cpu_times()
-                except psutil.Error:  # exited meanwhile; the most seen is kept
+                    with proc.oneshot():
+                        rss += proc.memory_info().rss
+                        t = proc.cpu_times()
+                except psutil.Error:  # exited meanwhile; counts as nothing now
                     continue
                 used += t.user + t.system + t.children_user + t.children_system
-            with self._cpu_lock:  # the sampler and a caller's cpu_seconds() both record
-                self._cpu[child.name] = max(self._cpu.get(child.name, 0.0), used)
+            cpu[child.name] = used
+        with self._lock:  # the sampler and a caller's tree_rss() / cpu_seconds() both record
+            self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
+            for name, used in cpu.items():
+                self._cpu[name] = max(self._cpu.get(name, 0.0), used)
+            return rss, dict(self._cpu)
 
     def _child_trees(self) -> Iterator[tuple[Child, list[psutil.Process]]]:
         """Each child with its process tree, now (an empty one for a child that is gone)."""
@@ -169,10 +168,9 @@ class ProcessGroup:
     def _sample(self) -> None:
         while not self._stop_sampling.wait(0.5):
             try:
-                self.peak_rss_bytes = max(self.peak_rss_bytes, self.tree_rss())
-                self.sample_cpu()
+                self.sample()
             except psutil.Error as exc:  # one sample lost; the peak goes on being tracked
-                log.debug("memory or CPU sample skipped: %s", exc)
+                log.debug("memory and CPU sample skipped: %s", exc)
 
     def failed(self) -> list[Child]:
         return [c for c in self.children if c.returncode not in (None, 0)]

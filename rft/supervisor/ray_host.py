@@ -115,9 +115,8 @@ class ComponentHost:
 
     def status(self) -> HostStatus:
         code = self.group.children[0].returncode if self.group else None
-        rss = self.group.tree_rss() if self.group else 0
-        cpu = sum(self.group.cpu_seconds().values()) if self.group else 0.0
-        return HostStatus(code, rss, last_lines(self.log_path), cpu)
+        rss, cpu = self.group.sample() if self.group else (0, {})
+        return HostStatus(code, rss, last_lines(self.log_path), sum(cpu.values()))
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
         """SIGINT (the component commits or aborts its open step), then SIGTERM, then SIGKILL."""
