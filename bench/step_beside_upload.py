@@ -20,7 +20,9 @@ one process, alternating in rounds between what runs beside it:
   for the spinner's switch interval at each op: on an H100 one fsdp2 step of the 1.5B shape beside
   it did not finish within the rest of a 230 s bench (5.5 s beside the upload).
 
-Medians of --rounds steps per way; the ratio is against `alone` in the same run. Random weights
+Medians of --rounds steps per way; the ratio is against `alone` in the same run. Beside each
+step time, the CPU seconds of the step's own thread: a step slower with the same CPU time waited
+(for the GPU, or for the interpreter lock); one slower with more ran on a slower or shared core. Random weights
 in a published model's shape (bench.fsdp_step's SHAPES, SmolLM2's vocabulary by default):
 throughput only, no learning claim.
 
@@ -238,17 +240,18 @@ def main() -> None:
                     args.sequences, args.prompt, args.response, shape["vocab_size"], version
                 )
                 beside.start()
-                started = time.perf_counter()
+                started, thread_cpu = time.perf_counter(), time.thread_time()
                 engine.train_step(batch, loss)
                 if cuda:
                     torch.cuda.synchronize()
                 step_s = time.perf_counter() - started
+                thread_cpu_s = time.thread_time() - thread_cpu
                 extra = beside.stop()
                 if way == "upload" and not version_bytes:
                     version_bytes = sum(
                         f.size for f in checkpointer.store.read_manifest(version).files
                     )
-                row = {"step_s": step_s, **extra}
+                row = {"step_s": step_s, "thread_cpu_s": thread_cpu_s, **extra}
                 print(f"ROW round={round_} way={way} {row}", flush=True)
                 if round_:
                     rows[way].append(row)
@@ -265,15 +268,19 @@ def main() -> None:
         f"({args.prompt} + {args.response}) tokens, micro-batch {args.micro_batch}; a version "
         f"is {version_bytes / 2**20:,.0f} MiB; medians of {args.rounds} rounds"
     )
-    print("\n| beside the step | step time | vs alone | take before | wait after |")
-    print("|---|---|---|---|---|")
+    print(
+        "\n| beside the step | step time | vs alone | the step thread's CPU time "
+        "| take before | wait after |"
+    )
+    print("|---|---|---|---|---|---|")
     for way, got in rows.items():
         step = statistics.median(r["step_s"] for r in got)
+        thread_cpu = statistics.median(r["thread_cpu_s"] for r in got)
         take = [r["take_s"] for r in got if "take_s" in r]
         after = [r["after_s"] for r in got if "after_s" in r]
         print(
             f"| {way} | {step:.2f} s | "
-            f"{'' if base is None else f'{step / base:.2f}x'} | "
+            f"{'' if base is None else f'{step / base:.2f}x'} | {thread_cpu:.2f} s | "
             f"{f'{statistics.median(take):.2f} s' if take else '-'} | "
             f"{f'{statistics.median(after):.2f} s' if after else '-'} |"
         )

@@ -6,6 +6,12 @@ engine with the algorithm's loss and advantages (`rft.algorithms.objective`). Th
 the rest: advantages of the learner rows (the KL reference pass first when a reward penalty
 needs it), the loss on every micro-batch (demonstration rows get the SFT loss), the update. It
 returns the step's metrics, with the learner rewards' mean and std and the step's time.
+
+Beside the step's wall time (`step_time_s`) it reports the CPU seconds spent meanwhile by the
+calling thread (`step_thread_cpu_s`) and by the whole process (`step_process_cpu_s`, every
+thread: the checkpoint writer's upload included). A step that is slower while the thread's CPU
+time stays put waited (for the GPU, or for the interpreter lock another thread held); one whose
+thread CPU time grew with it ran on a slower or shared core.
 """
 
 from __future__ import annotations
@@ -112,10 +118,13 @@ class StepTrainer:
     def train(self, batch: SampledBatch, step: int) -> dict[str, float]:
         """One GRPO-style step on the batch's rows; the step's metrics."""
         started = time.monotonic()
+        thread_cpu, process_cpu = time.thread_time(), time.process_time()
         # the trainer.step span around this call is the trainer loop's (links to the batch)
         values = self.engine.train_step(train_batch_of(batch.rows), self.loss, self.advantages)
         rewards = np.array([r.exp.reward for r in batch.rows if not r.expert], dtype=np.float64)
         if len(rewards):
             values |= {"reward_mean": float(rewards.mean()), "reward_std": float(rewards.std())}
         values["step_time_s"] = time.monotonic() - started
+        values["step_thread_cpu_s"] = time.thread_time() - thread_cpu
+        values["step_process_cpu_s"] = time.process_time() - process_cpu
         return values

@@ -70,7 +70,12 @@ watch_stalls() {
       echo "=== no output for ${quiet}s: stacks of the rft processes, then their logs' last lines"
       pkill -USR1 -f "rft.cli.main (explore|train|feed)" || true
       sleep 2
-      for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
+      for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/monitor/metrics.jsonl; do
+    [ -f "$f" ] || continue
+    cp "$f" "$out/$name-metrics.jsonl"
+    python3 -m bench.loop_steps "$f" | tee "$out/$name-steps.txt"
+  done
+  for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
         [ -f "$f" ] && { echo "--- $f"; tail -n 60 "$f"; }
       done
       quiet=$((-600))  # once more after ten more quiet minutes
@@ -137,7 +142,8 @@ case "$stage" in
       --override buffer.explorer_input.taskset.rollout_args.max_tokens=256 \
       --override explorer.eval_interval=1000 --override explorer.rollout_model.gpu_memory_utilization=0.7 \
       --override trainer.micro_batch_size=16 --override trainer.enable_gradient_checkpointing=true \
-      --override trainer.trainer_type="${TRAINER:-torch}" "${async[@]}" "$@" ;;
+      --override trainer.trainer_type="${TRAINER:-torch}" --override 'monitor.monitor_type=[console,jsonl]' \
+      "${async[@]}" "$@" ;;
   weight-sync)
     kafka_up
     for engine in ${1:-hf vllm}; do
