@@ -15,6 +15,7 @@ one process, alternating in rounds between what runs beside it:
   processes take them, without our interpreter's lock);
 - `other_gpu`: another process multiplying bf16 matrices on the next GPU for the step's length
   (what the explorer's rollouts do beside the step in `fully_async`; needs 2 GPUs);
+- `together`: `upload`, `cpu` and `other_gpu` at once, as they run beside a `fully_async` step;
 - `python` (not in the default ways): a thread of this process spinning in pure Python, the
   interpreter lock alone. Every torch op gives the lock up and takes it back, so the step waits
   for the spinner's switch interval at each op: on an H100 one fsdp2 step of the 1.5B shape beside
@@ -50,7 +51,7 @@ import torch
 
 from bench.fsdp_step import SHAPES, PolicyGradientLoss, random_batch, random_model
 
-WAYS = ("alone", "upload", "disk", "cpu", "other_gpu", "python")
+WAYS = ("alone", "upload", "disk", "cpu", "other_gpu", "together", "python")
 DEFAULT_WAYS = ("alone", "upload", "disk", "cpu", "other_gpu")
 OFFSETS = [("bench.experiences", 0, 1)]
 
@@ -166,6 +167,20 @@ def children(argv: list[str], count: int, ready: bool = False) -> Beside:
     return Beside(start, halt)
 
 
+def together(parts: list[Beside]) -> Beside:
+    def start() -> None:
+        for part in parts:
+            part.start()
+
+    def halt() -> dict[str, float]:
+        out: dict[str, float] = {}
+        for part in parts:
+            out |= part.stop()
+        return out
+
+    return Beside(start, halt)
+
+
 def version_upload(checkpointer: Any, engine: Any, version: int) -> Beside:
     marks: dict[str, float] = {}
 
@@ -182,8 +197,8 @@ def version_upload(checkpointer: Any, engine: Any, version: int) -> Beside:
     return Beside(start, halt)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_args(parser: argparse.ArgumentParser) -> None:
+    """The step's engine, model shape and batch: the 1.5B-shape loop's sizes by default."""
     parser.add_argument("--engine", default="fsdp2", choices=("torch", "fsdp2"))
     parser.add_argument("--model", choices=sorted(SHAPES), default="qwen2.5-1.5b")
     parser.add_argument("--vocab", type=int, default=49152, help="SmolLM2's, as the loop's model")
@@ -194,6 +209,11 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=40)
     parser.add_argument("--response", type=int, default=256)
     parser.add_argument("--micro-batch", type=int, default=16)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_args(parser)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ways", default=",".join(DEFAULT_WAYS))
     parser.add_argument("--cpu-procs", type=int, default=8, help="the `cpu` way's spinners")
@@ -202,7 +222,8 @@ def main() -> None:
     ways = args.ways.split(",")
     if unknown := set(ways) - set(WAYS):
         parser.error(f"--ways: unknown {sorted(unknown)}; known: {', '.join(WAYS)}")
-    if "other_gpu" in ways and (args.device != "cuda" or torch.cuda.device_count() < 2):
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    if "other_gpu" in ways and gpus < 2:
         ways.remove("other_gpu")
         print("other_gpu left out: it needs a second GPU", file=sys.stderr)
 
@@ -231,6 +252,9 @@ def main() -> None:
         "other_gpu": lambda: children([sys.executable, "-c", _GPU_LOAD, "cuda:1"], 1, ready=True),
         "python": spinning_python,
     }
+    ways_of["together"] = lambda: together(
+        [ways_of[w]() for w in ("upload", "cpu", "other_gpu") if w != "other_gpu" or gpus > 1]
+    )
     try:
         for round_ in range(args.rounds + 1):  # round 0 warms up every way
             for way in ways:
@@ -247,7 +271,7 @@ def main() -> None:
                 step_s = time.perf_counter() - started
                 thread_cpu_s = time.thread_time() - thread_cpu
                 extra = beside.stop()
-                if way == "upload" and not version_bytes:
+                if way in ("upload", "together") and not version_bytes:
                     version_bytes = sum(
                         f.size for f in checkpointer.store.read_manifest(version).files
                     )

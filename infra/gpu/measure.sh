@@ -25,7 +25,10 @@
 #       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
 #   bash infra/gpu/measure.sh step-beside-upload [--ways W]   # bench/step_beside_upload.py: the
 #       fsdp2 trainer's 1.5B-shape step alone, beside a version's upload, a disk writer, busy
-#       cores and a busy second GPU (why the step is slower in fully_async than in fixed)
+#       cores and a busy second GPU, and all three together (why the step is slower in
+#       fully_async than in fixed), with the step thread's CPU seconds
+#   bash infra/gpu/measure.sh step-gpu-busy [--no-grad-ckpt]   # bench/step_gpu_busy.py: the same
+#       step's GPU kernel time (torch.profiler) against its wall time, and its host syncs
 #   bash infra/gpu/measure.sh pinned-host [--ways W]   # bench/pinned_host.py: a 1.5B-shape training state's
 #       first take off the GPU against later ones, per way of getting pinned host memory
 #   bash infra/gpu/measure.sh fast-weights [hf vllm]   # the fast weight path against the store,
@@ -161,7 +164,10 @@ case "$stage" in
   step-beside-upload)
     python3 -m bench.step_beside_upload --engine "${ENGINE:-fsdp2}" --device cuda --bf16 \
       --rounds "${ROUNDS:-3}" --dir "$home" "$@" 2>&1 | grep --line-buffered -v "^INFO" \
-      | tee "$out/step-beside-upload.txt" ;;
+      | tee -a "$out/step-beside-upload.txt" ;;
+  step-gpu-busy)
+    python3 -m bench.step_gpu_busy --engine "${ENGINE:-fsdp2}" --bf16 "$@" 2>&1 \
+      | grep --line-buffered -v "^INFO" | tee -a "$out/step-gpu-busy.txt" ;;
   pinned-host)
     python3 bench/pinned_host.py "$@" 2>&1 | tee "$out/pinned-host.txt" ;;
   fast-weights)
