@@ -4,8 +4,9 @@ A step whose GPU time is close to its wall time is bound by the GPU; one with mu
 by the host (launching kernels, Python, waits on the host between kernels), and then anything that
 slows the host's cores slows the step. The bench builds the engine as bench.step_beside_upload
 does (random weights in a published model's shape: throughput only), times --steps steps
-unprofiled, then profiles one with torch.profiler and sums its GPU kernel and copy time, and
-counts the CUDA runtime's synchronizing calls the host made.
+unprofiled, then profiles one with torch.profiler: its GPU kernel and copy time in all, the
+kernels and copies that took most of it, and the CUDA runtime's copying and synchronizing calls
+the host made.
 
 Run (GPU): python -m bench.step_gpu_busy --engine fsdp2 --bf16
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -22,10 +24,17 @@ from bench.fsdp_step import PolicyGradientLoss, random_batch
 from bench.step_beside_upload import add_step_args, engine_for
 
 
+def top_device_events(events: Any, count: int) -> list[Any]:
+    """The `count` profiler entries with the most GPU self time, largest first."""
+    timed = [e for e in events if e.self_device_time_total > 0]
+    return sorted(timed, key=lambda e: -e.self_device_time_total)[:count]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_args(parser)
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--top", type=int, default=15, help="GPU time's largest entries shown")
     args = parser.parse_args()
     engine, shape = engine_for(args)
     loss = PolicyGradientLoss()
@@ -75,6 +84,14 @@ def main() -> None:
         f"| {wall:.2f} s | {statistics.median(cpus):.2f} s | {gpu_s:.2f} s | "
         f"{gpu_s / wall:.0%} | {profiled_wall:.2f} s |"
     )
+    print(f"\nThe {args.top} largest GPU time shares of the profiled step (self time):")
+    print("\n| kernel or copy | calls | GPU time | share of the step's wall |")
+    print("|---|---|---|---|")
+    for event in top_device_events(prof.key_averages(), args.top):
+        print(
+            f"| {event.key[:90]} | {event.count} | {event.self_device_time_total / 1e6:.3f} s | "
+            f"{event.self_device_time_total / 1e6 / profiled_wall:.1%} |"
+        )
     print("\nCUDA runtime calls that copy or synchronize (profiled step):")
     for name, count in sorted(syncs.items(), key=lambda kv: -kv[1]):
         print(f"  {name}: {count}")
