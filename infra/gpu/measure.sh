@@ -73,12 +73,7 @@ watch_stalls() {
       echo "=== no output for ${quiet}s: stacks of the rft processes, then their logs' last lines"
       pkill -USR1 -f "rft.cli.main (explore|train|feed)" || true
       sleep 2
-      for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/monitor/metrics.jsonl; do
-    [ -f "$f" ] || continue
-    cp "$f" "$out/$name-metrics.jsonl"
-    python3 -m bench.loop_steps "$f" | tee "$out/$name-steps.txt"
-  done
-  for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
+      for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
         [ -f "$f" ] && { echo "--- $f"; tail -n 60 "$f"; }
       done
       quiet=$((-600))  # once more after ten more quiet minutes
@@ -110,6 +105,11 @@ loop() {
     "${extra[@]}" "$@" 2>&1 | tee -a "$out/loop-$name.txt" | grep --line-buffered -v "^INFO" \
     || rc=$?
   kill "$watcher" 2>/dev/null || true
+  for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/monitor/metrics.jsonl; do
+    [ -f "$f" ] || continue
+    cp "$f" "$out/$name-metrics.jsonl"
+    python3 -m bench.loop_steps "$f" | tee "$out/$name-steps.txt"
+  done
   for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
     [ -f "$f" ] || continue
     cp "$f" "$out/$name-$(basename "$f")"
