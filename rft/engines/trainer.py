@@ -686,8 +686,10 @@ class TorchTrainerEngine:
         are all at each row's temperature (see `reference_logprobs` for why the reference too).
         Each micro-batch's LossBatch carries `batch_units` (of the whole batch, which `batch`
         may be a shard of) and its weight."""
-        total_loss = 0.0
-        sums: dict[str, float] = {}
+        # the loss and tensor metrics add up on the device and come to the host once, at the end:
+        # reading each one after its micro-batch made the host wait for the GPU every time
+        total_loss: torch.Tensor | float = 0.0
+        sums: dict[str, torch.Tensor | float] = {}
         for k, idx in enumerate(self._micro_batches(batch, rows_per_unit(loss_fn))):
             t = self._collate(batch, idx)
             ids, attention, temperature = t["input_ids"], t["attention_mask"], t["temperature"]
@@ -718,11 +720,13 @@ class TorchTrainerEngine:
             if loss.dim() != 0:
                 raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
             (loss * weights[k]).backward()
-            total_loss += float(loss.detach()) * weights[k]
+            total_loss = total_loss + loss.detach().double() * weights[k]
             for name, value in metrics.items():
-                scalar = float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
-                sums[name] = sums.get(name, 0.0) + scalar * weights[k]
-        return total_loss, sums
+                term = (
+                    value.detach().double() if isinstance(value, torch.Tensor) else float(value)
+                ) * weights[k]
+                sums[name] = sums.get(name, 0.0) + term
+        return _host_float(total_loss), {name: _host_float(v) for name, v in sums.items()}
 
     def _apply_gradients(self) -> tuple[float, bool]:
         """Clip, step AdamW (unless the gradient norm is not finite) and the LR schedule."""
@@ -948,7 +952,20 @@ class TorchTrainerEngine:
         }
         if batch.expert is not None:
             tensors["expert"] = batch.expert[torch.tensor(idx, dtype=torch.long)].to(torch.bool)
-        return {k: v.to(self.device) for k, v in tensors.items()}
+        return {
+            # a host number: reading it from the GPU would make the host wait for the GPU
+            k: v if k == "response_start" else self._to_device(v)
+            for k, v in tensors.items()
+        }
+
+    def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` on the engine's device. To a GPU it goes from pinned memory without waiting:
+        a copy from pageable memory makes the host wait for all the GPU's queued work first, so
+        the host could not prepare the next micro-batch while the GPU runs this one. (torch
+        keeps the pinned block until the copy is done.)"""
+        if self.device.type != "cuda":
+            return tensor.to(self.device)
+        return tensor.pin_memory().to(self.device, non_blocking=True)
 
     def state_dict_for_export(self) -> dict[str, torch.Tensor]:
         """Weights under HF names on CPU; a tied lm_head appears once, as the input embedding."""
@@ -1094,3 +1111,7 @@ ADAPTER_TRAINERS.lazy("lora", "rft.engines.lora_trainer:LoraTrainerEngine")
 TRAINER_ENGINES.lazy(
     "fsdp2", "rft.engines.fsdp_engine:build_fsdp2_engine", many_ranks=True, param_offload=True
 )
+
+
+def _host_float(value: torch.Tensor | float) -> float:
+    return float(value.item()) if isinstance(value, torch.Tensor) else float(value)
