@@ -1,8 +1,10 @@
 """How busy the GPU is during one trainer step: kernel time against the step's wall time.
 
-A step whose GPU time is close to its wall time is bound by the GPU; one with much less is bound
+A step whose GPU time is close to its wall time keeps the GPU busy; one with much less is bound
 by the host (launching kernels, Python, waits on the host between kernels), and then anything that
-slows the host's cores slows the step. The bench builds the engine as bench.step_beside_upload
+slows the host's cores slows the step. The sum can pass the wall time: FSDP2's copies run on
+streams of their own, beside the compute. The host's synchronizing calls are counted too: at each
+one the host waits for the GPU, and the GPU then waits for the host's next launches. The bench builds the engine as bench.step_beside_upload
 does (random weights in a published model's shape: throughput only), times --steps steps
 unprofiled, then profiles one with torch.profiler: its GPU kernel and copy time in all, the
 kernels and copies that took most of it, and the CUDA runtime's copying and synchronizing calls
