@@ -6,12 +6,14 @@ never what a step computes:
   within float tolerance (float64 here, so the tolerance is tight), and the budget does bound each
   micro-batch's padded size;
 - gradient checkpointing and optimizer offload give the same weights after steps as without;
+  checkpointed layers get the gradients of plain ones, their input needing one or not;
 - on FSDP2 over gloo, param_offload and gradient checkpointing give the weights of a plain run;
 - the keys load and act; param_offload on the torch engine is refused naming the key.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import yaml
 from rft.algorithms.objective import build_loss
 from rft.catalog import load_config
 from rft.consumers.trainer.trainer import token_budget, trainer_engine_config
+from rft.engines.activation_checkpointing import checkpoint_decoder_layers
 from rft.engines.micro_batches import micro_batches
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.trainer import (
@@ -140,16 +143,63 @@ def test_gradient_checkpointing_and_optimizer_offload_train_the_same_weights() -
 
 
 def test_checkpointing_recomputes_the_decoder_layers() -> None:
-    """Under checkpointing each decoder layer's forward runs again in backward."""
+    """Under checkpointing each decoder layer's forward runs twice: first with autograd recording
+    nothing (torch's reentrant checkpoint), then again in backward, recorded."""
     model, tok = load_model(ModelSpec("tiny", seed=4))
     engine = TorchTrainerEngine(
         model, TorchTrainerConfig(micro_batch_size=8, gradient_checkpointing=True), tokenizer=tok
     )
     calls = []
     layer = next(m for m in model.modules() if type(m).__name__ in model._no_split_modules)
-    layer.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    layer.mlp.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
     engine.train_step(_batch(2), maximise_logprob)
-    assert len(calls) == 2  # the forward and its recomputation
+    assert calls == [False, True]  # the forward, then its recomputation
+
+
+@pytest.mark.parametrize(
+    ("frozen_embeddings", "use_cache"), [(False, False), (True, False), (False, True)]
+)
+def test_checkpointed_layers_get_the_gradients_of_plain_ones(
+    frozen_embeddings: bool, use_cache: bool
+) -> None:
+    """float64, one backward: every trainable weight gets the gradient it gets without checkpointing.
+    With the embeddings frozen (as under LoRA) the layers' input needs no gradient, and the
+    reentrant checkpoint would leave the layers' weights without one; with a key-value cache its
+    recomputation would write the cache twice. Such calls take the non-reentrant checkpoint."""
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2, 4, 8]])
+    grads = []
+    for checkpointed in (False, True):
+        model, _ = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+        model.eval()  # as the engines run it: no dropout
+        model.get_input_embeddings().requires_grad_(not frozen_embeddings)
+        if checkpointed:
+            assert checkpoint_decoder_layers(model) == model.config.num_hidden_layers
+        model(input_ids=ids, use_cache=use_cache).logits.pow(2).mean().backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    plain, checkpointed_grads = grads
+    assert plain and plain.keys() == checkpointed_grads.keys()
+    layer_weights = [n for n in plain if ".layers." in n]
+    assert layer_weights
+    for name, grad in plain.items():
+        assert checkpointed_grads[name] is not None, name
+        assert torch.allclose(grad, checkpointed_grads[name], rtol=0, atol=1e-12), name
+
+
+def test_a_deep_copy_of_a_checkpointed_model_computes_with_its_own_weights() -> None:
+    """The checkpointed forward is bound to its layer: a copy's layers run the copy's weights."""
+    model, _ = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+    checkpoint_decoder_layers(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(0.5)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        ours, theirs = model(input_ids=ids).logits, twin(input_ids=ids).logits
+    assert not torch.allclose(ours, theirs)
+    fresh, _ = load_model(ModelSpec("tiny", seed=4, dtype="float64"))
+    with torch.no_grad():
+        assert torch.allclose(ours, fresh(input_ids=ids).logits, rtol=0, atol=1e-12)
 
 
 def _fsdp(config: TorchTrainerConfig) -> dict[str, torch.Tensor]:
