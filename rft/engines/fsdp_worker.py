@@ -18,6 +18,14 @@ Weights and training state leave and enter as full (consolidated) tensors on ran
 host of a GPU rank), and loading broadcasts them from rank 0 and each rank keeps its shard. A
 full state does not depend on how many ranks wrote it, so a restart may use another world size.
 
+A world of one rank gathers each layer's weights once per step and reduces the gradients once,
+after the last micro-batch's backward (FSDP2's `reshard_after_forward=False`, with gradient sync
+and resharding after backward off until that micro-batch), and frees the gathered weights before
+the optimizer step or a load changes the shards. Its host work per step fell about a fifth on the
+CPU (bench/step_host_work.py), and the loop's step is bound by its host; the cost is one
+compute-dtype copy of the weights held through the step. A step that raises ends the trainer,
+so gradients a failed step left in the gathered weights are never added to another's.
+
 Memory (trainer.*): `enable_gradient_checkpointing` checkpoints each decoder layer before it is
 sharded; `param_offload` shards with FSDP2's CPU offload policy (shards, gradients and the AdamW
 step on the CPU, each layer copied to the device for its forward and backward); and
@@ -145,11 +153,18 @@ class ShardedWorker(TorchTrainerEngine):
         if config.use_ref_model:
             ref = copy.deepcopy(model) if self.rank == 0 else empty_model(setup, device)
         mesh = init_device_mesh(torch.device(device).type, (self.world_size,))
-        root = self._shard(model, mesh, config)
+        # one rank has nothing to shard across: its layers keep their gathered (compute-dtype)
+        # weights from a step's first forward to its last backward, and its gradients are reduced
+        # once per step, not once per micro-batch. Each gather and reduction costs the host
+        # FSDP2's hooks and a copy per parameter, and the step at the loop's sizes waits for its
+        # host (docs/trainer-memory.md). The price is one compute-dtype copy of the weights held
+        # through the step; parameter offload keeps FSDP2's per-layer way, which saves memory.
+        self._one_gather = self.world_size == 1 and not config.param_offload
+        root = self._shard(model, mesh, config, keep_gathered=self._one_gather)
         _broadcast_full_state(root, full)
         ref_root = None
         if ref is not None:
-            ref_root = self._shard(ref, mesh, config)
+            ref_root = self._shard(ref, mesh, config, keep_gathered=self._one_gather)
             _broadcast_full_state(ref_root, full)
         del full
         self._compute_device = torch.device(device)
@@ -164,8 +179,11 @@ class ShardedWorker(TorchTrainerEngine):
         return self._compute_device
 
     @staticmethod
-    def _shard(model: Any, mesh: Any, config: TorchTrainerConfig) -> LogprobModule:
-        """fully_shard each decoder layer (the model's `_no_split_modules`), then the root."""
+    def _shard(
+        model: Any, mesh: Any, config: TorchTrainerConfig, *, keep_gathered: bool = False
+    ) -> LogprobModule:
+        """fully_shard each decoder layer (the model's `_no_split_modules`), then the root;
+        `keep_gathered`: a layer's weights stay gathered after its forward."""
         compute = torch.bfloat16 if config.autocast_dtype == "bfloat16" else None
         layers = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         # the root's inputs include each row's temperature: they keep their precision
@@ -184,9 +202,21 @@ class ShardedWorker(TorchTrainerEngine):
         split = set(getattr(model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in split:
-                fully_shard(module, mesh=mesh, mp_policy=layers, offload_policy=offload)
+                fully_shard(
+                    module,
+                    mesh=mesh,
+                    mp_policy=layers,
+                    offload_policy=offload,
+                    reshard_after_forward=not keep_gathered,
+                )
         root = LogprobModule(model)
-        fully_shard(root, mesh=mesh, mp_policy=root_policy, offload_policy=offload)
+        fully_shard(
+            root,
+            mesh=mesh,
+            mp_policy=root_policy,
+            offload_policy=offload,
+            reshard_after_forward=not keep_gathered,
+        )
         for module in root.modules():
             # the loss is weighted by each micro-batch's share of the whole batch: sum, not mean
             if isinstance(module, FSDPModule):
@@ -218,6 +248,25 @@ class ShardedWorker(TorchTrainerEngine):
             input_ids, attention_mask, temperature, start, self.config.logprob_chunk_tokens
         )
         return out
+
+    def _before_backward(self, *, last: bool) -> None:
+        if self._one_gather:
+            # gradients add up in the gathered weights' own (float32 where the reduction is)
+            # until the last micro-batch's backward reduces them and frees the gathered weights
+            self.model.set_requires_gradient_sync(last)
+            self.model.set_reshard_after_backward(last)
+
+    def _release_gathered(self) -> None:
+        """Free every gathered weight, so that the next forward gathers the shards' current
+        values: kept weights would go stale under an optimizer step or a load. A layer whose
+        backward did not run (no gradient reached it), and any forward without gradients, keep
+        theirs until this."""
+        if not self._one_gather:
+            return
+        for root in (self.model, self.ref_model):
+            for module in root.modules() if root is not None else ():
+                if isinstance(module, FSDPModule):
+                    module.reshard()
 
     def _idle_pass(self, *, backward: bool, with_ref: bool) -> None:
         """A forward (and backward) that moves no weight: keeps this rank's collectives paired
@@ -265,6 +314,7 @@ class ShardedWorker(TorchTrainerEngine):
         with_ref = self.config.ref_in_loss
         for _ in range(passes - len(groups)):
             self._idle_pass(backward=True, with_ref=with_ref)
+        self._release_gathered()  # before the update changes the shards
         grad_norm, skipped = self._apply_gradients()
         out: dict[str, Any] = {
             "loss": loss,
@@ -325,6 +375,7 @@ class ShardedWorker(TorchTrainerEngine):
                 raise EngineError("rank 0 must give the weights to load")
             for name, source in self._aliases.items():
                 full[ROOT_PREFIX + name] = tensors[source].to(self.dtype)
+        self._release_gathered()
         _broadcast_full_state(self.model, full)
 
     def check_weights(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -390,6 +441,7 @@ class ShardedWorker(TorchTrainerEngine):
     ) -> None:
         """Rank 0's consolidated AdamW state becomes every rank's shard; schedule and step too."""
         state = _add_prefix(optimizer) if self.rank == 0 and optimizer is not None else {}
+        self._release_gathered()
         set_optimizer_state_dict(
             self.model,
             self.optimizer,

@@ -690,7 +690,8 @@ class TorchTrainerEngine:
         # reading each one after its micro-batch made the host wait for the GPU every time
         total_loss: torch.Tensor | float = 0.0
         sums: dict[str, torch.Tensor | float] = {}
-        for k, idx in enumerate(self._micro_batches(batch, rows_per_unit(loss_fn))):
+        groups = self._micro_batches(batch, rows_per_unit(loss_fn))
+        for k, idx in enumerate(groups):
             t = self._collate(batch, idx)
             ids, attention, temperature = t["input_ids"], t["attention_mask"], t["temperature"]
             start = int(t["response_start"].item())
@@ -719,6 +720,7 @@ class TorchTrainerEngine:
                 )
             if loss.dim() != 0:
                 raise EngineError(f"loss_fn must return a scalar loss, got shape {loss.shape}")
+            self._before_backward(last=k == len(groups) - 1)
             (loss * weights[k]).backward()
             total_loss = total_loss + loss.detach().double() * weights[k]
             for name, value in metrics.items():
@@ -727,6 +729,10 @@ class TorchTrainerEngine:
                 ) * weights[k]
                 sums[name] = sums.get(name, 0.0) + term
         return _host_float(total_loss), {name: _host_float(v) for name, v in sums.items()}
+
+    def _before_backward(self, *, last: bool) -> None:
+        """Called before each micro-batch's backward (`last`: the step's last one); the sharded
+        engine defers its gradient reduction to the last."""
 
     def _apply_gradients(self) -> tuple[float, bool]:
         """Clip, step AdamW (unless the gradient norm is not finite) and the LR schedule."""
