@@ -240,3 +240,36 @@ def test_a_loss_over_pairs_gets_whole_pairs_on_every_rank() -> None:
     for s in range(2):
         plain.train_step(dpo_batch(s), dpo)
     assert max_diff(sharded, plain.state_dict_for_export()) <= 1e-5
+
+
+def test_one_rank_gathers_and_reduces_each_layer_once_per_step(monkeypatch) -> None:
+    """A world of one keeps each layer's gathered weights from the step's first forward to its
+    last backward and reduces once (FSDP2's default gathers for every micro-batch's forward and
+    again for its backward, and reduces every micro-batch). Counted at FSDP2's own gather (at one
+    rank a copy of each shard into the gathered weights, then their switch to those) and reduce:
+    rank 0 runs in this process. The KL reference is a second sharded model, gathered once per
+    step for its forwards, never reduced."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group as group_module
+
+    calls = {"gather": 0, "reduce": 0}
+    group = group_module.FSDPParamGroup
+    to_unsharded, reduce = group._to_unsharded, group_module.foreach_reduce
+
+    def gathered(self):  # type: ignore[no-untyped-def]
+        calls["gather"] += 1
+        return to_unsharded(self)
+
+    def reduced(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["reduce"] += 1
+        return reduce(*args, **kwargs)
+
+    monkeypatch.setattr(group, "_to_unsharded", gathered)
+    monkeypatch.setattr(group_module, "foreach_reduce", reduced)
+    model, tok = load_model("tiny")
+    groups = model.config.num_hidden_layers + 1  # each decoder layer, and the root
+    with TRAINER_ENGINES.get("fsdp2")(model, tok, CONFIG, TrainerPlacement(("cpu",))) as one:
+        one.train_step(batch(0), GrpoObjective())
+        calls.update(gather=0, reduce=0)
+        assert len(one.worker._micro_batches(batch(1))) == 3
+        one.train_step(batch(1), GrpoObjective())
+    assert calls == {"gather": 2 * groups, "reduce": groups}
