@@ -37,6 +37,9 @@
 #       group's failure paths on real NCCL, trainer on cuda:0 and members on cuda:1 (2 GPUs)
 #   bash infra/gpu/measure.sh fast-weights-memory [hf vllm]   # the same with sync_method memory
 #       (CUDA IPC), trainer and explorer both on cuda:0 (one GPU)
+#   bash infra/gpu/measure.sh chain STAGE ARGS... + STAGE ARGS...   # the stages one after
+#       another, detached from the call (setsid), files in $home/chain-out; then, in short calls,
+#   WAIT_S=240 bash infra/gpu/measure.sh chain-tail   # its last lines; brings its files back
 #   bash infra/gpu/measure.sh loop ENGINE NAME [--config FILE] [--override k=v ...]
 #       a run of FILE (default examples/arithmetic/arithmetic.yaml) on one GPU (explorer and
 #       trainer share it), or GPUS=2: the explorer on cuda:0, the trainer on cuda:1; STEPS steps
@@ -188,6 +191,29 @@ case "$stage" in
     done ;;
   loop)
     loop "$@" ;;
+  chain)
+    # stages separated by "+", one after another in a process session of their own, which
+    # outlives this call (the machine's other processes end with it): two long stages that must
+    # share a host (the two sync styles) do not fit in one call, and a machine stays the same
+    # host only while calls keep coming. Their files go to $home/chain-out; follow with
+    # `chain-tail`, which shows the last lines and brings those files back.
+    cmds=(); cur=()
+    for a in "$@"; do
+      if [ "$a" = + ]; then cmds+=("$(printf '%q ' "${cur[@]}")"); cur=(); else cur+=("$a"); fi
+    done
+    cmds+=("$(printf '%q ' "${cur[@]}")")
+    script=""
+    for c in "${cmds[@]}"; do
+      script+="echo \"== \$(date +%T) stage: $c\"; bash infra/gpu/measure.sh $c; echo \"== stage rc=\$?\"; "
+    done
+    script+='echo "== chain done"'
+    mkdir -p "$home/chain-out"
+    OUT=$home/chain-out setsid nohup bash -c "$script" > "$home/chain.txt" 2>&1 < /dev/null &
+    echo "chain started: ${#cmds[@]} stages; follow with: bash infra/gpu/measure.sh chain-tail" ;;
+  chain-tail)
+    sleep "${WAIT_S:-0}"
+    tail -n "${LINES:-8}" "$home/chain.txt"
+    [ "$out" = "$home/chain-out" ] || cp -r "$home/chain-out/." "$out/" 2>/dev/null || true ;;
   dpo)
     stamp=$(date +%H%M%S); src=dposrc-$stamp; dpo=dpo-$stamp
     STEPS=${SRC_STEPS:-4} loop hf "$src" --override explorer.eval_interval=1000 > "$out/dpo-source.log" 2>&1
