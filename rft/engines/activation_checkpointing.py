@@ -12,9 +12,9 @@ Why torch's *reentrant* checkpoint where it can: the first forward then runs wit
 graph and passes every saved tensor through a pack and an unpack hook. At the loop's sizes the
 trainer's step is bound by its host (the GPU sat idle about 40% of an fsdp2 step on an H100: docs/
 benchmarks.md, the ninth lease), and the hooks are host work: on a 28-layer model too thin for its
-arithmetic to count, one step of 16 micro-batches took 1.91 s of host time with the non-reentrant
-checkpoint against 1.19 s with the reentrant one (torch engine; fsdp2 2.85 against 2.13 s;
-`bench/step_host_work.py`). The reentrant checkpoint gives a layer's weights no gradient when its
+arithmetic to count, one step of 16 micro-batches took 1.80-1.84 s of host time with the non-reentrant
+checkpoint against 1.28-1.29 s with the reentrant one (torch engine; fsdp2 2.79-2.99 against
+1.92-2.03 s; `bench/step_host_work.py`, docs/trainer-memory.md). The reentrant checkpoint gives a layer's weights no gradient when its
 input needs none (the embeddings frozen, as under LoRA), so a call whose input does not require a
 gradient, or one with a keyword argument that does or with a key-value cache (the engines pass
 none; the recomputation would write to it again), takes the non-reentrant checkpoint instead.

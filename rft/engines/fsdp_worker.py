@@ -21,9 +21,10 @@ full state does not depend on how many ranks wrote it, so a restart may use anot
 A world of one rank gathers each layer's weights once per step and reduces the gradients once,
 after the last micro-batch's backward (FSDP2's `reshard_after_forward=False`, with gradient sync
 and resharding after backward off until that micro-batch), and frees the gathered weights before
-the optimizer step or a load changes the shards. Its host work per step fell about a fifth on the
-CPU (bench/step_host_work.py), and the loop's step is bound by its host; the cost is one
-compute-dtype copy of the weights held through the step. A step that raises ends the trainer,
+the optimizer step or a load changes the shards. Each gather and reduction costs the host FSDP2's
+hooks and a copy per parameter, and the loop's step is bound by its host: its host work per step
+fell a quarter without gradient checkpointing and 9-18% with it (bench/step_host_work.py,
+docs/trainer-memory.md). The cost is one compute-dtype copy of the weights held through the step. A step that raises ends the trainer,
 so gradients a failed step left in the gathered weights are never added to another's.
 
 Memory (trainer.*): `enable_gradient_checkpointing` checkpoints each decoder layer before it is
@@ -153,12 +154,8 @@ class ShardedWorker(TorchTrainerEngine):
         if config.use_ref_model:
             ref = copy.deepcopy(model) if self.rank == 0 else empty_model(setup, device)
         mesh = init_device_mesh(torch.device(device).type, (self.world_size,))
-        # one rank has nothing to shard across: its layers keep their gathered (compute-dtype)
-        # weights from a step's first forward to its last backward, and its gradients are reduced
-        # once per step, not once per micro-batch. Each gather and reduction costs the host
-        # FSDP2's hooks and a copy per parameter, and the step at the loop's sizes waits for its
-        # host (docs/trainer-memory.md). The price is one compute-dtype copy of the weights held
-        # through the step; parameter offload keeps FSDP2's per-layer way, which saves memory.
+        # one gather and one reduction per step at one rank (module docstring); parameter
+        # offload keeps FSDP2's per-layer way, which is what saves its memory
         self._one_gather = self.world_size == 1 and not config.param_offload
         root = self._shard(model, mesh, config, keep_gathered=self._one_gather)
         _broadcast_full_state(root, full)
@@ -263,10 +260,10 @@ class ShardedWorker(TorchTrainerEngine):
         theirs until this."""
         if not self._one_gather:
             return
-        for root in (self.model, self.ref_model):
-            for module in root.modules() if root is not None else ():
-                if isinstance(module, FSDPModule):
-                    module.reshard()
+        roots = [root for root in (self.model, self.ref_model) if root is not None]
+        for module in (m for root in roots for m in root.modules()):
+            if isinstance(module, FSDPModule):
+                module.reshard()
 
     def _idle_pass(self, *, backward: bool, with_ref: bool) -> None:
         """A forward (and backward) that moves no weight: keeps this rank's collectives paired
