@@ -17,8 +17,9 @@ master weights when the published ones are rounded. It is copied to the CPU befo
 (the next step changes it; rft.engines.state_snapshot) and written in the background as files
 that stream from that copy (rft.engines.state_files), after the announcement, as the version's part `trainer_state`
 (rft.storage.checkpoint_store.write_part: files, then a listing created if absent), on a thread
-of its own: the versions after it are uploaded, committed and announced meanwhile, and retention
-spares its version until its listing exists. At most one is in flight: the next version that
+of its own: the versions after it are uploaded, committed and announced meanwhile (its files
+pausing while theirs go up: rft.storage.upload_priority), and retention spares its version until
+its listing exists. At most one is in flight: the next version that
 carries a state, and the end of the run, wait for it; a failure surfaces at the first version
 begun after it ends. A restart from a version whose part is complete
 continues the same optimisation exactly; from one whose part never completed (the trainer died
@@ -80,6 +81,7 @@ from rft.storage.checkpoint_store import (
     StagedVersion,
 )
 from rft.storage.payload import BytesPayload, Payload
+from rft.storage.upload_priority import UploadPriority
 from rft.synchronizer.fast_path import FAST_TOKEN, new_token
 from rft.synchronizer.weight_group import WeightGroupHost
 from rft.tracing.spans import UPLOAD
@@ -202,6 +204,8 @@ class TrainerCheckpointer:
         self._background = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
         self._state_writer = ThreadPoolExecutor(1, thread_name_prefix="state-writer")
         self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
+        # the state's files pause while a version's weights go up: those are waited for
+        self.priority = UploadPriority()
         self._pending: _Pending | None = None  # begun, not landed
         self._files_of: tuple[TrainerEngine, dict[str, Payload]] | None = None  # _model_files
 
@@ -393,7 +397,10 @@ class TrainerCheckpointer:
         """Version `step`'s files up, on the background thread, in a span of the version's."""
         with tracer.start_as_current_span(UPLOAD, context=trace_context) as span:
             fault_point("checkpoint.upload")
-            staged = self.store.upload(step, step, None, offsets, parent, extra, payloads=payloads)
+            with self.priority.urgent():
+                staged = self.store.upload(
+                    step, step, None, offsets, parent, extra, payloads=payloads
+                )
             span.set_attributes(
                 {
                     "rft.version": step,
@@ -429,7 +436,17 @@ class TrainerCheckpointer:
         payloads: dict[str, Payload] = {}
         for name, item in files.items():
             payloads.update(item.payloads(name) if isinstance(item, _TorchObject) else {name: item})
-        return self.store.write_part(step, STATE_PART, payloads, extra)
+        deferred = {name: self.priority.deferrable(p) for name, p in payloads.items()}
+        started, paused = time.monotonic(), self.priority.waited_s
+        listing = self.store.write_part(step, STATE_PART, deferred, extra)
+        log.info(
+            "training state of v%d written in %.1fs; its files waited %.1fs (summed over threads) "
+            "for versions' weights going up",
+            step,
+            time.monotonic() - started,
+            self.priority.waited_s - paused,
+        )
+        return listing
 
     def _snapshot(
         self, engine: TrainerEngine

@@ -35,6 +35,11 @@ _TEMP_PREFIX = ".tmp-"
 # training step's Python thread, every piece waits for it: bench/store_put.py --busy), small
 # enough that the digest of one overlaps the transfer of the next.
 _PIECE = 8 << 20
+# An upload flushes its file to the disk every so many bytes, not only at its end: written
+# whole into the page cache first, a large file's pages pass the kernel's dirty limit and every
+# writer on the disk is throttled until they drain. A version's weights written beside a
+# training state then took as long as the state (rft.storage.upload_priority).
+SYNC_EVERY = 64 << 20
 
 
 class LocalObjectStore(ObjectStore):
@@ -44,8 +49,9 @@ class LocalObjectStore(ObjectStore):
     StorageError naming the key. Checkpoint layouts never need both.
     """
 
-    def __init__(self, root: Path | str) -> None:
+    def __init__(self, root: Path | str, sync_every: int = SYNC_EVERY) -> None:
         self.root = Path(root).expanduser().absolute()
+        self.sync_every = sync_every  # bytes between flushes of an upload; 0: at its end only
 
     def __repr__(self) -> str:
         return f"LocalObjectStore({str(self.root)!r})"
@@ -77,7 +83,7 @@ class LocalObjectStore(ObjectStore):
         appears whole."""
         path = self._path(key)
         tmp = path.with_name(f"{_TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}")
-        written = 0
+        written = unsynced = 0
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with tmp.open("wb") as out:
@@ -87,6 +93,11 @@ class LocalObjectStore(ObjectStore):
                         break
                     out.write(chunk)
                     written += len(chunk)
+                    unsynced += len(chunk)
+                    if self.sync_every and unsynced >= self.sync_every:
+                        out.flush()
+                        os.fdatasync(out.fileno())
+                        unsynced = 0
                 out.flush()
                 # fsync before the rename: a power loss must not leave a renamed-but-empty file
                 os.fsync(out.fileno())

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -418,3 +419,56 @@ def test_a_state_due_while_the_last_is_going_up_is_deferred_not_waited_for(
     writer.close()
     carried = [v for v in (1, 2, 3, 4) if checkpoints.read_part(v, STATE_PART) is not None]
     assert carried == [1, 3, 4]
+
+
+class _GatedStore(LocalObjectStore):
+    """A local store whose writes of the training state's files, and of a version's weights,
+    wait at a gate each (a slow disk, held still), and which records the order writes end in."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.state_gate, self.weights_gate = threading.Event(), threading.Event()
+        self.weights_started = threading.Event()
+        self.finished: list[str] = []
+
+    def put_stream(self, key: str, stream: Any, length: int) -> Any:
+        if "/trainer_state/optimizer" in key:
+            assert self.state_gate.wait(10)
+        elif key.endswith("model.safetensors"):
+            self.weights_started.set()
+            assert self.weights_gate.wait(10)
+        info = super().put_stream(key, stream, length)
+        self.finished.append(key)
+        return info
+
+
+def test_a_training_state_going_up_waits_while_the_next_versions_weights_go_up(
+    tmp_path: Path,
+) -> None:
+    objects = _GatedStore(tmp_path / "objects")
+    objects.weights_gate.set()
+    checkpoints = CheckpointStore(objects, "proj", "run")
+    e = engine()
+    train(e, range(1))
+    writer = TrainerCheckpointer(checkpoints, save_interval=1)
+    writer.write(e, 1, 0, OFFSETS, final=False)  # v1 carries the state; it starts going up
+    train(e, range(1, 2))
+    objects.weights_gate.clear()
+    writer.begin(e, 2, 1, OFFSETS, final=False)
+    assert objects.weights_started.wait(10)  # v2's weights are going up, held at the gate
+    objects.state_gate.set()  # the state's files may go now, as far as the disk goes
+    time.sleep(0.5)
+    assert not any("/trainer_state/optimizer" in key for key in objects.finished)
+    assert checkpoints.read_part(1, STATE_PART) is None
+    objects.weights_gate.set()
+    writer.land()
+    writer.wait_for_state()
+    state_keys = [i for i, key in enumerate(objects.finished) if "/trainer_state/optimizer" in key]
+    v2_weights = [
+        i
+        for i, key in enumerate(objects.finished)
+        if key.endswith("model.safetensors") and "/v000002/" in key
+    ]
+    assert state_keys and v2_weights and max(v2_weights) < min(state_keys)
+    assert checkpoints.read_part(1, STATE_PART) is not None
+    writer.close()
