@@ -114,10 +114,10 @@ def one_round(
 
 
 def rounds(args: argparse.Namespace) -> Iterator[tuple[Way, float, float | None]]:
+    # every file is a view of the same random bytes: the largest file's worth is enough
+    largest = max(args.state_mib // args.state_files, args.weights_mib // args.files) + 1
     data = memoryview(
-        np.random.default_rng(0)
-        .integers(0, 256, max(args.state_mib, args.weights_mib) << 20, dtype=np.uint8)
-        .data
+        np.random.default_rng(0).integers(0, 256, largest << 20, dtype=np.uint8).data
     ).cast("B")
     base = Path(tempfile.mkdtemp(prefix="upload-beside-state-", dir=args.dir))
     try:

@@ -23,6 +23,8 @@
 #       a local store; MODEL smollm2 (default), synthetic-1g or qwen2.5-1.5b-shape
 #   bash infra/gpu/measure.sh store-put   # bench/store_put.py: where a version's upload to a
 #       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
+#   bash infra/gpu/measure.sh upload-beside-state   # bench/upload_beside_state.py at the 1.5B
+#       shape's sizes: a version's weights (2.6 GiB) going up beside a training state (17 GiB)
 #   bash infra/gpu/measure.sh step-beside-upload [--ways W]   # bench/step_beside_upload.py: the
 #       fsdp2 trainer's 1.5B-shape step alone, beside a version's upload, a disk writer, busy
 #       cores and a busy second GPU, and all three together (why the step is slower in
@@ -164,6 +166,10 @@ case "$stage" in
     { python3 bench/store_put.py --mib 257 --files 8 --dir "$home"
       python3 bench/store_put.py --mib 2648 --files 16 --rounds 3 --dir "$home"; } 2>&1 \
       | tee "$out/store-put.txt" ;;
+  upload-beside-state)
+    python3 bench/upload_beside_state.py --weights-mib 2648 --files 16 --state-mib 17700 \
+      --state-files 24 --lead 1.0 --rounds "${ROUNDS:-2}" --dir "$home" "$@" 2>&1 \
+      | tee "$out/upload-beside-state.txt" ;;
   step-beside-upload)
     python3 -m bench.step_beside_upload --engine "${ENGINE:-fsdp2}" --device cuda --bf16 \
       --rounds "${ROUNDS:-3}" --dir "$home" "$@" 2>&1 | grep --line-buffered -v "^INFO" \
