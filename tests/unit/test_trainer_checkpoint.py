@@ -6,7 +6,7 @@ written in the background: a restart from a version whose part never completed r
 it and says so, and a failure of the background write surfaces at the next write. A version's
 files go up in the background too (`begin`, then `land`): what it holds is the engine's state at
 `begin`, however far training has gone when it lands, and a commit that failed lands again from
-the same files."""
+the same files. A training state going up waits while a later version's weights go up."""
 
 from __future__ import annotations
 
