@@ -118,6 +118,10 @@ loop() {
   for f in "$RFT_CHECKPOINT_ROOT_DIR"/*/"$name"/logs/*.log; do
     [ -f "$f" ] || continue
     cp "$f" "$out/$name-$(basename "$f")"
+    # each version taken and published, retention, and the training state beside them
+    grep -qE "version [0-9]+ taken in" "$f" && echo "--- versions and training state in $(basename "$f"):"
+    grep -hE "(version [0-9]+ taken in|published weight version|pruned checkpoint versions \[[0-9, ]+\]|training state of v[0-9]+ (written|is durable))" "$f" \
+      | cut -c12- || true
     echo "--- warnings and errors of $(basename "$f"):"
     grep -E " (WARNING|ERROR|CRITICAL) |Traceback|Error" "$f" | tail -n 15 || true
   done
