@@ -198,11 +198,13 @@ class TrainerCheckpointer:
         self.fast = fast
         self._token: tuple[int, int] | None = None  # (version, its token) sent last
         self._state_saved_at = 0  # train step of the newest version that carries training state
-        # one thread for the versions' uploads and retention, in order; a training state (at
-        # 1.5B about 18 GB serialized, hashed and written: tens of seconds) on a thread of its
-        # own, so the versions after it land meanwhile
+        # one thread for the versions' uploads, in order; a training state (at 1.5B about 18 GB
+        # serialized, hashed and written: tens of seconds) on a thread of its own, so the
+        # versions after it land meanwhile; retention on a third, so that deleting an old
+        # version never stands in front of the next one's upload
         self._background = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
         self._state_writer = ThreadPoolExecutor(1, thread_name_prefix="state-writer")
+        self._retention = ThreadPoolExecutor(1, thread_name_prefix="checkpoint-retention")
         self._state_write: tuple[int, Future[CheckpointManifest]] | None = None
         # the state's files pause while a version's weights go up: those are waited for
         self.priority = UploadPriority()
@@ -338,10 +340,14 @@ class TrainerCheckpointer:
     def prune_behind(
         self, keep_last: int, in_use: Callable[[], Collection[int] | None] | None
     ) -> None:
-        """Retention (`CheckpointStore.prune`) on the writer's thread, after what is queued
-        there: deleting a 1.5B-parameter version's files took 2 s of the trainer's path on an
-        H100 machine. The version whose training state is still going up is spared with those
-        `in_use` names. A failure is logged: retention only frees space (`rft gc` does it too)."""
+        """Retention (`CheckpointStore.prune`) on a thread of its own, off the trainer's path
+        and off the versions' uploads. Deleting a 1.5B-parameter version's files took 2 s of
+        the trainer's path on an H100 machine. Queued on the upload thread instead, it took 7 s
+        when a training state was going up beside it or was among the files deleted (two H200s,
+        2026-11-28), and the next version's weights waited for it. Deletions also wait while a
+        version's weights go up (`UploadPriority.wait_turn`). The version whose training state
+        is still going up is spared with those `in_use` names. A failure is logged: retention
+        only frees space (`rft gc` does it too)."""
 
         def spared() -> Collection[int] | None:
             held = set() if in_use is None else in_use()
@@ -352,11 +358,11 @@ class TrainerCheckpointer:
 
         def prune() -> None:
             try:
-                self.store.prune(keep_last, spared)
+                self.store.prune(keep_last, spared, pause=self.priority.wait_turn)
             except Exception as exc:  # noqa: BLE001 - retention is best effort; the run goes on
                 log.warning("retention (trainer.max_checkpoints_to_keep) failed: %s", exc)
 
-        self._background.submit(prune)
+        self._retention.submit(prune)
 
     def forget_pending(self) -> None:
         """Drop the pending version: its manifest exists already (a commit whose response was
@@ -520,7 +526,8 @@ class TrainerCheckpointer:
         except Exception as exc:  # noqa: BLE001 - shutting down; the next resume says it too
             log.error("the training state written in the background failed: %s", exc)
         self._state_writer.shutdown(wait=True)
-        self._background.shutdown(wait=True)  # retention queued behind the last version too
+        self._background.shutdown(wait=True)
+        self._retention.shutdown(wait=True)  # a prune asked for after the last version too
         if self.fast is not None:
             self.fast.close()
 

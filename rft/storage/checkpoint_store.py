@@ -576,7 +576,10 @@ class CheckpointStore:
     # -- retention ----------------------------------------------------------------------------
 
     def prune(
-        self, keep_last: int, in_use: Callable[[], Collection[int] | None] | None = None
+        self,
+        keep_last: int,
+        in_use: Callable[[], Collection[int] | None] | None = None,
+        pause: Callable[[], None] | None = None,
     ) -> list[int]:
         """Delete all but the newest `keep_last` complete versions; return the versions removed.
 
@@ -586,7 +589,8 @@ class CheckpointStore:
         directories (crash leftovers) older than the newest complete version are removed too;
         newer ones may be a write in progress and are left alone. A version's manifest is
         deleted before its files, so a version being pruned turns invisible first and is never
-        seen half-deleted.
+        seen half-deleted. `pause()` is called before each deletion: a writer lets a version
+        going up go first (deleting big files slows the disk's other writes).
         """
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise CheckpointError(f"prune keep_last must be an integer >= 1, got {keep_last!r}")
@@ -607,7 +611,7 @@ class CheckpointStore:
             doomed -= kept
         doomed |= {v for v, has_manifest in scan.items() if not has_manifest and v < newest}
         for version in sorted(doomed):
-            self._delete_version(version)
+            self._delete_version(version, pause)
         if doomed:
             log.info("pruned checkpoint versions %s of %s", sorted(doomed), self)
         return sorted(doomed)
@@ -618,10 +622,14 @@ class CheckpointStore:
         self._check_version(version)
         self._delete_version(version)
 
-    def _delete_version(self, version: int) -> None:
+    def _delete_version(self, version: int, pause: Callable[[], None] | None = None) -> None:
         prefix = self.version_prefix(version)
+        if pause is not None:
+            pause()
         self.store.delete(prefix + MANIFEST_NAME)
         for info in self.store.list(prefix):
+            if pause is not None:
+                pause()
             self.store.delete(info.key)
 
 

@@ -140,7 +140,7 @@ def test_versions_land_while_a_training_state_goes_up_and_retention_spares_its_v
     assert checkpoints.list_versions() == [1, 2, 3]
     assert checkpoints.read_part(1, STATE_PART) is None  # still going up
     writer.prune_behind(1, None)
-    writer._background.submit(lambda: None).result()  # after the prune
+    writer._retention.submit(lambda: None).result()  # after the prune
     assert checkpoints.list_versions() == [1, 3]  # v1 spared, v2 pruned
     held.set()
     writer.wait_for_state()
@@ -454,6 +454,7 @@ def test_a_training_state_going_up_waits_while_the_next_versions_weights_go_up(
     writer.write(e, 1, 0, OFFSETS, final=False)  # v1 carries the state; it starts going up
     train(e, range(1, 2))
     objects.weights_gate.clear()
+    objects.weights_started.clear()  # set by v1's weights: wait for v2's
     writer.begin(e, 2, 1, OFFSETS, final=False)
     assert objects.weights_started.wait(10)  # v2's weights are going up, held at the gate
     objects.state_gate.set()  # the state's files may go now, as far as the disk goes
@@ -472,3 +473,83 @@ def test_a_training_state_going_up_waits_while_the_next_versions_weights_go_up(
     assert state_keys and v2_weights and max(v2_weights) < min(state_keys)
     assert checkpoints.read_part(1, STATE_PART) is not None
     writer.close()
+
+
+class _SlowDeleteStore(_GatedStore):
+    """A `_GatedStore` whose deletions wait at a gate of their own (unlinking a big version's
+    files on a busy disk took seconds), and which records when each deletion ran."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.delete_gate = threading.Event()
+        self.deleting = threading.Event()
+        self.deleted: list[str] = []
+
+    def delete(self, key: str) -> None:
+        self.deleting.set()
+        assert self.delete_gate.wait(10)
+        super().delete(key)
+        self.deleted.append(key)
+        self.finished.append(f"deleted {key}")
+
+
+def _two_versions(
+    objects: _SlowDeleteStore,
+) -> tuple[CheckpointStore, TorchTrainerEngine, TrainerCheckpointer]:
+    """v1 and v2 landed on `objects`, weights only: v1 is what retention keeping one deletes."""
+    checkpoints = CheckpointStore(objects, "proj", "run")
+    e = engine()
+    writer = TrainerCheckpointer(checkpoints, save_interval=100)
+    for step in (1, 2):
+        train(e, range(step - 1, step))
+        writer.write(e, step, step - 1, OFFSETS, final=False)
+    return checkpoints, e, writer
+
+
+def test_retention_deleting_an_old_version_does_not_hold_up_the_next_upload(
+    tmp_path: Path,
+) -> None:
+    """Pruning runs on a thread of its own: on two H200s, queued in front of the next version's
+    upload, deleting an old version held that version 7 s. Here the deletion is held still, and
+    the next version lands meanwhile."""
+    objects = _SlowDeleteStore(tmp_path / "objects")
+    objects.weights_gate.set()
+    objects.state_gate.set()
+    checkpoints, e, writer = _two_versions(objects)
+    writer.prune_behind(1, None)
+    assert objects.deleting.wait(10)  # v1's deletion has begun and is held
+    train(e, range(2, 3))
+    writer.write(e, 3, 2, OFFSETS, final=False)  # begins and lands v3
+    assert checkpoints.has_manifest(3) and not objects.deleted
+    objects.delete_gate.set()
+    writer.close()
+    assert checkpoints.list_versions() == [2, 3]
+
+
+def test_retention_waits_while_a_versions_weights_go_up(tmp_path: Path) -> None:
+    """Deleting an old version's files slows the disk's other writes, so each deletion waits
+    for the weights going up (`UploadPriority`) to be written first."""
+    objects = _SlowDeleteStore(tmp_path / "objects")
+    objects.weights_gate.set()
+    objects.state_gate.set()
+    objects.delete_gate.set()
+    checkpoints, e, writer = _two_versions(objects)
+    train(e, range(2, 3))
+    objects.weights_gate.clear()
+    objects.weights_started.clear()  # set by the earlier versions' weights: wait for v3's
+    writer.begin(e, 3, 2, OFFSETS, final=False)
+    assert objects.weights_started.wait(10)  # v3's weights are going up, held at the gate
+    writer.prune_behind(1, None)
+    time.sleep(0.5)
+    assert not objects.deleted and checkpoints.list_versions() == [1, 2]
+    objects.weights_gate.set()
+    writer.land()
+    writer.close()
+    order = objects.finished
+    v3_weights = [
+        i for i, key in enumerate(order) if "/v000003/" in key and key.endswith("model.safetensors")
+    ]
+    deletions = [i for i, key in enumerate(order) if key.startswith("deleted ")]
+    assert v3_weights and deletions and max(v3_weights) < min(deletions)
+    assert all("/v000001/" in key for key in objects.deleted)
+    assert checkpoints.list_versions() == [2, 3]
