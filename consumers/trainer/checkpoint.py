@@ -344,9 +344,10 @@ class TrainerCheckpointer:
         and off the versions' uploads. Deleting a 1.5B-parameter version's files took 2 s of
         the trainer's path on an H100 machine. Queued on the upload thread instead, it took 7 s
         when a training state was going up beside it or was among the files deleted (two H200s,
-        2026-11-28), and the next version's weights waited for it. Deletions also wait while a
-        version's weights go up (`UploadPriority.wait_turn`). The version whose training state
-        is still going up is spared with those `in_use` names. A failure is logged: retention
+        2026-11-28), and the next version's weights waited for it. Deletions do not wait for
+        the weights: on this CPU the weights went up no slower beside them
+        (bench/upload_beside_retention.py). The version whose training state is still going up
+        is spared with those `in_use` names. A failure is logged: retention
         only frees space (`rft gc` does it too)."""
 
         def spared() -> Collection[int] | None:
@@ -358,7 +359,7 @@ class TrainerCheckpointer:
 
         def prune() -> None:
             try:
-                self.store.prune(keep_last, spared, pause=self.priority.wait_turn)
+                self.store.prune(keep_last, spared)
             except Exception as exc:  # noqa: BLE001 - retention is best effort; the run goes on
                 log.warning("retention (trainer.max_checkpoints_to_keep) failed: %s", exc)
 

@@ -576,10 +576,7 @@ class CheckpointStore:
     # -- retention ----------------------------------------------------------------------------
 
     def prune(
-        self,
-        keep_last: int,
-        in_use: Callable[[], Collection[int] | None] | None = None,
-        pause: Callable[[], None] | None = None,
+        self, keep_last: int, in_use: Callable[[], Collection[int] | None] | None = None
     ) -> list[int]:
         """Delete all but the newest `keep_last` complete versions; return the versions removed.
 
@@ -589,8 +586,7 @@ class CheckpointStore:
         directories (crash leftovers) older than the newest complete version are removed too;
         newer ones may be a write in progress and are left alone. A version's manifest is
         deleted before its files, so a version being pruned turns invisible first and is never
-        seen half-deleted. `pause()` is called before each deletion: a writer lets a version
-        going up go first (deleting big files slows the disk's other writes).
+        seen half-deleted.
         """
         if not isinstance(keep_last, int) or isinstance(keep_last, bool) or keep_last < 1:
             raise CheckpointError(f"prune keep_last must be an integer >= 1, got {keep_last!r}")
@@ -611,7 +607,7 @@ class CheckpointStore:
             doomed -= kept
         doomed |= {v for v, has_manifest in scan.items() if not has_manifest and v < newest}
         for version in sorted(doomed):
-            self._delete_version(version, pause)
+            self._delete_version(version)
         if doomed:
             log.info("pruned checkpoint versions %s of %s", sorted(doomed), self)
         return sorted(doomed)
@@ -622,14 +618,10 @@ class CheckpointStore:
         self._check_version(version)
         self._delete_version(version)
 
-    def _delete_version(self, version: int, pause: Callable[[], None] | None = None) -> None:
+    def _delete_version(self, version: int) -> None:
         prefix = self.version_prefix(version)
-        if pause is not None:
-            pause()
         self.store.delete(prefix + MANIFEST_NAME)
         for info in self.store.list(prefix):
-            if pause is not None:
-                pause()
             self.store.delete(info.key)
 
 

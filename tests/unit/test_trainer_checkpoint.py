@@ -524,32 +524,3 @@ def test_retention_deleting_an_old_version_does_not_hold_up_the_next_upload(
     objects.delete_gate.set()
     writer.close()
     assert checkpoints.list_versions() == [2, 3]
-
-
-def test_retention_waits_while_a_versions_weights_go_up(tmp_path: Path) -> None:
-    """Deleting an old version's files slows the disk's other writes, so each deletion waits
-    for the weights going up (`UploadPriority`) to be written first."""
-    objects = _SlowDeleteStore(tmp_path / "objects")
-    objects.weights_gate.set()
-    objects.state_gate.set()
-    objects.delete_gate.set()
-    checkpoints, e, writer = _two_versions(objects)
-    train(e, range(2, 3))
-    objects.weights_gate.clear()
-    objects.weights_started.clear()  # set by the earlier versions' weights: wait for v3's
-    writer.begin(e, 3, 2, OFFSETS, final=False)
-    assert objects.weights_started.wait(10)  # v3's weights are going up, held at the gate
-    writer.prune_behind(1, None)
-    time.sleep(0.5)
-    assert not objects.deleted and checkpoints.list_versions() == [1, 2]
-    objects.weights_gate.set()
-    writer.land()
-    writer.close()
-    order = objects.finished
-    v3_weights = [
-        i for i, key in enumerate(order) if "/v000003/" in key and key.endswith("model.safetensors")
-    ]
-    deletions = [i for i, key in enumerate(order) if key.startswith("deleted ")]
-    assert v3_weights and deletions and max(v3_weights) < min(deletions)
-    assert all("/v000001/" in key for key in objects.deleted)
-    assert checkpoints.list_versions() == [2, 3]
