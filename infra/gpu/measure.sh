@@ -25,6 +25,8 @@
 #       local file store goes (digests, fsync, small files), SmolLM2's and the 1.5B shape's sizes
 #   bash infra/gpu/measure.sh upload-beside-state   # bench/upload_beside_state.py at the 1.5B
 #       shape's sizes: a version's weights (2.6 GiB) going up beside a training state (17 GiB)
+#   bash infra/gpu/measure.sh upload-beside-retention   # bench/upload_beside_retention.py at
+#       the 1.5B shape's sizes: the next version's weights beside a prune of one with its state
 #   bash infra/gpu/measure.sh step-beside-upload [--ways W]   # bench/step_beside_upload.py: the
 #       fsdp2 trainer's 1.5B-shape step alone, beside a version's upload, a disk writer, busy
 #       cores and a busy second GPU, and all three together (why the step is slower in
@@ -174,6 +176,10 @@ case "$stage" in
     python3 bench/upload_beside_state.py --weights-mib 2648 --files 16 --state-mib 17700 \
       --state-files 24 --lead 1.0 --rounds "${ROUNDS:-2}" --dir "$home" "$@" 2>&1 \
       | tee "$out/upload-beside-state.txt" ;;
+  upload-beside-retention)
+    python3 bench/upload_beside_retention.py --weights-mib 2648 --files 16 --state-mib 17700 \
+      --state-files 24 --rounds "${ROUNDS:-2}" --dir "$home" "$@" 2>&1 \
+      | tee "$out/upload-beside-retention.txt" ;;
   step-beside-upload)
     python3 -m bench.step_beside_upload --engine "${ENGINE:-fsdp2}" --device cuda --bf16 \
       --rounds "${ROUNDS:-3}" --dir "$home" "$@" 2>&1 | grep --line-buffered -v "^INFO" \
