@@ -19,6 +19,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.errors import (
     FencedInstanceIdError,
+    IllegalStateError,
     InvalidProducerEpochError,
     KafkaConnectionError,
     KafkaError,
@@ -420,6 +421,8 @@ class KafkaPythonRecordProducer(CoreRecordProducer[KafkaProducer]):
         if "delivery.timeout.ms" not in {**settings.extra, **(config or {})}:
             self._config["delivery_timeout_ms"] = undelivered_expiry_ms(settings)
         self._fenced: str | None = None  # a delivery refused because a newer producer took over
+        # a commit or abort begun and not yet acknowledged: (client, commit?, its result)
+        self._ending: tuple[KafkaProducer, bool, Any] | None = None
 
     def _open(self) -> KafkaProducer:
         return KafkaProducer(**self._config)
@@ -488,10 +491,41 @@ class KafkaPythonRecordProducer(CoreRecordProducer[KafkaProducer]):
         client.send_offsets_to_transaction(mapping, group_metadata)
 
     def _commit_now(self, client: KafkaProducer, timeout_s: float) -> None:
-        client.commit_transaction()
+        self._end_transaction(client, True, timeout_s)
 
     def _abort_now(self, client: KafkaProducer, timeout_s: float) -> None:
-        client.abort_transaction()
+        self._end_transaction(client, False, timeout_s)
+
+    def _end_transaction(self, client: KafkaProducer, commit: bool, timeout_s: float) -> None:
+        """What `commit_transaction()` / `abort_transaction()` do, waiting at most `timeout_s`.
+
+        Those two take no timeout. With Kafka stopped, a commit waited for the client's request
+        timeout (30 s), whatever the writer's outage window, and then failed with an error that
+        is not an outage, so the writer did not ride it out (tests/faults/test_broker_kill.py).
+        Once begun, the end of a transaction cannot be begun again (the client refuses a second
+        commit while one is pending), so a call that timed out leaves it pending, and the next
+        call of the same kind on the same client waits for that one: as with librdkafka, a
+        commit that timed out may be called again. A Kafka away longer than the request timeout
+        still fails the pending commit with the client's error."""
+        pending = self._ending
+        if pending is None or pending[0] is not client or pending[1] != commit:
+            manager = client._transaction_manager
+            if manager is None:
+                raise IllegalStateError("transactions are not enabled on this producer")
+            result = manager.begin_commit() if commit else manager.begin_abort()
+            client._sender.wakeup()
+            pending = self._ending = (client, commit, result)
+        result = pending[2]
+        try:
+            done = result.wait(timeout_ms=timeout_s * 1000)
+        finally:
+            if result.is_done:
+                self._ending = None
+        if not done:
+            raise KafkaTimeoutError(
+                f"the transaction's {'commit' if commit else 'abort'} was not acknowledged in "
+                f"{timeout_s:g}s; it stays pending, and the next call waits for it"
+            )
 
     def _discard(self, client: KafkaProducer, stuck: bool) -> None:
         try:
