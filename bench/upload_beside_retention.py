@@ -32,20 +32,17 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.upload_beside_state import alternated, files_of  # noqa: E402
 from rft.storage import CheckpointStore, LocalObjectStore  # noqa: E402
-from rft.storage.payload import BytesPayload, Payload  # noqa: E402
+from rft.storage.payload import BytesPayload  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -62,20 +59,14 @@ WAYS = [
 ]
 
 
-def _files(data: memoryview, count: int, mib: int) -> dict[str, Payload]:
-    """`count` files of `mib` MiB in all, each a view of the same random bytes."""
-    each = (mib << 20) // count
-    return {f"f{i:02d}.bin": BytesPayload(data[:each]) for i in range(count)}
-
-
 def one_round(
     way: Way, base: Path, data: memoryview, args: argparse.Namespace, round_no: int
 ) -> tuple[float, float | None]:
     """From the prune's asking to the weights durable, and to the prune's end."""
     root = base / f"r{round_no}-{way.name.replace(' ', '_').replace(',', '')}"
     checkpoints = CheckpointStore(LocalObjectStore(root), "b", "r")
-    checkpoints.write(1, 1, None, payloads=_files(data, args.files, args.weights_mib))
-    checkpoints.write_part(1, "trainer_state", _files(data, args.state_files, args.state_mib))
+    checkpoints.write(1, 1, None, payloads=files_of(data, args.files, args.weights_mib))
+    checkpoints.write_part(1, "trainer_state", files_of(data, args.state_files, args.state_mib))
     checkpoints.write(2, 2, None, payloads={"marker": BytesPayload(b"v2")})
     os.sync()  # the old version was written long before: its pages are clean
     time.sleep(args.settle)  # and the disk has finished with it (a virtual disk goes on after sync)
@@ -92,34 +83,13 @@ def one_round(
     if way.prune and way.beside:
         pruner = threading.Thread(target=prune)
         pruner.start()
-    checkpoints.upload(3, 3, None, payloads=_files(data, args.files, args.weights_mib))
+    checkpoints.upload(3, 3, None, payloads=files_of(data, args.files, args.weights_mib))
     weights_s = time.perf_counter() - started
     if pruner is not None:
         pruner.join()
     shutil.rmtree(root)
     os.sync()  # the next way starts with the disk's queue drained
     return weights_s, (pruned[0] if pruned else None)
-
-
-def rounds(args: argparse.Namespace) -> Iterator[tuple[Way, float, float | None]]:
-    largest = max(args.state_mib // args.state_files, args.weights_mib // args.files) + 1
-    data = memoryview(
-        np.random.default_rng(0).integers(0, 256, largest << 20, dtype=np.uint8).data
-    ).cast("B")
-    base = Path(tempfile.mkdtemp(prefix="upload-beside-retention-", dir=args.dir))
-    try:
-        for round_no in range(args.rounds):
-            order = WAYS if round_no % 2 == 0 else list(reversed(WAYS))
-            for way in order:
-                weights_s, pruned_s = one_round(way, base, data, args, round_no)
-                print(
-                    f"ROW round={round_no} way={way.name!r} weights_s={weights_s:.3f} "
-                    f"pruned_s={pruned_s}",
-                    flush=True,
-                )
-                yield way, weights_s, pruned_s
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def main() -> None:
@@ -134,7 +104,9 @@ def main() -> None:
     args = parser.parse_args()
     weights: dict[str, list[float]] = {w.name: [] for w in WAYS}
     pruned: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    for way, weights_s, pruned_s in rounds(args):
+    for way, weights_s, pruned_s in alternated(
+        WAYS, args, "upload-beside-retention-", one_round, "pruned_s"
+    ):
         weights[way.name].append(weights_s)
         if pruned_s is not None:
             pruned[way.name].append(pruned_s)

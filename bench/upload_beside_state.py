@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -71,7 +72,7 @@ WAYS = [
 ]
 
 
-def _files(data: memoryview, count: int, mib: int) -> dict[str, Payload]:
+def files_of(data: memoryview, count: int, mib: int) -> dict[str, Payload]:
     """`count` files of `mib` MiB in all, each a view of the same random bytes."""
     each = (mib << 20) // count
     return {f"f{i:02d}.bin": BytesPayload(data[:each]) for i in range(count)}
@@ -88,7 +89,7 @@ def one_round(
     state_ended: list[float] = []
     state_thread = None
     if way.with_state:
-        state = _files(data, args.state_files, args.state_mib)
+        state = files_of(data, args.state_files, args.state_mib)
         if way.prioritized:
             state = {name: priority.deferrable(p) for name, p in state.items()}
 
@@ -105,7 +106,7 @@ def one_round(
     )
     started = time.perf_counter()
     with urgent():
-        checkpoints.upload(2, 2, None, payloads=_files(data, args.files, args.weights_mib))
+        checkpoints.upload(2, 2, None, payloads=files_of(data, args.files, args.weights_mib))
     weights_s = time.perf_counter() - started
     if state_thread is not None:
         state_thread.join()
@@ -114,24 +115,44 @@ def one_round(
     return weights_s, (state_ended[0] if state_ended else None)
 
 
-def rounds(args: argparse.Namespace) -> Iterator[tuple[Way, float, float | None]]:
-    # every file is a view of the same random bytes: the largest file's worth is enough
-    largest = max(args.state_mib // args.state_files, args.weights_mib // args.files) + 1
-    data = memoryview(
-        np.random.default_rng(0).integers(0, 256, largest << 20, dtype=np.uint8).data
+def random_data(largest_mib: int) -> memoryview:
+    """`largest_mib` MiB of random bytes: every file a bench writes is a view of them."""
+    return memoryview(
+        np.random.default_rng(0).integers(0, 256, largest_mib << 20, dtype=np.uint8).data
     ).cast("B")
-    base = Path(tempfile.mkdtemp(prefix="upload-beside-state-", dir=args.dir))
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+W = TypeVar("W", bound=_Named)
+
+
+def alternated(
+    ways: list[W],
+    args: argparse.Namespace,
+    prefix: str,
+    one_round: Callable[[W, Path, memoryview, argparse.Namespace, int], tuple[float, float | None]],
+    second: str,
+) -> Iterator[tuple[W, float, float | None]]:
+    """`one_round` for each way, `args.rounds` times, in reversed order every other round, in
+    a scratch folder under `args.dir`; prints each row (`second` names its second figure)."""
+    largest = max(args.state_mib // args.state_files, args.weights_mib // args.files) + 1
+    data = random_data(largest)
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=args.dir))
     try:
         for round_no in range(args.rounds):
-            order = WAYS if round_no % 2 == 0 else list(reversed(WAYS))
+            order = ways if round_no % 2 == 0 else list(reversed(ways))
             for way in order:
-                weights_s, state_s = one_round(way, base, data, args, round_no)
+                weights_s, other_s = one_round(way, base, data, args, round_no)
                 print(
                     f"ROW round={round_no} way={way.name!r} weights_s={weights_s:.3f} "
-                    f"state_s={state_s}",
+                    f"{second}={other_s}",
                     flush=True,
                 )
-                yield way, weights_s, state_s
+                yield way, weights_s, other_s
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -148,7 +169,9 @@ def main() -> None:
     args = parser.parse_args()
     weights: dict[str, list[float]] = {w.name: [] for w in WAYS}
     state: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    for way, weights_s, state_s in rounds(args):
+    for way, weights_s, state_s in alternated(
+        WAYS, args, "upload-beside-state-", one_round, "state_s"
+    ):
         weights[way.name].append(weights_s)
         if state_s is not None:
             state[way.name].append(state_s)
