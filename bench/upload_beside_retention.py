@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import threading
 import time
@@ -40,7 +39,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.upload_beside_state import alternated, files_of  # noqa: E402
+from bench.upload_beside_state import (  # noqa: E402
+    alternated,
+    files_of,
+    print_medians,
+    size_arguments,
+)
 from rft.storage import CheckpointStore, LocalObjectStore  # noqa: E402
 from rft.storage.payload import BytesPayload  # noqa: E402
 
@@ -94,34 +98,16 @@ def one_round(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--weights-mib", type=int, default=1280)
-    parser.add_argument("--files", type=int, default=8)
-    parser.add_argument("--state-mib", type=int, default=6144)
-    parser.add_argument("--state-files", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=3)
+    size_arguments(parser)
     parser.add_argument("--settle", type=float, default=5.0)
-    parser.add_argument("--dir", default=None)
     args = parser.parse_args()
-    weights: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    pruned: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    for way, weights_s, pruned_s in alternated(
-        WAYS, args, "upload-beside-retention-", one_round, "pruned_s"
-    ):
-        weights[way.name].append(weights_s)
-        if pruned_s is not None:
-            pruned[way.name].append(pruned_s)
-    alone = statistics.median(weights["alone"])
+    rows = list(alternated(WAYS, args, "upload-beside-retention-", one_round, "pruned_s"))
     print(
         f"\n{args.weights_mib} MiB of weights in {args.files} files go up while retention "
         f"deletes an old version of as many weights and {args.state_mib} MiB of training state "
         f"in {args.state_files} files; medians of {args.rounds} alternated rounds\n"
     )
-    print("| way | prune asked -> weights durable | vs alone | the prune ended after |")
-    print("|---|---|---|---|")
-    for way in WAYS:
-        w = statistics.median(weights[way.name])
-        p = f"{statistics.median(pruned[way.name]):.2f} s" if pruned[way.name] else "-"
-        print(f"| {way.name} | {w:.2f} s | {w / alone:.2f}x | {p} |")
+    print_medians(WAYS, rows, ("prune asked -> weights durable", "the prune ended after"))
 
 
 if __name__ == "__main__":

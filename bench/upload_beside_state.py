@@ -38,7 +38,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,36 +157,48 @@ def alternated(
         shutil.rmtree(base, ignore_errors=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def size_arguments(parser: argparse.ArgumentParser) -> None:
+    """The sizes, rounds and folder both upload benches take."""
     parser.add_argument("--weights-mib", type=int, default=1280)
     parser.add_argument("--files", type=int, default=8)
     parser.add_argument("--state-mib", type=int, default=6144)
     parser.add_argument("--state-files", type=int, default=12)
-    parser.add_argument("--lead", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dir", default=None)
-    args = parser.parse_args()
-    weights: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    state: dict[str, list[float]] = {w.name: [] for w in WAYS}
-    for way, weights_s, state_s in alternated(
-        WAYS, args, "upload-beside-state-", one_round, "state_s"
-    ):
+
+
+def print_medians(
+    ways: list[W], rows: Iterable[tuple[W, float, float | None]], columns: tuple[str, str]
+) -> None:
+    """Each way's median weights time, against the first way's, beside its second figure's
+    median; `columns` names the two figures."""
+    weights: dict[str, list[float]] = {w.name: [] for w in ways}
+    other: dict[str, list[float]] = {w.name: [] for w in ways}
+    for way, weights_s, other_s in rows:
         weights[way.name].append(weights_s)
-        if state_s is not None:
-            state[way.name].append(state_s)
-    alone = statistics.median(weights["alone"])
+        if other_s is not None:
+            other[way.name].append(other_s)
+    first = statistics.median(weights[ways[0].name])
+    print(f"| way | {columns[0]} | vs {ways[0].name} | {columns[1]} |")
+    print("|---|---|---|---|")
+    for way in ways:
+        w = statistics.median(weights[way.name])
+        o = f"{statistics.median(other[way.name]):.2f} s" if other[way.name] else "-"
+        print(f"| {way.name} | {w:.2f} s | {w / first:.2f}x | {o} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    size_arguments(parser)
+    parser.add_argument("--lead", type=float, default=1.0)
+    args = parser.parse_args()
+    rows = list(alternated(WAYS, args, "upload-beside-state-", one_round, "state_s"))
     print(
         f"\n{args.weights_mib} MiB of weights in {args.files} files; beside them "
         f"{args.state_mib} MiB of training state in {args.state_files} files, started "
         f"{args.lead} s before; medians of {args.rounds} alternated rounds\n"
     )
-    print("| way | weights go up | vs alone | the state's write ended after |")
-    print("|---|---|---|---|")
-    for way in WAYS:
-        w = statistics.median(weights[way.name])
-        s = f"{statistics.median(state[way.name]):.2f} s" if state[way.name] else "-"
-        print(f"| {way.name} | {w:.2f} s | {w / alone:.2f}x | {s} |")
+    print_medians(WAYS, rows, ("weights go up", "the state's write ended after"))
 
 
 if __name__ == "__main__":
