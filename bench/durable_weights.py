@@ -6,7 +6,9 @@ sys.path): a `TorchTrainerEngine` holds the model; `TrainerCheckpointer.write` p
 version (the weights durable and verified-to-be: sha256 per file, manifest created), then the
 explorer side's `load_version` (rft.consumers.explorer.weight_follower) fetches it, verifies
 every file and loads it into a running hf rollout engine (into the download buffers the explorer
-keeps from one version to the next, pinned for an engine on a GPU, where the checkout has them). Timed per version from the start of
+keeps from one version to the next, pinned for an engine on a GPU, where the checkout has them;
+and, where it has one, with the prefetch that fetches a version's files while they are put up,
+begun before the publish as the follower begins it once the last version is loaded). Timed per version from the start of
 the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
 ceiling, measured in the same process right after each version: the version's weights bytes
 through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
@@ -106,6 +108,10 @@ def worker(args: argparse.Namespace) -> None:
         from rft.consumers.explorer.weight_buffers import WeightBuffers
 
         load_args = [WeightBuffers(pinned=explorer.weights_on_gpu)]
+    # since the explorer fetches the next version's files as they land, as its follower does
+    prefetch_class: Any = None
+    if "prefetched" in takes:
+        from rft.storage.checkpoint_prefetch import VersionPrefetch as prefetch_class
     marks = _phase_marks(trainer, checkpoints)
     try:
         for version in range(1, 2 * args.versions + 2):
@@ -115,6 +121,10 @@ def worker(args: argparse.Namespace) -> None:
             with_state = version > args.versions + 1  # the last ones carry the training state
             os.sync()  # each timed copy starts with no earlier copy's writeback still pending
             marks.clear()
+            # begun once the last version is loaded, as the follower does (before the clock)
+            prefetch = None
+            if prefetch_class is not None and not with_state:
+                prefetch = prefetch_class(checkpoints, version, load_args[0].kept)
             started = time.perf_counter()
             manifest = checkpointer.write(trainer, version, version - 1, OFFSETS, final=with_state)
             published = time.perf_counter()
@@ -123,7 +133,8 @@ def worker(args: argparse.Namespace) -> None:
                 settle()  # the training state durable too (after: written in the background)
             state_durable = time.perf_counter()
             if not with_state:
-                load_version(explorer, checkpoints, version, *load_args)
+                early = [] if prefetch is None else [prefetch.stop()]
+                load_version(explorer, checkpoints, version, *load_args, *early)
             loaded = time.perf_counter()
             if version == 1:
                 continue  # warm-up: lazy imports, the allocator, the store's connections
@@ -149,7 +160,7 @@ def worker(args: argparse.Namespace) -> None:
                 row["raw_staged"] = _raw_copy(
                     objects, trainer, scratch, args.raw_files, whole_first=True
                 )
-                got = explorer.model.state_dict()
+                got = explorer.model.state_dict()  # type: ignore[attr-defined]
                 want = trainer.model.state_dict()
                 if not all(torch.equal(got[k], want[k]) for k in want):
                     raise SystemExit(

@@ -8,8 +8,8 @@ reads them at the bus's full speed, where memory the driver cannot address direc
 its own staging copy first. The cost is one version's weights held on the host for the
 explorer's life (pinned on a GPU host).
 
-A buffer is filled again only by the next version's download, after the engine's
-`load_state_dict` returned (engines copy what it gets: RolloutEngine's contract). Only full-weight
+A buffer is filled again only by the next version's download (or its prefetch, which begins once
+the last version is loaded), after the engine's `load_state_dict` returned (engines copy what it gets: RolloutEngine's contract). Only full-weight
 files are kept; an adapter version's files, which an engine may hold on to, and anything else
 land in buffers of their own.
 """
@@ -51,6 +51,19 @@ class WeightBuffers:
             buffer = self._held.get(key)
             if buffer is None:
                 buffer = self._held[key] = self._allocate(entry.size)
+            self._used.add(key)
+        return memoryview(cast(Any, buffer.numpy()))
+
+    def kept(self, name: str, size: int) -> memoryview | None:
+        """The buffer kept for weight file `name` of `size` bytes, if there is one (never a new
+        one): where a prefetch of the next version lands (rft.storage.checkpoint_prefetch), so
+        a version the last one did not prepare for (the first, an adapter's) is not
+        prefetched."""
+        key = (name, size)
+        with self._lock:
+            buffer = self._held.get(key)
+            if buffer is None:
+                return None
             self._used.add(key)
         return memoryview(cast(Any, buffer.numpy()))
 

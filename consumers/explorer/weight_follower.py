@@ -7,7 +7,10 @@ manifest, and loads the weights into the engine from the downloaded buffers (no 
 for a LoRA version puts the adapter on the engine's base model (after checking the manifest's base
 fingerprint against the engine's); a
 version that is incomplete or corrupt is refused with the reason logged, and the engine keeps
-the weights it has. Each load is
+the weights it has. Once a version is loaded, the next one is prefetched: its files are fetched
+into the kept buffers as the trainer puts them up (rft.storage.checkpoint_prefetch), and its load
+takes those the manifest vouches for (object key, size, sha256) instead of downloading them
+after the announcement. Each load is
 an `explorer.load_weights` span linked to the trainer's `trainer.announce` span of that version
 (from the WeightVersion's Kafka headers). A record on the topic that is not an event (corrupt
 bytes, an unknown schema fingerprint) is parked in the dead-letter topic when one is given, and
@@ -46,7 +49,8 @@ from rft.engines.weights import tensors_of_files
 from rft.errors import CheckpointError, EngineError
 from rft.events.models import WeightVersion
 from rft.events.reader import EventReader, Resume
-from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore
+from rft.storage.checkpoint_prefetch import VersionPrefetch
+from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore, PrefetchedFile
 from rft.synchronizer.fast_path import FAST_TOKEN
 from rft.synchronizer.weight_group import WeightGroupMember
 from rft.tracing.spans import LOAD_WEIGHTS, link_to, new_trace
@@ -60,19 +64,23 @@ def load_version(
     checkpoints: CheckpointStore,
     version: int,
     buffers: WeightBuffers | None = None,
-) -> None:
+    prefetched: Mapping[str, PrefetchedFile] | None = None,
+) -> int:
     """Download `version` into memory (every file's size and sha256 verified as it arrives, the
     trainer state left out; weight files into `buffers`' kept ones when given) and load it into
-    `engine` from those buffers; CheckpointError if it is refused."""
+    `engine` from those buffers; CheckpointError if it is refused. Files of `prefetched` that
+    the manifest vouches for are not downloaded again; how many of those were taken."""
     complete = False
     try:
         manifest, files = checkpoints.read_files(
-            version, skip_prefixes=(TRAINER_STATE_DIR,), into=buffers
+            version, skip_prefixes=(TRAINER_STATE_DIR,), into=buffers, prefetched=prefetched
         )
         complete = True
     finally:
         if buffers is not None:
             buffers.settle(complete)
+    early = prefetched or {}
+    taken = sum(1 for name, data in files.items() if name in early and data is early[name].data)
     source = checkpoints.uri(version)
     try:
         tensors = tensors_of_files(files, source)
@@ -80,10 +88,11 @@ def load_version(
             # a LoRA version: the adapter goes on the base, whose fingerprint it must match
             adapter = AdapterVersion.of_files(manifest.extra, files, tensors, source)
             engine.load_adapter(adapter, version)
-            return
+            return taken
     except EngineError as exc:
         raise CheckpointError(f"checkpoint v{version}: {exc}") from exc
     engine.load_state_dict(tensors, version)
+    return taken
 
 
 class WeightFollower:
@@ -105,6 +114,9 @@ class WeightFollower:
         self.latest: WeightVersion | None = None
         self.refused: dict[int, str] = {}  # version -> why it was not loaded
         self._buffers: WeightBuffers | None = None  # made at the first load, for its engine
+        # the next version's files, fetched while the trainer puts them up (store path only)
+        self._prefetch: VersionPrefetch | None = None
+        self.prefetched_files = 0  # files loaded from a prefetch rather than downloaded after
         self.explorer_id = explorer_id
         # the newest version's announcement context (its trainer.announce span), for links
         self._announced: tuple[int, Context] | None = None
@@ -231,8 +243,9 @@ class WeightFollower:
             )
             if self._buffers is None:
                 self._buffers = WeightBuffers(pinned=engine.weights_on_gpu)
+            prefetched = self._end_prefetch(version)
             try:
-                load_version(engine, self.checkpoints, version, self._buffers)
+                taken = load_version(engine, self.checkpoints, version, self._buffers, prefetched)
             except CheckpointError as exc:
                 self.refused[version] = str(exc)
                 span.set_status(Status(StatusCode.ERROR, f"refused: {exc}"))
@@ -243,10 +256,38 @@ class WeightFollower:
                     exc,
                 )
                 return False
-        log.info("loaded weight version %d in %.1fs", version, time.monotonic() - started)
+            finally:
+                self._begin_prefetch(engine)
+            span.set_attribute("rft.prefetched_files", taken)
+        self.prefetched_files += taken
+        log.info(
+            "loaded weight version %d in %.1fs (%d files fetched while they were put up)",
+            version,
+            time.monotonic() - started,
+            taken,
+        )
         return True
 
+    def _begin_prefetch(self, engine: RolloutEngine) -> None:
+        """Watch for the version after the newest known one, into the buffers this load kept.
+        Not with a weight-sync group: its versions come over the group."""
+        if self.fast is not None or self._buffers is None:
+            return
+        announced = 0 if self.latest is None else self.latest.version
+        following = max(engine.model_version, announced) + 1
+        self._prefetch = VersionPrefetch(self.checkpoints, following, self._buffers.kept)
+
+    def _end_prefetch(self, version: int) -> dict[str, PrefetchedFile]:
+        """Stop the prefetch under way; what it fetched when it was of `version`. After this the
+        kept buffers are the load's alone."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is None:
+            return {}
+        files = prefetch.stop()
+        return files if prefetch.version == version else {}
+
     def close(self) -> None:
+        self._end_prefetch(0)
         if self.fast is not None:
             self.fast.close()
         self._reader.close()

@@ -165,7 +165,10 @@ case "$stage" in
         2>&1 | grep --line-buffered -v "^INFO" | tee "$out/weight-sync-$engine.txt"
     done ;;
   durable-weights)
-    python3 bench/durable_weights.py --roots . --store file --model "${@:-smollm2}" \
+    # ROOTS: the checkouts to compare, e.g. ".gpu-src ." with main before a change carried as .gpu-src
+    # shellcheck disable=SC2086
+    python3 bench/durable_weights.py --roots ${ROOTS:-.} --label .gpu-src=before --label .=after \
+      --store file --model "${@:-smollm2}" \
       --device cuda --dtype bfloat16 --versions "${VERSIONS:-3}" --rounds "${ROUNDS:-1}" \
       --threads 8 2>&1 | tee "$out/durable-weights.txt" ;;
   store-put)

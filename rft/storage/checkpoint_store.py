@@ -93,6 +93,17 @@ def _each_at_once(
     return [future.result() for future in futures]
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefetchedFile:
+    """A file fetched before its version's manifest existed (rft.storage.checkpoint_prefetch):
+    the object it came from, its size and sha256 as it landed, and the bytes."""
+
+    key: str
+    size: int
+    sha256: str
+    data: memoryview
+
+
 class VersionTakenError(CheckpointError, FencedError):
     """Another writer created this version's manifest first; this writer's version is void."""
 
@@ -432,15 +443,32 @@ class CheckpointStore:
         version: int,
         skip_prefixes: tuple[str, ...] = (),
         into: BufferFor | None = None,
+        prefetched: Mapping[str, PrefetchedFile] | None = None,
     ) -> tuple[CheckpointManifest, dict[str, memoryview]]:
         """`version`'s manifest and its files in memory (names starting with one of
         `skip_prefixes` left out), each hashed as it downloads and checked against the
         manifest's size and sha256: CheckpointError naming the file and its object key on any
         mismatch. Nothing touches the local disk. `into(manifest, file)` may give the buffer a
-        file lands in (exactly its size; None: a new one), e.g. one kept from the last version."""
+        file lands in (exactly its size; None: a new one), e.g. one kept from the last version.
+
+        A file of `prefetched` (by name, fetched before the manifest existed) is taken instead
+        of downloaded when it came from the manifest's object key with the manifest's size and
+        sha256; any other is downloaded."""
         manifest = self.read_manifest(version)
         wanted = [f for f in manifest.files if not f.name.startswith(skip_prefixes)]
-        return manifest, self._fetch(manifest, wanted, into)
+        object_dir = manifest.extra.get(OBJECT_DIR_KEY)
+        taken: dict[str, memoryview] = {}
+        for entry in wanted:
+            early = (prefetched or {}).get(entry.name)
+            if early is not None and (early.key, early.size, early.sha256) == (
+                self.object_key(version, entry.name, object_dir),
+                entry.size,
+                entry.sha256,
+            ):
+                taken[entry.name] = early.data
+        rest = [entry for entry in wanted if entry.name not in taken]
+        fetched = {**taken, **self._fetch(manifest, rest, into)}
+        return manifest, {entry.name: fetched[entry.name] for entry in wanted}
 
     def _fetch(
         self,

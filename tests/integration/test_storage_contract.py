@@ -26,7 +26,8 @@ from rft.storage import (
 )
 from rft.storage.checkpoint_gc import collect_orphans, find_orphans, find_strays
 from rft.storage.checkpoint_manifest import ManifestFile
-from rft.storage.checkpoint_store import VersionTakenError
+from rft.storage.checkpoint_prefetch import VersionPrefetch
+from rft.storage.checkpoint_store import PrefetchedFile, VersionTakenError
 from rft.storage.object_store_base import CHUNK_SIZE, ObjectSizeError
 from rft.storage.payload import BytesPayload, Payload
 
@@ -551,3 +552,80 @@ def test_a_part_written_after_its_version_exists_once_its_listing_does(
     assert ckpts.list_versions() == [1]
     ckpts.delete_version(1)
     assert ckpts.store.list(ckpts.version_prefix(1)) == []
+
+
+# -- prefetch: a version's files fetched while its writer puts them up -----------------------
+
+
+class _Buffers:
+    """A reader's kept buffers, by name and size, that records what a prefetch asked for."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.held = {name: memoryview(bytearray(size)) for name, size in sizes.items()}
+        self.asked: list[str] = []
+        self.asked_event = threading.Event()
+
+    def __call__(self, name: str, size: int) -> memoryview | None:
+        self.asked.append(name)
+        self.asked_event.set()
+        buffer = self.held.get(name)
+        return buffer if buffer is not None and buffer.nbytes == size else None
+
+
+def _payloads(seed: int, sizes: dict[str, int]) -> dict[str, Payload]:
+    return {
+        name: BytesPayload(hashlib.sha256(f"{seed}/{name}".encode()).digest() * (size // 32))
+        for name, size in sizes.items()
+    }
+
+
+def test_a_prefetch_fetches_a_version_s_files_as_they_land_and_read_files_takes_them(
+    ckpts: CheckpointStore,
+) -> None:
+    sizes = {"model-1.safetensors": 32 * 40_000, "model-2.safetensors": 32 * 70_000}
+    buffers = _Buffers({**sizes})
+    prefetch = VersionPrefetch(ckpts, 1, buffers)
+    files = {**_payloads(1, sizes), "config.json": BytesPayload(b"{}")}
+    staged = ckpts.upload(1, 1, None, payloads=files)
+    assert buffers.asked_event.wait(10), "the prefetch never saw the staged files"
+    ckpts.commit(staged)
+    fetched = prefetch.stop()
+    # config.json had no buffer: left to the reader; the weights came before the manifest
+    assert sorted(fetched) == sorted(sizes) and "config.json" in buffers.asked
+    manifest, got = ckpts.read_files(1, prefetched=fetched)
+    for name in sizes:
+        assert got[name] is fetched[name].data  # taken, not downloaded again
+        assert bytes(got[name]) == bytes(files[name].open().read())
+        assert fetched[name].sha256 == manifest.file(name).sha256
+    assert bytes(got["config.json"]) == b"{}"
+
+
+def test_a_prefetch_of_a_write_that_never_commits_is_not_taken(ckpts: CheckpointStore) -> None:
+    sizes = {"model.safetensors": 32 * 50_000}
+    buffers = _Buffers(sizes)
+    prefetch = VersionPrefetch(ckpts, 2, buffers)
+    ckpts.upload(2, 2, None, payloads=_payloads(0, sizes))  # a writer fenced before its manifest
+    assert buffers.asked_event.wait(10)
+    winner = _payloads(1, sizes)
+    ckpts.write(2, 2, None, payloads=winner)  # another writer's v2, under its own object dir
+    fetched = prefetch.stop()
+    assert list(fetched) == ["model.safetensors"]  # the void write's file
+    _, got = ckpts.read_files(2, prefetched=fetched)
+    assert got["model.safetensors"] is not fetched["model.safetensors"].data
+    assert bytes(got["model.safetensors"]) == bytes(winner["model.safetensors"].open().read())
+
+
+def test_a_prefetched_file_the_manifest_does_not_vouch_for_is_downloaded(
+    ckpts: CheckpointStore,
+) -> None:
+    sizes = {"model.safetensors": 32 * 30_000}
+    files = _payloads(3, sizes)
+    ckpts.write(1, 1, None, payloads=files)
+    key = ckpts.file_key(1, "model.safetensors")
+    true = ckpts.read_manifest(1).file("model.safetensors").sha256
+    wrong = PrefetchedFile(key, sizes["model.safetensors"], "0" * 64, memoryview(bytearray(8)))
+    elsewhere = PrefetchedFile(key + ".other", sizes["model.safetensors"], true, wrong.data)
+    for early in (wrong, elsewhere):
+        _, got = ckpts.read_files(1, prefetched={"model.safetensors": early})
+        assert got["model.safetensors"] is not early.data
+        assert bytes(got["model.safetensors"]) == bytes(files["model.safetensors"].open().read())

@@ -85,3 +85,31 @@ def test_only_verified_versions_are_loaded(stack: StackSettings, unique: str, tm
         assert engine.model_version == 3
         name = next(iter(before))
         assert torch.allclose(engine.state_dict()[name], before[name] + 0.03)
+
+
+def test_the_version_after_a_loaded_one_is_fetched_while_it_is_written(
+    stack: StackSettings, unique: str, tmp_path: Path
+):
+    topics = TopicNames.for_run("rft-it", unique)
+    ensure_topics(stack.kafka, topics)
+    engine = create_rollout_engine("hf", RolloutEngineConfig(model=ModelSpec("tiny")))
+    base = {k: v.clone() for k, v in engine.state_dict().items()}
+    store = CheckpointStore(S3ObjectStore(stack.object_store, bucket="rft-it"), "rft-it", unique)
+    with WeightFollower(stack.kafka, topics.weights, unique, store) as follower:
+        store.write(1, 1, perturbed_checkpoint(engine, tmp_path / "v1", 0.01))
+        announce(stack, topics.weights, store, 1)
+        assert follower.wait_for(1, timeout_s=30) == 1
+        assert follower.load_newest(engine)
+        assert follower.prefetched_files == 0  # the first version has no kept buffer to land in
+        # v2 is written after v1 was loaded: the follower watches for it meanwhile
+        for version in (2, 3):
+            ahead = perturbed_checkpoint(engine, tmp_path / f"v{version}", 0.01)
+            store.write(version, version, ahead)
+            announce(stack, topics.weights, store, version)
+            assert follower.wait_for(version, timeout_s=30) == version
+            assert follower.load_newest(engine)
+            assert engine.model_version == version
+            # the one weights file came from the prefetch, and is the version's own
+            assert follower.prefetched_files == version - 1
+            name = next(iter(base))
+            assert torch.allclose(engine.state_dict()[name], base[name] + 0.01 * version)
