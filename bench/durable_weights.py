@@ -99,7 +99,16 @@ def worker(args: argparse.Namespace) -> None:
     objects = open_object_store(uri)
     objects.ensure_bucket()
     checkpoints = CheckpointStore(objects, "bench", run)
-    checkpointer = TrainerCheckpointer(checkpoints, save_interval=1_000_000)
+    # a version cut in other shards than the checkout's (more files: more of them land, and
+    # can be fetched, before the last one is up)
+    cut: dict[str, Any] = {}
+    if args.shard_mib:
+        cut["shard_bytes"] = args.shard_mib << 20
+    if args.max_shards:
+        import rft.engines.weights
+
+        rft.engines.weights._MAX_SHARDS = args.max_shards  # read at each cut
+    checkpointer = TrainerCheckpointer(checkpoints, save_interval=1_000_000, **cut)
     # before: the follower downloaded into a work directory; after: into memory
     takes = inspect.signature(load_version).parameters
     load_args: list[Any] = [scratch / "explorer"] if "workdir" in takes else []
@@ -123,8 +132,15 @@ def worker(args: argparse.Namespace) -> None:
             marks.clear()
             # begun once the last version is loaded, as the follower does (before the clock)
             prefetch = None
+            asked: list[float] = []  # when the prefetch found each file landed
+
+            def kept(name: str, size: int, seen: list[float] = asked) -> Any:
+                seen.append(time.perf_counter())
+                buffers = load_args[-1]
+                return buffers.kept(name, size)
+
             if prefetch_class is not None and not with_state:
-                prefetch = prefetch_class(checkpoints, version, load_args[0].kept)
+                prefetch = prefetch_class(checkpoints, version, kept)
             started = time.perf_counter()
             manifest = checkpointer.write(trainer, version, version - 1, OFFSETS, final=with_state)
             published = time.perf_counter()
@@ -134,7 +150,7 @@ def worker(args: argparse.Namespace) -> None:
             state_durable = time.perf_counter()
             if not with_state:
                 early = [] if prefetch is None else [prefetch.stop()]
-                load_version(explorer, checkpoints, version, *load_args, *early)
+                taken = load_version(explorer, checkpoints, version, *load_args, *early)
             loaded = time.perf_counter()
             if version == 1:
                 continue  # warm-up: lazy imports, the allocator, the store's connections
@@ -152,6 +168,9 @@ def worker(args: argparse.Namespace) -> None:
             else:
                 row["published"] = published - started
                 row["loaded"] = loaded - started
+                if prefetch is not None:
+                    row["prefetched"] = taken  # files taken from the prefetch
+                    row["first_landed"] = min(asked, default=loaded) - started
                 # where `loaded` went: the phases' ends, from the same start
                 for phase, at in marks.items():
                     row[phase] = at - started
@@ -250,6 +269,7 @@ def driver(args: argparse.Namespace) -> None:
                         [sys.executable, str(Path(__file__).resolve()), "--root", str(root)]
                         + ["--model", model, "--store", store, "--versions", str(args.versions)]
                         + ["--threads", str(args.threads), "--raw-files", str(args.raw_files)]
+                        + ["--shard-mib", str(args.shard_mib), "--max-shards", str(args.max_shards)]
                         + ["--device", args.device, "--dtype", args.dtype],
                         cwd=root,
                         # the checkout first; what the environment adds (a GPU machine's wheels)
@@ -268,7 +288,15 @@ def driver(args: argparse.Namespace) -> None:
                     got = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
                     rows.setdefault((model, store, root), []).extend(got)
                     ratios = " / ".join(
-                        f"{r['loaded'] / _ceiling(r):.2f}" for r in got if not r["state"]
+                        f"{r['loaded'] / _ceiling(r):.2f}"
+                        + (
+                            f" ({r['prefetched']} files prefetched, the first seen at "
+                            f"{r['first_landed']:.2f} s)"
+                            if "prefetched" in r
+                            else ""
+                        )
+                        for r in got
+                        if not r["state"]
                     )
                     name = label.get(str(root), root.name)
                     print(
@@ -350,6 +378,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
         "--raw-files", type=int, default=8, help="the parallel raw copy's number of files"
+    )
+    parser.add_argument(
+        "--shard-mib",
+        type=int,
+        default=0,
+        help="the trainer's weight shard size in MiB (0: the checkout's own)",
+    )
+    parser.add_argument(
+        "--max-shards", type=int, default=0, help="at most this many shards (0: the checkout's)"
     )
     parser.add_argument("--device", default="cpu", help="trainer's and explorer's (cuda on a GPU)")
     parser.add_argument("--dtype", default="float32", help="of both engines' weights")

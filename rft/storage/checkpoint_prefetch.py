@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 #: Seconds between listings once the version's first file has landed (its others follow within
 #: the upload), and while none has (the writer may be training for minutes: fewer requests).
 POLL_S = 0.02
-IDLE_POLL_S = 0.2
+IDLE_POLL_S = 0.05
 
 #: How many files download at once (as many as a writer puts up at once).
 PREFETCH_THREADS = 8

@@ -101,14 +101,20 @@ def test_the_version_after_a_loaded_one_is_fetched_while_it_is_written(
         assert follower.wait_for(1, timeout_s=30) == 1
         assert follower.load_newest(engine)
         assert follower.prefetched_files == 0  # the first version has no kept buffer to land in
+        held = {k: v.clone() for k, v in engine.state_dict().items()}
         # v2 is written after v1 was loaded: the follower watches for it meanwhile
         for version in (2, 3):
             ahead = perturbed_checkpoint(engine, tmp_path / f"v{version}", 0.01)
             store.write(version, version, ahead)
             announce(stack, topics.weights, store, version)
             assert follower.wait_for(version, timeout_s=30) == version
+            # the prefetch filled the kept buffers meanwhile; the engine copied the last
+            # version out of them, so it still serves that one, unchanged
+            serving = engine.state_dict()
+            assert all(torch.equal(serving[k], held[k]) for k in held)
             assert follower.load_newest(engine)
             assert engine.model_version == version
+            held = {k: v.clone() for k, v in engine.state_dict().items()}
             # the one weights file came from the prefetch, and is the version's own
             assert follower.prefetched_files == version - 1
             name = next(iter(base))
