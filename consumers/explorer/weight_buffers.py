@@ -9,9 +9,9 @@ its own staging copy first. The cost is one version's weights held on the host f
 explorer's life (pinned on a GPU host).
 
 A buffer is filled again only by the next version's download (or its prefetch, which begins once
-the last version is loaded), after the engine's `load_state_dict` returned (engines copy what it gets: RolloutEngine's contract). Only full-weight
-files are kept; an adapter version's files, which an engine may hold on to, and anything else
-land in buffers of their own.
+the last version is loaded), after the engine's `load_state_dict` returned (engines copy what it
+gets: RolloutEngine's contract). Only full-weight files are kept; an adapter version's files,
+which an engine may hold on to, and anything else land in buffers of their own.
 """
 
 from __future__ import annotations
@@ -46,24 +46,24 @@ class WeightBuffers:
             return None
         if "/" in entry.name:  # a trainer's own files (its state, master weights): not served
             return None
-        key = (entry.name, entry.size)
-        with self._lock:
-            buffer = self._held.get(key)
-            if buffer is None:
-                buffer = self._held[key] = self._allocate(entry.size)
-            self._used.add(key)
-        return memoryview(cast(Any, buffer.numpy()))
+        return self._take((entry.name, entry.size), allocate=True)
 
     def kept(self, name: str, size: int) -> memoryview | None:
         """The buffer kept for weight file `name` of `size` bytes, if there is one (never a new
         one): where a prefetch of the next version lands (rft.storage.checkpoint_prefetch), so
         a version the last one did not prepare for (the first, an adapter's) is not
         prefetched."""
-        key = (name, size)
+        return self._take((name, size), allocate=False)
+
+    def _take(self, key: tuple[str, int], allocate: bool) -> memoryview | None:
+        """The buffer held for `key` (a new one if there is none and `allocate`), marked as used
+        by this version."""
         with self._lock:
             buffer = self._held.get(key)
             if buffer is None:
-                return None
+                if not allocate:
+                    return None
+                buffer = self._held[key] = self._allocate(key[1])
             self._used.add(key)
         return memoryview(cast(Any, buffer.numpy()))
 

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rft.errors import StorageError
 from rft.storage.checkpoint_manifest import MANIFEST_NAME
-from rft.storage.checkpoint_store import CheckpointStore, PrefetchedFile
+from rft.storage.checkpoint_store import TRANSFER_THREADS, CheckpointStore, PrefetchedFile
 from rft.storage.payload import Sha256Sink
 
 log = logging.getLogger(__name__)
@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 #: the upload), and while none has (the writer may be training for minutes: fewer requests).
 POLL_S = 0.02
 IDLE_POLL_S = 0.05
-
-#: How many files download at once (as many as a writer puts up at once).
-PREFETCH_THREADS = 8
 
 #: Where a prefetched file lands: a buffer of exactly `size` bytes for `name`, or None to leave
 #: the file to the reader's own download.
@@ -54,7 +51,8 @@ class VersionPrefetch:
         self._files: dict[str, PrefetchedFile] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._pool = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="checkpoint-prefetch")
+        # as many downloads at once as a writer has uploads
+        self._pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="checkpoint-prefetch")
         self._thread = threading.Thread(
             target=self._watch, name=f"checkpoint-prefetch-v{version}", daemon=True
         )
