@@ -8,8 +8,8 @@ explorer side's `load_version` (rft.consumers.explorer.weight_follower) fetches 
 every file and loads it into a running hf rollout engine (into the download buffers the explorer
 keeps from one version to the next, pinned for an engine on a GPU, where the checkout has them;
 and, where it has one, with the prefetch that fetches a version's files while they are put up,
-begun before the publish as the follower begins it once the last version is loaded). Timed per version from the start of
-the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
+begun before the publish as the follower begins it once the last version is loaded). Timed per
+version from the start of the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
 ceiling, measured in the same process right after each version: the version's weights bytes
 through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
 as `--raw-files` pieces moved at once, each piece going down as soon as it is up; the ratio is
@@ -121,6 +121,12 @@ def worker(args: argparse.Namespace) -> None:
     prefetch_class: Any = None
     if "prefetched" in takes:
         from rft.storage.checkpoint_prefetch import VersionPrefetch as prefetch_class
+    asked: list[float] = []  # when the prefetch found each file of the version landed
+
+    def kept(name: str, size: int) -> Any:
+        asked.append(time.perf_counter())
+        return load_args[-1].kept(name, size)
+
     marks = _phase_marks(trainer, checkpoints)
     try:
         for version in range(1, 2 * args.versions + 2):
@@ -132,13 +138,7 @@ def worker(args: argparse.Namespace) -> None:
             marks.clear()
             # begun once the last version is loaded, as the follower does (before the clock)
             prefetch = None
-            asked: list[float] = []  # when the prefetch found each file landed
-
-            def kept(name: str, size: int, seen: list[float] = asked) -> Any:
-                seen.append(time.perf_counter())
-                buffers = load_args[-1]
-                return buffers.kept(name, size)
-
+            asked.clear()
             if prefetch_class is not None and not with_state:
                 prefetch = prefetch_class(checkpoints, version, kept)
             started = time.perf_counter()
