@@ -232,7 +232,11 @@ case "$stage" in
   chain-tail)
     sleep "${WAIT_S:-0}"
     tail -n "${LINES:-8}" "$home/chain.txt"
-    [ "$out" = "$home/chain-out" ] || cp -r "$home/chain-out/." "$out/" 2>/dev/null || true ;;
+    # one archive, not the files: a call brings back at most 8 files, and a loop leaves 6
+    # (the eleventh and thirteenth leases lost files past the 8th); chain.txt too, which alone
+    # holds each version's take, publish and retention lines
+    [ "$out" = "$home/chain-out" ] \
+      || tar -czf "$out/chain-out.tar.gz" -C "$home" chain.txt chain-out 2>/dev/null || true ;;
   dpo)
     stamp=$(date +%H%M%S); src=dposrc-$stamp; dpo=dpo-$stamp
     STEPS=${SRC_STEPS:-4} loop hf "$src" --override explorer.eval_interval=1000 > "$out/dpo-source.log" 2>&1
