@@ -1,8 +1,10 @@
 """Object store on the local filesystem: one file per key under a root directory.
 
 Writes go to a hidden temp file in the target directory and are renamed into place, so a crash
-never leaves a half-written object under its real name. Used for tests, single-machine runs and
-as the `file://` backend.
+never leaves a half-written object under its real name. A put returns once the file and the
+names leading to it are on the disk (the file, then each directory that gained an entry), so a
+version announced after its manifest's put keeps that manifest through a power loss. Used for
+tests, single-machine runs and as the `file://` backend.
 """
 
 from __future__ import annotations
@@ -40,6 +42,24 @@ _PIECE = 8 << 20
 # writer on the disk is throttled until they drain. A version's weights written beside a
 # training state then took as long as the state (rft.storage.upload_priority).
 SYNC_EVERY = 64 << 20
+
+
+def _missing_dirs(directory: Path, root: Path) -> list[Path]:
+    """The directories from `directory` up to (not including) `root` that do not exist yet,
+    outermost first: the ones a put will create, whose names live in their parents."""
+    missing: list[Path] = []
+    while directory != root and root in directory.parents and not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    return missing[::-1]
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class LocalObjectStore(ObjectStore):
@@ -85,6 +105,7 @@ class LocalObjectStore(ObjectStore):
         tmp = path.with_name(f"{_TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}")
         written = unsynced = 0
         try:
+            created = _missing_dirs(path.parent, self.root)
             path.parent.mkdir(parents=True, exist_ok=True)
             with tmp.open("wb") as out:
                 while written < length:
@@ -114,6 +135,10 @@ class LocalObjectStore(ObjectStore):
                     ) from exc
             else:
                 os.replace(tmp, path)
+            # A rename or a new directory is an entry in its parent, on the disk only once the
+            # parent is synced: without this a power loss could drop a name the put returned.
+            for directory in dict.fromkeys([*(d.parent for d in created), path.parent]):
+                _sync_dir(directory)
         except OSError as exc:
             raise StorageError(f"cannot write {self.uri(key)} at {path}: {exc}") from exc
         finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import tempfile
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rft.errors import StorageError
+from rft.storage import local_object_store
 from rft.storage.object_store import LocalObjectStore, ObjectNotFoundError
 from rft.storage.object_store_base import CHUNK_SIZE, validate_key
 
@@ -125,3 +127,32 @@ def test_uri_names_the_file(tmp_path: Path) -> None:
     store = LocalObjectStore(tmp_path)
     assert store.uri("a/b") == f"{tmp_path.as_uri()}/a/b"
     assert store.uri("a/") == f"{tmp_path.as_uri()}/a/"
+
+
+def test_a_put_syncs_the_file_then_each_directory_that_gained_a_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What reaches the disk cannot be checked without pulling the power, so this records what
+    the real fsync calls were made on, in order: the file's bytes first, then the parents of
+    every directory the put created and the directory of the object itself, once the object's
+    name is in place (a name not yet synced into its parent can vanish in a power loss)."""
+    synced: list[tuple[str, bool]] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        path = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        synced.append((str(path.relative_to(tmp_path)), (tmp_path / "v1/files/a.bin").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(local_object_store.os, "fsync", recording_fsync)
+    store = LocalObjectStore(tmp_path)
+    store.put_bytes("v1/files/a.bin", b"weights")
+
+    file_syncs = [name for name, _ in synced if name.startswith("v1/files/.tmp-a.bin.")]
+    assert len(file_syncs) == 1 and synced[0][0] == file_syncs[0]
+    assert synced[0][1] is False  # the bytes are synced before the name exists
+    assert synced[1:] == [(".", True), ("v1", True), ("v1/files", True)]
+
+    synced.clear()
+    store.put_bytes("v1/files/b.bin", b"more")
+    assert [name for name, _ in synced[1:]] == ["v1/files"]  # no new directory this time
