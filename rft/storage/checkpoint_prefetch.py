@@ -3,7 +3,8 @@
 A version's files reach the store before its manifest, the commit point. A reader that starts
 its download at the manifest moves the bytes after the writer, not beside it, and pays the whole
 download again on top of the upload. A prefetch watches the directory of the version being
-written instead: it lists it (both backends list an object only once it is whole), downloads
+written instead: it lists it (both backends list an object only once all its bytes are there;
+the local store names a file before its disk sync ends, S3 once its PUT completes), downloads
 each file that lands into the buffer its reader holds for that name and size (hashing as the
 bytes arrive), and stops watching once the manifest is there.
 

@@ -2,7 +2,7 @@
 
 Writes go to a hidden temp file in the target directory and are renamed into place, so a crash
 never leaves a half-written object under its real name. A put returns once the file and the
-names leading to it are on the disk (the file, then each directory that gained an entry), so a
+names leading to it are on the disk (the file and each directory that gained an entry), so a
 version announced after its manifest's put keeps that manifest through a power loss. Used for
 tests, single-machine runs and as the `file://` backend.
 """
@@ -100,10 +100,21 @@ class LocalObjectStore(ObjectStore):
     ) -> ObjectInfo:
         """Write to a temp file, then move it into place: `os.replace` overwrites; `os.link`
         (exclusive) fails if the name exists, the same O_EXCL guarantee, and the object still
-        appears whole."""
+        appears whole.
+
+        The two differ in when the bytes are synced. An exclusive create is how rft commits (a
+        checkpoint's manifest, a stage's record): it is synced before its name exists, so whoever
+        sees the name sees it durable. Any other object is named as soon as its bytes are all
+        written and synced after, before the put returns: a checkpoint's files are trusted only
+        against the sha256 their manifest records, and the explorer's prefetch
+        (rft.storage.checkpoint_prefetch) can read and hash them while the disk takes them,
+        which at SmolLM2's size is most of the upload. A power loss in that window can leave a
+        named file short; it belongs to a version with no manifest, void, and is never read
+        against one."""
         path = self._path(key)
         tmp = path.with_name(f"{_TEMP_PREFIX}{path.name}.{secrets.token_hex(4)}")
         written = unsynced = 0
+        named = False
         try:
             created = _missing_dirs(path.parent, self.root)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,26 +131,30 @@ class LocalObjectStore(ObjectStore):
                         os.fdatasync(out.fileno())
                         unsynced = 0
                 out.flush()
-                # fsync before the rename: a power loss must not leave a renamed-but-empty file
-                os.fsync(out.fileno())
-            if written != length:
-                raise StorageError(
-                    f"upload of {self.uri(key)}: stream ended after {written} of {length} bytes"
-                )
-            if exclusive:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError as exc:
-                    raise ObjectExistsError(
-                        f"{self.uri(key)} already exists (file {path})"
-                    ) from exc
-            else:
-                os.replace(tmp, path)
+                if written != length:
+                    raise StorageError(
+                        f"upload of {self.uri(key)}: stream ended after {written} of {length} bytes"
+                    )
+                if exclusive:
+                    os.fsync(out.fileno())
+                    try:
+                        os.link(tmp, path)
+                    except FileExistsError as exc:
+                        raise ObjectExistsError(
+                            f"{self.uri(key)} already exists (file {path})"
+                        ) from exc
+                else:
+                    os.replace(tmp, path)
+                    named = True
+                    os.fsync(out.fileno())
             # A rename or a new directory is an entry in its parent, on the disk only once the
             # parent is synced: without this a power loss could drop a name the put returned.
             for directory in dict.fromkeys([*(d.parent for d in created), path.parent]):
                 _sync_dir(directory)
         except OSError as exc:
+            if named:  # named but not durable: no failed put leaves an object behind
+                with contextlib.suppress(OSError):
+                    path.unlink()
             raise StorageError(f"cannot write {self.uri(key)} at {path}: {exc}") from exc
         finally:
             with contextlib.suppress(OSError):

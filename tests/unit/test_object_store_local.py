@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tempfile
@@ -129,30 +130,51 @@ def test_uri_names_the_file(tmp_path: Path) -> None:
     assert store.uri("a/") == f"{tmp_path.as_uri()}/a/"
 
 
-def test_a_put_syncs_the_file_then_each_directory_that_gained_a_name(
+def test_a_put_syncs_its_bytes_and_each_directory_that_gained_a_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What reaches the disk cannot be checked without pulling the power, so this records what
-    the real fsync calls were made on, in order: the file's bytes first, then the parents of
-    every directory the put created and the directory of the object itself, once the object's
-    name is in place (a name not yet synced into its parent can vanish in a power loss)."""
+    the real fsync calls were made on, in order, and whether the object had its name then. An
+    exclusive create (a commit point) is synced before its name exists; any other object is
+    named once its bytes are written and synced after. Either way the put returns only after the
+    bytes, the parents of every directory it created and the object's own directory are synced
+    (a name not yet synced into its parent can vanish in a power loss)."""
     synced: list[tuple[str, bool]] = []
     real_fsync = os.fsync
+    watched = tmp_path / "v1/files/a.bin"
 
     def recording_fsync(fd: int) -> None:
         path = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        synced.append((str(path.relative_to(tmp_path)), (tmp_path / "v1/files/a.bin").exists()))
+        synced.append((str(path.relative_to(tmp_path)), watched.exists()))
         real_fsync(fd)
 
     monkeypatch.setattr(local_object_store.os, "fsync", recording_fsync)
     store = LocalObjectStore(tmp_path)
-    store.put_bytes("v1/files/a.bin", b"weights")
 
-    file_syncs = [name for name, _ in synced if name.startswith("v1/files/.tmp-a.bin.")]
-    assert len(file_syncs) == 1 and synced[0][0] == file_syncs[0]
-    assert synced[0][1] is False  # the bytes are synced before the name exists
+    store.put_bytes_if_absent("v1/files/a.bin", b"manifest")
+    assert synced[0][0].startswith("v1/files/.tmp-a.bin.") and synced[0][1] is False
     assert synced[1:] == [(".", True), ("v1", True), ("v1/files", True)]
 
     synced.clear()
-    store.put_bytes("v1/files/b.bin", b"more")
-    assert [name for name, _ in synced[1:]] == ["v1/files"]  # no new directory this time
+    watched.unlink()
+    store.put_bytes("v1/files/a.bin", b"weights")
+    assert synced == [("v1/files/a.bin", True), ("v1/files", True)]  # no new directory now
+    assert store.get_bytes("v1/files/a.bin") == b"weights"
+
+
+def test_a_put_that_fails_to_sync_leaves_no_object(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A named object whose bytes could not be synced is taken away again: a put that raised
+    leaves nothing under the key. The disk's failure is stood in for by the error it gives."""
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    store = LocalObjectStore(tmp_path)
+    monkeypatch.setattr(local_object_store.os, "fsync", failing_fsync)
+    with pytest.raises(StorageError, match="cannot write"):
+        store.put_bytes("v1/a.bin", b"weights")
+    monkeypatch.undo()
+    assert store.list("") == []
+    assert [p.name for p in (tmp_path / "v1").iterdir()] == []
