@@ -232,7 +232,7 @@ case "$stage" in
   chain-tail)
     sleep "${WAIT_S:-0}"
     tail -n "${LINES:-8}" "$home/chain.txt"
-    # one archive, not the files: a call brings back at most 8 files, and a loop leaves 6
+    # one archive, not the files: a call brings back at most 8 files, and a loop leaves 5 or more
     # (the eleventh and thirteenth leases lost files past the 8th); chain.txt too, which alone
     # holds each version's take, publish and retention lines
     [ "$out" = "$home/chain-out" ] \

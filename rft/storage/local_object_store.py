@@ -2,10 +2,10 @@
 
 Writes go to a hidden temp file in the target directory and are renamed into place, so a process
 that dies mid-write never leaves a half-written object under its real name (what a power loss
-can leave is in `_write`). A put returns once the file and the
-names leading to it are on the disk (the file and each directory that gained an entry), so a
-version announced after its manifest's put keeps that manifest through a power loss. Used for
-tests, single-machine runs and as the `file://` backend.
+can leave is in `_write`). A put returns once the file and the names leading to it are on the
+disk (the file and each directory that gained an entry), so a version announced after its
+manifest's put keeps that manifest through a power loss. Used for tests, single-machine runs
+and as the `file://` backend.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """infra/gpu/measure.sh's `chain` and `chain-tail`, run here with a stand-in for the GPU machine's
 env.sh: a chain's stages outlive the call that starts them, and `chain-tail` brings back every
 file they wrote plus the chain's own text in one archive, because a device call returns at most
-8 files and one `scale-loop` stage alone leaves 6."""
+8 files and one `scale-loop` stage alone leaves 5 or more."""
 
 from __future__ import annotations
 
