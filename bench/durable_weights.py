@@ -9,13 +9,13 @@ every file and loads it into a running hf rollout engine (into the download buff
 keeps from one version to the next, pinned for an engine on a GPU, where the checkout has them;
 and, where it has one, with the prefetch that fetches a version's files while they are put up,
 begun before the publish as the follower begins it once the last version is loaded). Timed per
-version from the start of the publish: `published` (the manifest exists: announceable), `loaded` (in the engine). The
-ceiling, measured in the same process right after each version: the version's weights bytes
-through the same store without rft, `put_file` + `get_file` (a file to a file), as one file and
-as `--raw-files` pieces moved at once, each piece going down as soon as it is up; the ratio is
-against the faster of the two. Beside it the same pieces all up, then all down: the shape of a
-version, whose readers can start only after its last file (the manifest commits them all). A version that
-carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
+version from the start of the publish: `published` (the manifest exists: announceable),
+`loaded` (in the engine). The ceiling, measured in the same process right after each version:
+the version's weights bytes through the same store without rft, `put_file` + `get_file` (a
+file to a file), as one file and as `--raw-files` pieces moved at once, each piece going down
+as soon as its put returns; the ratio is against the faster of the two. Beside it the same
+pieces all up, then all down: the shape of a version, whose readers can start only after its
+last file (the manifest commits them all). A version that carries the training state (AdamW moments, as `trainer.save_interval` makes due) is timed too:
 until its weights are announceable, and until its training state is durable as well.
 
 Models: `smollm2` (SmolLM2-135M-Instruct, float32, 538 MB of weights), `synthetic-1g`
