@@ -266,6 +266,8 @@ class TopicExpertSource:
 
 
 EXPERT_SOURCES.add("queue", TopicExpertSource)
+# a tool task's oracle, played through its workflow (rft.workflows imports this module)
+EXPERT_SOURCES.lazy("oracle", "rft.workflows.demonstrations:OracleDemonstrations")
 
 
 def open_expert_sources(

@@ -760,7 +760,8 @@ class AuxiliaryBufferConfig:
 
     storage_type `file`: `path` is a JSONL / JSON / Parquet / Arrow file or a local Hugging Face
     dataset directory (with `split` / `subset_name`), its columns named by `format`. `kafka`
-    (alias `queue`): `path` is a topic of Experience events.
+    (alias `queue`): `path` is a topic of Experience events. `oracle`: `path` names a tool task's
+    workflow, whose oracle plays train seeds through it (rft.workflows.demonstrations).
     """
 
     path: str = field(
@@ -776,9 +777,9 @@ class AuxiliaryBufferConfig:
         acts_in=_EXPERT,
         shown_by="tests/unit/test_mix_sampler.py",
     )
-    storage_type: Literal["file", "kafka", "queue"] = key(
+    storage_type: Literal["file", "kafka", "queue", "oracle"] = key(
         "file",
-        does="EXPERT_SOURCES: file (dataset rows) or kafka/queue (Experience events)",
+        does="EXPERT_SOURCES: file (dataset rows), kafka/queue (Experience events) or oracle (a tool task's demonstrations)",
         acts_in=_EXPERT,
         shown_by="tests/unit/test_mix_sampler.py",
     )

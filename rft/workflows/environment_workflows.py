@@ -4,6 +4,8 @@ A task's payload holds its `seed` (the environment instance; every rollout of th
 same one, so a group compares like with like); the taskset generators of the same names
 (`rft.producers.generators.environment_tasks`) make train and held-out eval tasks from the seed
 splits. The reward is the sum of the environment's step rewards (the task's reward fn is not used).
+`register_environment(name, factory)` adds an environment and the workflow that plays it at once
+(`rft.producers.generators.environment_tasks.environment` also adds its taskset generator).
 
 `workflow_args` (checked against `workflow_args_signature` when the config loads): the
 environment's own settings (e.g. frozen_lake's `size`), `max_turns` (the environment's budget and
@@ -32,6 +34,7 @@ from rft.workflows.multi_turn import (
     positive,
 )
 from rft.workflows.offered_tools import TOOL_PARAMS, offer_tools, tools_column_problem
+from rft.workflows.registry import WORKFLOWS
 from rft.workflows.workflow import Message, format_object
 
 SEED_KEY = "seed"
@@ -97,6 +100,17 @@ class EnvironmentWorkflow(MultiTurnWorkflow):
         if self.offers_tools:
             offer_tools(episode, task, args, env.tools)
         return episode
+
+
+def register_environment(name: str, factory: Callable[..., Environment]) -> None:
+    """Register `factory` (an environment class, its keyword arguments its settings) as
+    environment `name` and the workflow `name` that plays it."""
+    ENVIRONMENTS.add(name, factory)
+    title = getattr(factory, "__name__", name)
+    module = getattr(factory, "__module__", __name__)
+    played = type(f"{title}Workflow", (EnvironmentWorkflow,), {"environment": name})
+    played.__module__ = module
+    WORKFLOWS.add(name, played)
 
 
 class FrozenLakeWorkflow(EnvironmentWorkflow):

@@ -11,17 +11,26 @@ import torch
 
 from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.policy_losses import POLICY_LOSS_FN
+from rft.buffer.expert_source import ExpertContext
 from rft.buffer.group_sampler import SamplerSetup
 from rft.buffer.sample_strategy import SAMPLE_STRATEGIES, build_sampler
 from rft.catalog import load_config
+from rft.config.schema import AuxiliaryBufferConfig, FormatConfig
 from rft.consumers.metrics.sinks import METRIC_SINKS, SinkContext
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineConfig, SamplingParams
 from rft.engines.trainer import TRAINER_ENGINES, TorchTrainerConfig, TrainBatch, TrainerPlacement
+from rft.environments import ENVIRONMENTS, EVAL_SEED_START
 from rft.errors import ConfigError
 from rft.events.models import Metric, Task
+from rft.producers.generators import TASK_GENERATORS
 from rft.registry import Registry
 from rft.rewards.registry import REWARD_FUNCTIONS
+from rft.tools import TOOLS, ToolCall, ToolExecutor
+from rft.tools.chat_templates import tool_chat_template
+from rft.tracing.setup import SPAN_EXPORTERS, configure_tracing
+from rft.workflows.demonstrations import OracleDemonstrations
+from rft.workflows.model_handle import DirectModelHandle
 from rft.workflows.registry import WORKFLOWS
 from tests.unit.config_samples import MINIMAL
 
@@ -36,6 +45,10 @@ REGISTRIES: tuple[Registry, ...] = (
     ROLLOUT_ENGINES,
     TRAINER_ENGINES,
     METRIC_SINKS,
+    ENVIRONMENTS,
+    TASK_GENERATORS,
+    TOOLS,
+    SPAN_EXPORTERS,
 )
 
 
@@ -70,12 +83,31 @@ def test_the_page_shows_one_template_per_part() -> None:
             "rollout_engine",
             "trainer_engine",
             "metric_sink",
+            "environment",
+            "tool_task",
+            "tool",
+            "trace_exporter",
         ]
     )
 
 
-def _task(payload: dict[str, object]) -> Task:
-    return Task(task_id="t:0:0", taskset="t", epoch=0, index=0, payload=payload)
+def _task(
+    payload: dict[str, object], workflow: str = "", fmt: dict[str, str] | None = None
+) -> Task:
+    return Task(
+        task_id="t:0:0",
+        taskset="t",
+        epoch=0,
+        index=0,
+        payload=payload,
+        workflow=workflow,
+        format=fmt or {},
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_engine():  # type: ignore[no-untyped-def]
+    return ROLLOUT_ENGINES.get("hf")(RolloutEngineConfig(model=ModelSpec("tiny")))
 
 
 def test_workflow_template(tmp_path: Path) -> None:
@@ -205,3 +237,133 @@ def test_metric_sink_template(tmp_path: Path) -> None:
     sink.close()
     rows = (tmp_path / "monitor" / "metrics.csv").read_text(encoding="utf-8").splitlines()
     assert rows == ["trainer,2,9,loss,0.5"]
+
+
+TASKSET = "buffer.explorer_input.taskset"
+
+
+def test_environment_template(tmp_path: Path, tiny_engine) -> None:  # type: ignore[no-untyped-def]
+    chosen = (f"{TASKSET}.path=spell_backwards", f"{TASKSET}.default_workflow_type=spell_backwards")
+    load_with(tmp_path, "environment", *chosen, f"{TASKSET}.workflow_args.rounds=2")
+    with pytest.raises(ConfigError, match="round"):  # its settings are checked at load
+        load_with(tmp_path, "environment", *chosen, f"{TASKSET}.workflow_args.round=2")
+    env = ENVIRONMENTS.get("spell_backwards")(rounds=2)
+    first = env.reset(7)
+    assert env.reset(7) == first  # a seed names one instance
+    word = first.rsplit(" ", 1)[1]
+    right = env.step(word[::-1])
+    assert (right.reward, right.done) == (0.5, False) and "next word" in right.observation
+    wrong = env.step("no")
+    assert (wrong.reward, wrong.done) == (0.0, True)
+    rows = TASK_GENERATORS.get("spell_backwards")(split="eval", num_tasks=3).rows
+    assert [r["seed"] for r in rows] == [EVAL_SEED_START + i for i in range(3)]
+    # one episode played by the workflow of the same name against a tiny random model
+    workflow = WORKFLOWS.get("spell_backwards")()
+    task = _task(rows[0], "spell_backwards", {"workflow_args": '{"rounds": 2}'})
+    params = SamplingParams(max_tokens=4, seed=1)
+    (played,) = workflow.run(task, DirectModelHandle(tiny_engine), params, 0)
+    assert played.metrics["turns"] == 2  # every reply is answered until the rounds run out
+    assert 0.0 <= played.reward <= 1.0
+    assert played.action_mask.any() and not played.action_mask.all()
+
+
+def test_tool_task_template(tmp_path: Path, tiny_engine) -> None:  # type: ignore[no-untyped-def]
+    aux = "buffer.trainer_input.auxiliary_buffers.sft_dataset"
+    load_with(
+        tmp_path,
+        "tool_task",
+        f"{TASKSET}.path=unit_conversion",
+        f"{TASKSET}.default_workflow_type=unit_conversion",
+        f"{TASKSET}.workflow_args.largest=50",
+        "algorithm.sample_strategy=mix",
+        f"{aux}.storage_type=oracle",
+        f"{aux}.path=unit_conversion",
+    )
+    rows = TASK_GENERATORS.get("unit_conversion")(num_tasks=2).rows
+    template = tool_chat_template("smollm2_tools")
+    fmt = {"chat_template": template}
+    with_tools = WORKFLOWS.get("unit_conversion")().episode(
+        _task(rows[0], "unit_conversion", fmt), 0
+    )
+    baseline = WORKFLOWS.get("unit_conversion_no_tools")()
+    without = baseline.episode(_task(rows[0], "unit_conversion_no_tools", fmt), 0)
+    assert [t["function"]["name"] for t in with_tools.tools] == ["calculator"]
+    assert (without.tools, without.max_turns) == ([], 1)  # the same problem, no tool offered
+    assert (
+        with_tools.messages[-1]["content"].split("?")[0]
+        == without.messages[-1]["content"].split("?")[0]
+    )
+    # the oracle's demonstrations, rendered and checked by rft through the tool workflow
+    source = OracleDemonstrations(
+        AuxiliaryBufferConfig(
+            path="unit_conversion", name="sft", storage_type="oracle", format=FormatConfig()
+        ),
+        ExpertContext(tiny_engine.tokenizer, 4096, 256, template),  # a byte tokenizer
+    )
+    shown = source.take(2)
+    tok = tiny_engine.tokenizer
+    for row in shown:
+        said = tok.decode(row.response_ids)
+        assert "<tool_call>" in said and "<tool_response>" in said and "Answer: " in said
+        mask = row.action_mask
+        assert mask is not None and mask.any() and not mask.all()  # tool tokens are not learned
+    assert source.state() == {"index": 2}
+    # and one episode against a tiny random model: it answers, or calls badly, and is judged
+    task = _task(rows[1], "unit_conversion", fmt)
+    (played,) = WORKFLOWS.get("unit_conversion")().run(
+        task, DirectModelHandle(tiny_engine), SamplingParams(max_tokens=8, seed=3), 0
+    )
+    assert 1 <= played.metrics["turns"] <= 3 and played.reward in (0.0, 1.0)
+
+
+def test_tool_template(tmp_path: Path) -> None:
+    load_with(
+        tmp_path,
+        "tool",
+        "buffer.explorer_input.default_workflow_type=tool_call_workflow",
+        f"{TASKSET}.workflow_args.tools=[letter_count]",
+    )
+    executor = ToolExecutor.offering(["letter_count"])
+    counted = executor.execute(
+        ToolCall("letter_count", '{"word": "Strawberry", "letter": "r"}', "c")
+    )
+    assert (counted.outcome, counted.content) == ("ok", "3")
+    bad = executor.execute(ToolCall("letter_count", '{"word": "x", "letter": "ab"}', "c"))
+    assert bad.outcome == "tool_error" and "one character" in bad.content
+    schema = TOOLS.get("letter_count").parameters
+    assert schema["required"] == ["word", "letter"]
+    assert schema["properties"]["letter"]["description"] == "One letter"
+    # a workflow that offers tools by workflow_args offers it
+    task = _task(
+        {"prompt": "How many r in strawberry?", "response": "3"},
+        "tool_call_workflow",
+        {"workflow_args": '{"tools": ["letter_count"]}'},
+    )
+    episode = WORKFLOWS.get("tool_call_workflow")().episode(task, 0)
+    assert [t["function"]["name"] for t in episode.tools] == ["letter_count"]
+
+
+def test_trace_exporter_template(tmp_path: Path) -> None:
+    target = tmp_path / "spans.txt"
+    load_with(
+        tmp_path,
+        "trace_exporter",
+        "monitor.trace_exporter=span_names",
+        f"monitor.trace_args.path={target}",
+    )
+    with pytest.raises(ConfigError, match="pth"):
+        load_with(
+            tmp_path,
+            "trace_exporter",
+            "monitor.trace_exporter=span_names",
+            "monitor.trace_args.pth=x",
+        )
+    provider = configure_tracing(
+        "test", "span_names", options={"path": str(target)}, install_global=False
+    )
+    with provider.get_tracer("t").start_as_current_span("explorer.turn"):
+        pass
+    provider.shutdown()
+    (line,) = target.read_text(encoding="utf-8").splitlines()
+    name, took = line.split("\t")
+    assert name == "explorer.turn" and took.endswith(" ms") and float(took[:-3]) >= 0
