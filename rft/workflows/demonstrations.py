@@ -66,7 +66,7 @@ def oracle_turns(env: ToolTaskEnvironment, where: str) -> list[list[Call] | str]
 def _shape(turn: Turn, where: str, index: int) -> list[Call] | str:
     if isinstance(turn, str):
         return turn
-    calls = [turn] if isinstance(turn, Call) else list(turn)
+    calls = [turn] if isinstance(turn, Call) else list(turn) if isinstance(turn, Sequence) else []
     if not calls or not all(isinstance(c, Call) for c in calls):
         raise DemonstrationError(
             f"{where}, turn {index}: a turn is a call(...), a list of them, or the answer text; "
