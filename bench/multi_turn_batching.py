@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
+from rft.engines.model_handle import ModelHandle
 from rft.engines.models import ModelSpec
 from rft.engines.request_batcher import RequestBatcher
 from rft.engines.rollout import Rollout, RolloutEngine, SamplingParams, create_rollout_engine
 from rft.engines.rollout import RolloutEngineConfig as EngineConfig
-from rft.workflows.model_handle import DirectModelHandle, ModelHandle
+from rft.workflows.model_handle import DirectModelHandle
 
 
 class CallCounter(RolloutEngine):

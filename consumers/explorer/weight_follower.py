@@ -37,10 +37,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Status, StatusCode
-
 from rft.config.connections import KafkaSettings
 from rft.consumers.explorer.weight_buffers import WeightBuffers
 from rft.engines.lora import AdapterVersion, is_adapter
@@ -53,6 +49,7 @@ from rft.storage.checkpoint_prefetch import VersionPrefetch
 from rft.storage.checkpoint_store import TRAINER_STATE_DIR, CheckpointStore, PrefetchedFile
 from rft.synchronizer.fast_path import FAST_TOKEN
 from rft.synchronizer.weight_group import WeightGroupMember
+from rft.tracing.otel import Context, Status, StatusCode, trace
 from rft.tracing.spans import LOAD_WEIGHTS, link_to, new_trace
 
 log = logging.getLogger(__name__)

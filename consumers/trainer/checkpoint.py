@@ -56,8 +56,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from opentelemetry import trace
-from opentelemetry.context import Context
 
 from rft.engines.critic import Critic
 from rft.engines.state_files import state_from_files, state_payloads
@@ -84,6 +82,7 @@ from rft.storage.payload import BytesPayload, Payload
 from rft.storage.upload_priority import UploadPriority
 from rft.synchronizer.fast_path import FAST_TOKEN, new_token
 from rft.synchronizer.weight_group import WeightGroupHost
+from rft.tracing.otel import Context, trace
 from rft.tracing.spans import UPLOAD
 
 log = logging.getLogger(__name__)

@@ -61,10 +61,6 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind
-
 from rft.buffer.batch_metrics import batch_metrics
 from rft.buffer.experience_pipeline import ExperiencePipeline
 from rft.buffer.offset_ledger import OffsetLedger, from_ranges, to_ranges
@@ -93,6 +89,7 @@ from rft.producers.status_announcer import StatusAnnouncer, WaitNotice
 from rft.storage.checkpoint_manifest import CheckpointManifest
 from rft.storage.trained_log import trained_log_of
 from rft.synchronizer import SyncStyle
+from rft.tracing.otel import Context, Link, NonRecordingSpan, Span, SpanContext, SpanKind, trace
 from rft.tracing.spans import (
     ANNOUNCE,
     CONSUME,

@@ -35,7 +35,7 @@ from rft.tools.call_parsers import TOOL_CALL_PARSERS
 from rft.tools.calls import MalformedCall, ToolCall
 
 if TYPE_CHECKING:
-    from rft.workflows.model_handle import ModelHandle
+    from rft.engines.model_handle import ModelHandle
 
 _ids = itertools.count()
 _ids_lock = threading.Lock()

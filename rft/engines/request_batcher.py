@@ -356,7 +356,7 @@ def _calls_of(requests: list[_Request], cap: int | None) -> list[list[_Request]]
 
 
 class BatchedModelHandle:
-    """A `rft.workflows.model_handle.ModelHandle` whose requests go through a `RequestBatcher`."""
+    """A `rft.engines.model_handle.ModelHandle` whose requests go through a `RequestBatcher`."""
 
     def __init__(self, batcher: RequestBatcher, deadline: float | None) -> None:
         self._batcher = batcher

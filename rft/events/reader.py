@@ -33,8 +33,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from opentelemetry.context import Context
-
 from rft.config.connections import KafkaSettings
 from rft.errors import DecodeError, FencedError, TransportError
 from rft.events.codec import EventCodec
@@ -50,6 +48,7 @@ from rft.events.transport import (
     retriable_in_outage,
 )
 from rft.stack.outage_window import OutageWindow
+from rft.tracing.otel import Context
 from rft.tracing.propagation import extract_trace_context
 
 log = logging.getLogger(__name__)

@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanKind
-
-if TYPE_CHECKING:
-    from rft.events.models import Task
 
 PUBLISH = "task.publish"
 EXPLORER_STEP = "explorer.step"
@@ -68,8 +65,28 @@ def link_to(context: Context, **attributes: str | int) -> Link | None:
     return Link(span_context, attributes or None)
 
 
+class PublishedTask(Protocol):
+    """What a publish span records of a Task event (`rft.events.models.Task`, which the event
+    plane, above tracing, defines)."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def taskset(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def repeat_times(self) -> int: ...
+    @property
+    def is_eval(self) -> bool: ...
+
+
 @contextmanager
-def publish_span(task: Task, topic: str, tracer: trace.Tracer | None = None) -> Iterator[Span]:
+def publish_span(
+    task: PublishedTask, topic: str, tracer: trace.Tracer | None = None
+) -> Iterator[Span]:
     """The root span of `task`'s trace, current while its Task event is sent (so the event's
     headers carry it)."""
     with (tracer or _tracer).start_as_current_span(

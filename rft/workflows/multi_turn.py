@@ -40,17 +40,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from opentelemetry import trace
 
+from rft.engines.model_handle import Message, ModelHandle
 from rft.engines.prompt_limits import PromptTooLongError
 from rft.errors import ConfigError, TasksetError
 from rft.events.models import Task
 from rft.tools import ToolExecutor
 from rft.tools.call_parsers import ToolCallParser
 from rft.tools.calls import ParsedReply
+from rft.tracing.otel import trace
 from rft.tracing.spans import TOOL_CALL, TURN
 from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
-from rft.workflows.model_handle import Message, ModelHandle
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.turn_ids import environment_ids
 from rft.workflows.workflow import Workflow, format_object

@@ -31,21 +31,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from opentelemetry import context as otel_context
-from opentelemetry.context import Context
-
 from rft.engines.prompt_limits import PromptLimits, PromptTooLongError
 from rft.engines.request_batcher import DEFAULT_WINDOW_S, BatchedModelHandle, RequestBatcher
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.errors import RftError, TasksetError
 from rft.events.models import Task
+from rft.tracing.otel import Context
+from rft.tracing.otel import context as otel_context
 from rft.workflows.deadline import CallTimedOut, WorkflowTimeoutError, call_with_timeout
 from rft.workflows.model_handle import LimitedModelHandle
 from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
 
 if TYPE_CHECKING:
-    from rft.workflows.model_handle import ModelHandle
+    from rft.engines.model_handle import ModelHandle
 
 # (item position, phase, start, end in Unix ns), as `rft.workflows.runner.PhaseRecorder`
 PhaseRecorder = Callable[[int, str, int, int], None]

@@ -25,10 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.trace import Link, Status, StatusCode
-
+from rft.tracing.otel import Context, Link, Status, StatusCode, trace
 from rft.tracing.spans import REWARD, ROLLOUT
 from rft.workflows.multi_turn_runner import drives_model
 from rft.workflows.runner import PreparedTask, WorkflowResult

@@ -33,7 +33,7 @@ from rft.workflows.trajectory import Trajectory
 from rft.workflows.workflow import Workflow
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
+    from rft.tracing.otel import Context
 
 log = logging.getLogger(__name__)
 

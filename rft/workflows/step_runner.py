@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from opentelemetry import trace
-
 from rft.engines.auxiliary_models import AuxiliaryModels
 from rft.engines.prompt_limits import PromptLimits, PromptTooLongError, generation_prompt_len
 from rft.engines.rollout import RolloutEngine, SamplingParams
 from rft.errors import RftError
 from rft.events.models import Task
+from rft.tracing.otel import trace
 from rft.workflows.deadline import (
     WorkflowFailedError,
     WorkflowTimeoutError,

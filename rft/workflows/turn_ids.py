@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rft.engines.model_handle import Message, ModelHandle
 from rft.errors import RftError
-from rft.workflows.model_handle import Message, ModelHandle
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from rft.engines.model_handle import ModelHandle
 from rft.engines.rollout import SamplingParams
 from rft.events.models import Task
 from rft.rewards import REWARD_FUNCTIONS
 from rft.workflows import multi_turn_runner
 from rft.workflows.deadline import WorkflowFailedError, WorkflowTimeoutError
-from rft.workflows.model_handle import ModelHandle
 from rft.workflows.registry import WORKFLOWS
 from rft.workflows.step_runner import StepLimits, run_step
 from rft.workflows.trajectory import Trajectory

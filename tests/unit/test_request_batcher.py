@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bench.multi_turn_batching import CallCounter as CountingEngine
+from rft.engines.model_handle import ModelHandle
 from rft.engines.models import ModelSpec
 from rft.engines.request_batcher import (
     BatchedModelHandle,
@@ -30,7 +31,7 @@ from rft.engines.rollout import (
 )
 from rft.engines.rollout import SamplingParams as SP
 from rft.errors import EngineError
-from rft.workflows.model_handle import DirectModelHandle, ModelHandle
+from rft.workflows.model_handle import DirectModelHandle
 
 GREEDY = SP(temperature=0.0, max_tokens=4)
 # long enough that only "every live instance waits" flushes a wave in these tests: no timing
