@@ -266,7 +266,7 @@ class RunPlan:
         # the engine's entry names the settings it reads (`reads`): explorer.rollout_model keys,
         # and the training taskset's temperature
         settings = {"temperature": taskset.rollout_args.temperature if taskset else 1.0}
-        reads = ROLLOUT_ENGINES.trait(rm.engine_type, "reads", ())
+        reads = ROLLOUT_ENGINES.spec(rm.engine_type).reads
         options: dict[str, Any] = {
             key: settings[key] if key in settings else getattr(rm, key) for key in reads
         }
@@ -291,7 +291,7 @@ class RunPlan:
         specs = []
         for i, aux in enumerate(self.cfg.explorer.auxiliary_models):
             assert aux.name is not None  # filled when the config is loaded
-            reads = ROLLOUT_ENGINES.trait(aux.engine_type, "reads", ())
+            reads = ROLLOUT_ENGINES.spec(aux.engine_type).reads
             options: dict[str, Any] = {
                 key: getattr(aux, key) for key in reads if getattr(aux, key, None) is not None
             }

@@ -94,7 +94,7 @@ def render_dataset(
     source = TasksetConfig(
         name=buffer.name, path=buffer.path, split=buffer.split, subset_name=buffer.subset_name
     )
-    grouped = bool(SFT_ROW_RENDERERS.trait(renderer, "grouped", False))
+    grouped = SFT_ROW_RENDERERS.spec(renderer).grouped
     rendered = RenderedDataset(buffer.name, [], grouped=grouped)
     for row in file_rows(source):
         if isinstance(row, BadRow):

@@ -7,25 +7,41 @@ imports another just to register it, and a part's heavy imports happen only when
 
 An entry says what it needs: the optional packages it imports (checked when the config loads, with
 the install command), its own load-time checks (`check`: a function of the config returning
-located issues, also by dotted path), and `traits`: facts other code asks about (an engine's GPUs,
-ranks, the config options it reads) instead of comparing names. Call sites look parts up by the
-name found in the config (`REG.get(name)`); an unknown name raises ConfigError listing the known
-names and the closest match.
+located issues, also by dotted path), and its spec: the facts other code asks about (an engine's
+ranks, the config options it reads, whether a loss pairs rows) instead of comparing names. Each
+registry declares its spec type, a frozen dataclass derived from `PartSpec`; the keywords of a
+registration are that spec's fields, checked by name and type when the entry registers, so a
+misspelt or mistyped trait fails at import. Readers ask `REG.spec(name).field`, which a type
+checker follows. Call sites look parts up by the name found in the config (`REG.get(name)`); an
+unknown name raises ConfigError listing the known names and the closest match.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import importlib
 import importlib.util
 import inspect
+import types
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from rft.errors import ConfigError
 
+
+@dataclass(frozen=True)
+class PartSpec:
+    """What an entry declares beyond its object. A registry whose callers ask nothing of its
+    entries uses this one, which has no fields; others derive a frozen dataclass from it."""
+
+
 T = TypeVar("T")
+S = TypeVar("S", bound=PartSpec, default=PartSpec)
 
 _UNLOADED = object()
 
@@ -55,18 +71,15 @@ def load_dotted(target: str) -> Any:
 
 
 @dataclass
-class Entry(Generic[T]):
+class Entry(Generic[T, S]):
     """One registered part: the object (or the dotted path it is loaded from) and what it needs."""
 
     name: str
+    spec: S
     target: str | None = None  # "module:attr" of a lazy entry
     requires: tuple[Requirement, ...] = ()
     check: Callable[..., list[Any]] | str | None = None
-    traits: Mapping[str, Any] = field(default_factory=dict)
     _obj: Any = _UNLOADED
-
-    def trait(self, key: str, default: Any = None) -> Any:
-        return self.traits.get(key, default)
 
     def missing_packages(self) -> list[Requirement]:
         return [r for r in self.requires if r.missing()]
@@ -97,16 +110,28 @@ class Entry(Generic[T]):
         return _describe(self._obj)
 
 
-class Registry(Generic[T]):
+class Registry(Generic[T, S]):
     """Maps names to entries of one kind of part (usually functions or classes).
 
     `kind` names the registry in error messages, ideally as the config key that selects from it
-    (e.g. "advantage_fn"), so the user sees which key held the bad name.
+    (e.g. "advantage_fn"), so the user sees which key held the bad name. `spec` is the type of
+    what each entry declares (PartSpec, with no fields, unless given).
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        spec: type[S] = PartSpec,  # type: ignore[assignment]
+        *,
+        rule: Callable[..., Iterable[Any]] | str | None = None,
+    ) -> None:
         self.kind = kind
-        self._entries: dict[str, Entry[T]] = {}
+        self.spec_type: type[S] = spec
+        # the load-time rule every selected entry of this kind answers to, given its name, its
+        # spec and what the entry's own check is given (by dotted path: it may live in a module
+        # that imports this registry's)
+        self.rule = rule
+        self._entries: dict[str, Entry[T, S]] = {}
 
     def register(
         self,
@@ -120,12 +145,13 @@ class Registry(Generic[T]):
         """Decorator adding the decorated object under `name`; it returns the object unchanged.
 
         Registering a taken name raises ConfigError unless `replace=True`, so two plug-ins cannot
-        silently shadow each other.
+        silently shadow each other. `traits` are the fields of the registry's spec.
         """
         self._valid_name(name)
+        spec = self._spec_of(name, traits)
 
         def decorate(obj: T) -> T:
-            entry: Entry[T] = Entry(name, None, tuple(requires), check, dict(traits), obj)
+            entry: Entry[T, S] = Entry(name, spec, None, tuple(requires), check, obj)
             self._put(entry, replace)
             return obj
 
@@ -148,7 +174,28 @@ class Registry(Generic[T]):
         """Declare the part at dotted path `target` ("package.module:name") under `name`; it is
         imported on the first `get`, after its `requires` packages are found installed."""
         self._valid_name(name)
-        self._put(Entry(name, target, tuple(requires), check, dict(traits)), replace)
+        spec = self._spec_of(name, traits)
+        self._put(Entry(name, spec, target, tuple(requires), check), replace)
+
+    def _spec_of(self, name: str, traits: Mapping[str, Any]) -> S:
+        """The spec an entry's registration keywords make, or ConfigError naming the keyword
+        that is not a field of the registry's spec or whose value is not of the field's type."""
+        spec_type = self.spec_type
+        fields = {f.name: f for f in dataclasses.fields(spec_type)}
+        hints = typing.get_type_hints(spec_type)
+        for key, value in traits.items():
+            where = f"{self.kind} {name!r}: {key}"
+            if key not in fields:
+                known = ", ".join(sorted(fields)) or "none"
+                raise ConfigError(
+                    f"{where} is not a field of {spec_type.__name__} (its fields: {known})"
+                )
+            if not _is_of(value, hints[key]):
+                raise ConfigError(
+                    f"{where}={value!r} is not of {spec_type.__name__}.{key}'s type "
+                    f"{_type_name(hints[key])}"
+                )
+        return spec_type(**traits)
 
     def _valid_name(self, name: object) -> None:
         if not isinstance(name, str) or not name:
@@ -156,7 +203,7 @@ class Registry(Generic[T]):
                 f"{self.kind}: registry names must be non-empty strings, got {name!r}"
             )
 
-    def _put(self, entry: Entry[T], replace: bool) -> None:
+    def _put(self, entry: Entry[T, S], replace: bool) -> None:
         old = self._entries.get(entry.name)
         lazy = old is not None and old.target is not None and entry.target is None
         if lazy and old is not None and _dotted(entry._obj) == _dotted_target(str(old.target)):
@@ -173,7 +220,7 @@ class Registry(Generic[T]):
             )
         self._entries[entry.name] = entry
 
-    def entry(self, name: str, *, key: str | None = None) -> Entry[T]:
+    def entry(self, name: str, *, key: str | None = None) -> Entry[T, S]:
         """The entry registered under `name` (nothing imported), or ConfigError naming the known
         ones. `key` names the config key that held `name` when it is not the registry's kind
         (one registry may serve several keys, e.g. kl_loss_fn and kl_penalty_fn)."""
@@ -195,9 +242,25 @@ class Registry(Generic[T]):
         """The object registered under `name`, imported now if it was declared lazily."""
         return self.entry(name, key=key).load(key or self.kind)
 
-    def trait(self, name: str, trait: str, default: Any = None) -> Any:
-        """What entry `name` declares about `trait` (`default` when it declares nothing)."""
-        return self.entry(name).trait(trait, default)
+    def issues(self, name: str, *given: Any, own: bool = True) -> list[Any]:
+        """The load-time problems of selecting entry `name`: its own checks (unless `own` is
+        False), then the registry's rule, each given `given` (what that is, each registry's
+        users say)."""
+        entry = self.entry(name)
+        found = entry.issues(*given) if own else []
+        if self.rule is not None:
+            rule = load_dotted(self.rule) if isinstance(self.rule, str) else self.rule
+            found += list(rule(name, entry.spec, *given))
+        return found
+
+    def spec(self, name: str, *, key: str | None = None) -> S:
+        """What entry `name` declares (nothing imported), or ConfigError for an unknown name."""
+        return self.entry(name, key=key).spec
+
+    def having(self, test: Callable[[S], object]) -> list[str]:
+        """The names, sorted, of the entries whose spec passes `test` (for messages that say
+        which entries can do what another cannot)."""
+        return [n for n in self.names() if test(self._entries[n].spec)]
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
@@ -223,6 +286,48 @@ def _dotted(obj: object) -> str:
 def _dotted_target(target: str) -> str:
     module, sep, attr = target.partition(":")
     return target if sep else ":".join(target.rsplit(".", 1))
+
+
+def _is_of(value: object, hint: Any) -> bool:
+    """Whether `value` is of the type `hint` a spec field declares, as far as the forms specs use
+    go (classes, unions, Literal, tuple[X, ...], Mapping/dict, Callable, Any)."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_of(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in args
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_is_of(v, args[0]) for v in value)
+        return len(args) == len(value) and all(
+            _is_of(v, a) for v, a in zip(value, args, strict=True)
+        )
+    if origin in (dict, Mapping) or hint in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            return False
+        if len(args) == 2:
+            return all(_is_of(k, args[0]) and _is_of(v, args[1]) for k, v in value.items())
+        return True
+    if origin is Callable or hint is Callable:
+        return callable(value)
+    if isinstance(hint, type):
+        if hint is float:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        return isinstance(value, hint)
+    return True  # a form specs do not use: not checked here
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) is None and isinstance(hint, type):
+        return hint.__name__
+    return str(hint).replace("typing.", "").replace("collections.abc.", "")
 
 
 def _describe(obj: object) -> str:

@@ -194,7 +194,7 @@ class Explorer:
     def _loads_weights(self) -> bool:
         """Whether the engine's entry says it can load the trainer's versions."""
         engine_type = self.cfg.explorer.rollout_model.engine_type
-        return bool(ROLLOUT_ENGINES.trait(engine_type, "loads_weights", True))
+        return ROLLOUT_ENGINES.spec(engine_type).loads_weights
 
     def _build_engine(self) -> RolloutEngine:
         return create_rollout_engine(

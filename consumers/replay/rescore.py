@@ -105,7 +105,7 @@ class Rescorer:
     def __init__(self, reward_fn: str, reward_args: Mapping[str, Any] | None = None) -> None:
         self.name = reward_fn
         self.fn: RewardFn = REWARD_FUNCTIONS.get(reward_fn, key="--reward-fn")
-        if REWARD_FUNCTIONS.trait(reward_fn, "asks_model") is not None:
+        if REWARD_FUNCTIONS.spec(reward_fn).asks_model is not None:
             raise ConfigError(
                 f"--reward-fn: {reward_fn} asks an auxiliary model, and rescore holds none "
                 "(auxiliary models are an explorer's: explorer.auxiliary_models)"

@@ -47,7 +47,7 @@ def run_trainer_rank(
     if world_size != expected:
         raise ConfigError(f"trainer.world_size is {expected}, but {world_size} ranks were started")
     engine = cfg.trainer.engine_name
-    if world_size > 1 and not TRAINER_ENGINES.trait(engine, "many_ranks", False):
+    if world_size > 1 and not TRAINER_ENGINES.spec(engine).many_ranks:
         raise ConfigError(
             f"trainer.trainer_type: the {cfg.trainer.engine_name} engine does not run over ranks"
         )

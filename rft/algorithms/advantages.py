@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -23,11 +24,30 @@ from rft.algorithms.tensor_checks import (
     non_finite_error,
     shape_error,
 )
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 AdvantageFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-ADVANTAGE_FN: Registry[AdvantageFn] = Registry("algorithm.advantage_fn")
+
+@dataclass(frozen=True)
+class AdvantageFnSpec(PartSpec):
+    """What an advantage function's entry declares.
+
+    - `critic`: it takes token rewards, a critic's values and the action mask (GAE), and returns
+      the critic's targets too; its algorithm trains a critic;
+    - `steps`: it computes advantages over the step-wise experiences of multi-turn episodes;
+    - `teacher`: it takes old_logprob, teacher_logprob and action_mask instead of rewards (the
+      trainer scores a distillation teacher).
+    """
+
+    critic: bool = False
+    steps: bool = False
+    teacher: bool = False
+
+
+ADVANTAGE_FN: Registry[AdvantageFn, AdvantageFnSpec] = Registry(
+    "algorithm.advantage_fn", AdvantageFnSpec
+)
 
 
 class GroupStats(NamedTuple):

@@ -10,15 +10,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from rft.algorithms.tensor_checks import AlgorithmInputError, ndim_error, shape_error
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 AggregateFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-LOSS_AGG_MODES: Registry[AggregateFn] = Registry("algorithm.loss_agg_mode")
+
+@dataclass(frozen=True)
+class LossAggSpec(PartSpec):
+    """`averages`: what the mode's mean is over, "tokens" (token-mean) or "rows" (the
+    seq-mean modes); expert rows are weighed by the same unit."""
+
+    averages: Literal["tokens", "rows"] = "rows"
+
+
+LOSS_AGG_MODES: Registry[AggregateFn, LossAggSpec] = Registry(
+    "algorithm.loss_agg_mode", LossAggSpec
+)
 
 
 def token_inputs(

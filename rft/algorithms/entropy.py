@@ -8,15 +8,27 @@ bonus for entropy comes back negative (-entropy_coef * H); minimising the total 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 EntropyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-ENTROPY_LOSS_FN: Registry[EntropyLossFn] = Registry("algorithm.entropy_loss_fn")
+
+@dataclass(frozen=True)
+class EntropyLossSpec(PartSpec):
+    """`reads_entropy`: the term reads the policy's token entropies (the trainer computes them
+    only when it does)."""
+
+    reads_entropy: bool = True
+
+
+ENTROPY_LOSS_FN: Registry[EntropyLossFn, EntropyLossSpec] = Registry(
+    "algorithm.entropy_loss_fn", EntropyLossSpec
+)
 
 
 # `reads_entropy`: whether the term needs token entropy (the trainer computes it only then)

@@ -41,7 +41,7 @@ RowLoss = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 def loss_units(mask: torch.Tensor, loss_agg_mode: str) -> float:
     """What `loss_agg_mode` averages over within `mask` [B, T]: tokens for token-mean, else rows
     holding at least one token."""
-    if LOSS_AGG_MODES.trait(loss_agg_mode, "averages") == "tokens":
+    if LOSS_AGG_MODES.spec(loss_agg_mode).averages == "tokens":
         return float(mask.sum())
     return float((mask.sum(dim=-1) > 0).sum())
 
@@ -121,7 +121,7 @@ class BatchUnits:
 
     def units(self, loss_agg_mode: str) -> tuple[float, float]:
         """(learner, expert) units of `loss_agg_mode` (see `loss_units`)."""
-        if LOSS_AGG_MODES.trait(loss_agg_mode, "averages") == "tokens":
+        if LOSS_AGG_MODES.spec(loss_agg_mode).averages == "tokens":
             return self.learner_tokens, self.expert_tokens
         return self.learner_rows, self.expert_rows
 

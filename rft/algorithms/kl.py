@@ -8,18 +8,28 @@ reduces it to a loss term; `apply_kl_penalty` subtracts it from rewards (`kl_pen
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss, masked_mean, token_inputs
 from rft.algorithms.tensor_checks import require_shape
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 KlEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 KlLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-KL_ESTIMATORS: Registry[KlEstimator] = Registry("algorithm.kl_estimator")
-KL_FN: Registry[KlLossFn] = Registry("algorithm.kl_loss_fn")
+
+@dataclass(frozen=True)
+class KlSpec(PartSpec):
+    """`zero`: the estimator (or the loss built on it) is identically zero ("none"), so nothing
+    reads the reference model for it."""
+
+    zero: bool = False
+
+
+KL_ESTIMATORS: Registry[KlEstimator, KlSpec] = Registry("algorithm.kl_estimator", KlSpec)
+KL_FN: Registry[KlLossFn, KlSpec] = Registry("algorithm.kl_loss_fn", KlSpec)
 
 # Bounds used by "low_var_kl": the log-ratio is clamped before exp() so one outlier token cannot
 # overflow, and the estimate is clamped so one token cannot dominate the loss or its gradient.
@@ -107,14 +117,14 @@ def register_kl_estimator(name: str) -> Callable[[KlEstimator], KlEstimator]:
 
     def decorate(fn: KlEstimator) -> KlEstimator:
         KL_ESTIMATORS.add(name, fn)
-        KL_FN.add(name, kl_loss_from_estimator(name), zero=KL_ESTIMATORS.trait(name, "zero"))
+        KL_FN.add(name, kl_loss_from_estimator(name), zero=KL_ESTIMATORS.spec(name).zero)
         return fn
 
     return decorate
 
 
 for _kind in KL_ESTIMATORS.names():
-    KL_FN.add(_kind, kl_loss_from_estimator(_kind), zero=KL_ESTIMATORS.trait(_kind, "zero"))
+    KL_FN.add(_kind, kl_loss_from_estimator(_kind), zero=KL_ESTIMATORS.spec(_kind).zero)
 
 
 def apply_kl_penalty(

@@ -93,20 +93,18 @@ class AlgorithmLoss:
         self.needs_entropy = spec.use_entropy
         # rows that must share a micro-batch and a rank: a pair of a chosen and a rejected
         # response for a loss over adjacent pairs (its trait `paired`: dpo), else each row
-        self.rows_per_unit = 2 if POLICY_LOSS_FN.trait(spec.policy_loss_fn, "paired", False) else 1
+        self.rows_per_unit = 2 if POLICY_LOSS_FN.spec(spec.policy_loss_fn).paired else 1
         # how micro-batch losses combine when the loss has its own unit (trait `accumulation`:
         # dpo's is a mean over pairs, so micro-batches weigh their rows, not their tokens)
-        self.accumulation: str | None = POLICY_LOSS_FN.trait(
-            spec.policy_loss_fn, "accumulation", None
-        )
+        self.accumulation: str | None = POLICY_LOSS_FN.spec(spec.policy_loss_fn).accumulation
         self._policy_fn = POLICY_LOSS_FN.get(spec.policy_loss_fn)
         self._policy_args = spec.policy_args()
         # a policy loss that weighs demonstration rows by a fixed arg (mix's mu) names it by its
         # trait; the objective applies that weight across the batch, the function never sees it
-        weight_arg = POLICY_LOSS_FN.trait(spec.policy_loss_fn, "expert_weight")
+        weight_arg = POLICY_LOSS_FN.spec(spec.policy_loss_fn).expert_weight
         # one that weighs them by a schedule of the step (mix_chord's μ) names the function that
         # builds its ExpertWeighting from its args, which it takes out of the policy's
-        schedule = POLICY_LOSS_FN.trait(spec.policy_loss_fn, "expert_schedule")
+        schedule = POLICY_LOSS_FN.spec(spec.policy_loss_fn).expert_schedule
         self._expert_weighting: ExpertWeighting | None = None
         if schedule is not None:
             self._expert_weighting = load_dotted(schedule)(self._policy_args)
@@ -314,7 +312,7 @@ class Advantages:
         )
         self._advantage_args = spec.advantage_fn_args
         self._steps = spec.advantage_fn is not None and bool(
-            ADVANTAGE_FN.trait(spec.advantage_fn, "steps", False)
+            ADVANTAGE_FN.spec(spec.advantage_fn).steps
         )
         # the advantage fn reads a critic's values: the engine calls `targets`, not this
         self.needs_values = spec.use_critic

@@ -16,16 +16,42 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from rft.algorithms.aggregation import aggregate_loss, masked_mean, token_inputs
 from rft.algorithms.tensor_checks import AlgorithmInputError, require_ndim
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-POLICY_LOSS_FN: Registry[PolicyLossFn] = Registry("algorithm.policy_loss_fn")
+
+@dataclass(frozen=True)
+class PolicyLossSpec(PartSpec):
+    """What a policy loss's entry declares.
+
+    - `paired`: it pairs adjacent rows (a chosen and a rejected response), so micro-batches and
+      batches hold whole pairs (dpo);
+    - `reads_reference`: it reads the reference model's logprobs itself (`ref_logprob`);
+    - `accumulation`: "sequence" when its micro-batch losses weigh by rows, not by tokens (a mean
+      over pairs); None: by tokens;
+    - `expert_weight`: the argument that weighs demonstration rows by a fixed number (mix's mu;
+      rft.algorithms.objective applies it across the batch);
+    - `expert_schedule`: the dotted path of the function that turns its args into a weighting
+      scheduled by the step (mix_chord's μ).
+    """
+
+    paired: bool = False
+    reads_reference: bool = False
+    accumulation: Literal["sequence"] | None = None
+    expert_weight: str | None = None
+    expert_schedule: str | None = None
+
+
+POLICY_LOSS_FN: Registry[PolicyLossFn, PolicyLossSpec] = Registry(
+    "algorithm.policy_loss_fn", PolicyLossSpec
+)
 
 # exp() of a log-ratio beyond this bound overflows float32 long before it means anything.
 LOG_RATIO_BOUND = 20.0
@@ -250,6 +276,7 @@ for _name, _target in (
 POLICY_LOSS_FN.lazy(
     "dpo",
     "rft.algorithms.preference_losses:dpo_loss",
+    check="rft.algorithms.preference_losses:pairing_issues",
     reads_reference=True,
     paired=True,
     accumulation="sequence",  # a mean over pairs: micro-batches weigh by rows

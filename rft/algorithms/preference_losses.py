@@ -13,6 +13,8 @@ Trinity-RFT's `dpo` policy loss takes `beta` and `label_smoothing`; `loss_type` 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -137,3 +139,20 @@ def dpo_loss(
             "rewards/accuracies": float((h > 0).to(torch.float64).mean()),
         }
     return loss, metrics
+
+
+def pairing_issues(cfg: Any) -> list[tuple[str, str]]:
+    """The `dpo` entry's load-time check, as (config key, problem): a loss over adjacent pairs
+    of a chosen and a rejected response needs micro-batches and batches of whole pairs."""
+    return [
+        (
+            where,
+            f"{size}: policy_loss_fn 'dpo' trains pairs of a chosen and a rejected response "
+            "(two experiences each); use an even number",
+        )
+        for where, size in (
+            ("trainer.micro_batch_size", cfg.trainer.micro_batch_size),
+            ("buffer.train_batch_size", cfg.buffer.train_batch_size),
+        )
+        if size is not None and size % 2
+    ]

@@ -102,17 +102,17 @@ class AlgorithmSpec:
 
     @property
     def uses_kl_loss(self) -> bool:
-        return not KL_FN.trait(self.kl_loss_fn, "zero", False) and self.kl_coef != 0.0
+        return not KL_FN.spec(self.kl_loss_fn).zero and self.kl_coef != 0.0
 
     @property
     def uses_kl_penalty(self) -> bool:
-        zero = KL_ESTIMATORS.trait(self.kl_penalty_fn, "zero", False)
+        zero = KL_ESTIMATORS.spec(self.kl_penalty_fn).zero
         return not zero and self.kl_penalty_coef != 0.0
 
     @property
     def policy_reads_reference(self) -> bool:
         """Whether the policy loss itself reads the reference logprobs (its entry's trait: dpo)."""
-        return bool(POLICY_LOSS_FN.trait(self.policy_loss_fn, "reads_reference", False))
+        return POLICY_LOSS_FN.spec(self.policy_loss_fn).reads_reference
 
     @property
     def use_reference(self) -> bool:
@@ -123,15 +123,13 @@ class AlgorithmSpec:
     @property
     def use_entropy(self) -> bool:
         """Whether the trainer must compute token entropy for the loss."""
-        reads = ENTROPY_LOSS_FN.trait(self.entropy_loss_fn, "reads_entropy", True)
+        reads = ENTROPY_LOSS_FN.spec(self.entropy_loss_fn).reads_entropy
         return bool(reads) and self.entropy_coef != 0.0
 
     @property
     def use_critic(self) -> bool:
         """Whether the advantage fn reads a critic's values (its trait `critic`, e.g. GAE)."""
-        return self.advantage_fn is not None and bool(
-            ADVANTAGE_FN.trait(self.advantage_fn, "critic", False)
-        )
+        return self.advantage_fn is not None and bool(ADVANTAGE_FN.spec(self.advantage_fn).critic)
 
     @property
     def use_advantage(self) -> bool:
@@ -141,9 +139,7 @@ class AlgorithmSpec:
     def uses_teacher(self) -> bool:
         """Whether the advantages need a teacher model's logprobs of the student's samples (the
         advantage fn's trait `teacher`: on_policy_distill, jsd)."""
-        return self.advantage_fn is not None and bool(
-            ADVANTAGE_FN.trait(self.advantage_fn, "teacher", False)
-        )
+        return self.advantage_fn is not None and bool(ADVANTAGE_FN.spec(self.advantage_fn).teacher)
 
     @property
     def uses_overlong_penalty(self) -> bool:
@@ -165,7 +161,22 @@ class AlgorithmSpec:
         return {**self.entropy_loss_fn_args, "entropy_coef": self.entropy_coef}
 
 
-ALGORITHM_TYPES: Registry[AlgorithmSpec] = Registry("algorithm.algorithm_type")
+# the algorithm keys that name a part each, with the registry they select from
+ALGORITHM_PART_KEYS: Mapping[str, Registry[Any, Any]] = MappingProxyType(
+    {
+        "advantage_fn": ADVANTAGE_FN,
+        "policy_loss_fn": POLICY_LOSS_FN,
+        "kl_loss_fn": KL_FN,
+        "kl_penalty_fn": KL_ESTIMATORS,
+        "entropy_loss_fn": ENTROPY_LOSS_FN,
+        "loss_agg_mode": LOSS_AGG_MODES,
+    }
+)
+# the rule every algorithm answers to is given the config, the resolved AlgorithmSpec and
+# whether it trains offline: the dataset an algorithm trains on, if any (by its `dataset`)
+ALGORITHM_TYPES: Registry[AlgorithmSpec] = Registry(
+    "algorithm.algorithm_type", rule="rft.buffer.sft_rows:dataset_issues"
+)
 
 
 def _policy_gradient_preset(

@@ -20,11 +20,40 @@ from typing import Any
 from rft.buffer.group_sampler import GroupSampler, SamplerSetup
 from rft.buffer.mix_sampler import MixSampler
 from rft.buffer.sampler import Sampler
+from rft.config.binding import Issue
 from rft.errors import ConfigError
 from rft.registry import Registry
 
+# an entry's own check is given the config and the strategy's args (sampler_choice's)
 SAMPLE_STRATEGIES: Registry[Callable[..., Sampler]] = Registry("algorithm.sample_strategy")
-SAMPLE_STRATEGIES.add("mix", MixSampler)
+
+
+def mix_issues(cfg: Any, args: Mapping[str, Any]) -> list[Issue]:
+    """`mix` reads its demonstrations from a named auxiliary buffer, with a ratio in [0, 1]."""
+    issues = []
+    name = args.get("sft_dataset_name", "sft_dataset")
+    buffers = cfg.buffer.trainer_input.auxiliary_buffers
+    if name not in buffers:
+        known = ", ".join(sorted(buffers)) or "none"
+        issues.append(
+            Issue(
+                "algorithm.sample_strategy_args.sft_dataset_name",
+                f"sample_strategy mix reads demonstrations from buffer.trainer_input."
+                f"auxiliary_buffers.{name}, which is not set (entries: {known})",
+            )
+        )
+    ratio = args.get("expert_data_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
+        issues.append(
+            Issue(
+                "algorithm.sample_strategy_args.expert_data_ratio",
+                f"must be a number in [0, 1], got {ratio!r}",
+            )
+        )
+    return issues
+
+
+SAMPLE_STRATEGIES.register("mix", check=mix_issues)(MixSampler)
 
 
 @SAMPLE_STRATEGIES.register("default")

@@ -33,9 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rft.config.binding import Issue
 from rft.config.schema import FormatConfig
 from rft.errors import TasksetError
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,17 @@ class RenderedRow:
 
 
 Renderer = Callable[[Mapping[str, Any], str, FormatConfig, RenderContext], list[RenderedRow]]
-SFT_ROW_RENDERERS: Registry[Renderer] = Registry("dataset renderer")
+
+
+@dataclass(frozen=True)
+class RendererSpec(PartSpec):
+    """`grouped`: the renderer makes several rows of one dataset row (a chosen and a rejected
+    response), published as one group."""
+
+    grouped: bool = False
+
+
+SFT_ROW_RENDERERS: Registry[Renderer, RendererSpec] = Registry("dataset renderer", RendererSpec)
 
 
 def conversation(
@@ -264,3 +275,43 @@ def render_text(
         )
         for start in range(0, len(ids) - 1, width)
     ]
+
+
+def dataset_issues(
+    name: str, spec: object, cfg: Any, algorithm: Any, trains_offline: bool
+) -> list[Issue]:
+    """ALGORITHM_TYPES' rule: an algorithm that trains on a dataset (its preset's `dataset`, a
+    renderer here) reads it from a file experience buffer and runs no explorer; a file
+    experience buffer needs such an algorithm. Offline (`rft train --from-topic`), the topic is
+    the input and no file is needed; mode bench trains nothing and needs none either."""
+    buf = cfg.buffer.trainer_input.experience_buffer
+    where = "buffer.trainer_input.experience_buffer"
+    if algorithm.dataset is None:
+        if buf.storage_type != "file":
+            return []
+        return [
+            Issue(
+                f"{where}.storage_type",
+                f"file: algorithm {name!r} trains on rollouts, not on a dataset "
+                "(a dataset file is trained by algorithm_type sft, cpt or dpo)",
+            )
+        ]
+    issues = []
+    needs_file = not trains_offline and cfg.mode != "bench"
+    if needs_file and (buf.storage_type != "file" or not buf.path):
+        issues.append(
+            Issue(
+                f"{where}.storage_type",
+                f"algorithm {name!r} trains on a dataset: set storage_type file and `path` "
+                f"to a dataset file or directory (got storage_type {buf.storage_type!r})",
+            )
+        )
+    if cfg.mode not in ("train", "bench"):
+        issues.append(
+            Issue(
+                "mode",
+                f"{cfg.mode!r}: algorithm {name!r} trains on a published dataset with no "
+                "explorer; use mode train (`rft run` publishes the dataset, then trains)",
+            )
+        )
+    return issues

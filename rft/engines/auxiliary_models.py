@@ -143,7 +143,7 @@ def _factory(spec: AuxiliarySpec) -> Any:
     """The factory that spec's engine's entry names in its `auxiliary` trait."""
     from rft.engines.rollout import ROLLOUT_ENGINES
 
-    target = ROLLOUT_ENGINES.trait(spec.engine_type, "auxiliary")
+    target = ROLLOUT_ENGINES.spec(spec.engine_type).auxiliary
     if target is None:  # refused at load; a roster built by hand meets it here
         raise ConfigError(f"engine_type {spec.engine_type!r} cannot serve as an auxiliary model")
     return load_dotted(target)

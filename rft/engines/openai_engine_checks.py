@@ -11,7 +11,7 @@ BASE_URL_KEY = "explorer.rollout_model.base_url"
 RETURNS_IDS_KEY = "explorer.rollout_model.engine_args.returns_token_ids"
 
 
-def server_issues(cfg: Any) -> list[Issue]:
+def server_issues(cfg: Any, at: str = "", section: Any = None) -> list[Issue]:
     """The entry's load-time check: a server to call, declared to return what training needs,
     and a mode that does not serve the run's own weights."""
     rollout = cfg.explorer.rollout_model

@@ -45,7 +45,7 @@ def read_recording(path: str | Path) -> dict[tuple[int, ...], list[Experience]]:
     return by_prompt
 
 
-def recording_issues(cfg: Any) -> list[Issue]:
+def recording_issues(cfg: Any, at: str = "", section: Any = None) -> list[Issue]:
     """The entry's load-time check: `engine_args.path` names a readable recording."""
     path = cfg.explorer.rollout_model.engine_args.get("path")
     if not isinstance(path, str) or not path:

@@ -24,7 +24,7 @@ from rft.engines.lora import AdapterOnModel, AdapterVersion
 from rft.engines.models import ModelSpec, load_model
 from rft.engines.weights import export_state_dict, load_weights_into
 from rft.errors import ConfigError, EngineError
-from rft.registry import Registry, Requirement
+from rft.registry import PartSpec, Registry, Requirement
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,43 @@ class RolloutEngineConfig:
 
 
 RolloutEngineFactory = Callable[[RolloutEngineConfig], RolloutEngine]
-ROLLOUT_ENGINES: Registry[RolloutEngineFactory] = Registry("explorer.rollout_model.engine_type")
+
+
+@dataclass(frozen=True)
+class RolloutEngineSpec(PartSpec):
+    """What a rollout engine's entry declares.
+
+    - `reads`: the `explorer.rollout_model` settings it reads (passed in
+      RolloutEngineConfig.options; the server settings base_url and api_key are refused at load
+      for an engine that does not read them);
+    - `args`: the `engine_args` keys it takes (others are refused at load);
+    - `tensor_parallel`: one engine spans tensor_parallel_size GPUs;
+    - `auxiliary`: the dotted path of the factory that serves an auxiliary model with it
+      (rft.engines.auxiliary_models); None: it cannot serve one;
+    - `auxiliary_args`: the engine_args an auxiliary model of it takes (None: its `args` and
+      the `reads` that are not server settings);
+    - `loads_weights`: it loads the trainer's versions (False: its weights live in a server,
+      it is never given a version, and it reports the server's);
+    - `lora`: it applies LoRA adapter versions (load_adapter); model.lora_configs needs it.
+    """
+
+    reads: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    tensor_parallel: bool = False
+    auxiliary: str | None = None
+    auxiliary_args: tuple[str, ...] | None = None
+    loads_weights: bool = True
+    lora: bool = False
+
+
+# an entry's own check and the rule (rft.engines.rollout_checks) are given the config, the key
+# path of the section that selects the engine and that section (the policy's or an auxiliary
+# model's); an auxiliary model's selection answers to the rule only
+ROLLOUT_ENGINES: Registry[RolloutEngineFactory, RolloutEngineSpec] = Registry(
+    "explorer.rollout_model.engine_type",
+    RolloutEngineSpec,
+    rule="rft.engines.rollout_checks:engine_issues",
+)
 
 
 def create_rollout_engine(engine_type: str, config: RolloutEngineConfig) -> RolloutEngine:
@@ -581,9 +617,7 @@ def _stop_string_cut(
 VLLM_VERSION = "0.26.0"  # the release `engine_type: vllm` is written and measured against
 VLLM_INSTALL_COMMAND = f"pip install 'vllm=={VLLM_VERSION}'  (or: pip install 'rft[vllm]')"
 
-# What each engine reads from `explorer.rollout_model` (plus the training taskset's temperature),
-# passed as RolloutEngineConfig.options with its `engine_args` (the keys listed as its `args`);
-# `tensor_parallel`: one engine spans tensor_parallel_size GPUs.
+# What each engine reads from `explorer.rollout_model` (plus the training taskset's temperature)
 HF_READS = ("enforce_eager",)
 VLLM_READS = (
     "enforce_eager",
@@ -596,12 +630,9 @@ VLLM_READS = (
 )
 
 
-# `auxiliary`: the factory that builds an auxiliary model served by the engine
-# (rft.engines.auxiliary_models); an entry without it cannot serve one
 ENGINE_CHAT = "rft.engines.auxiliary_chat:engine_chat_model"
 
 
-# `lora`: the engine applies LoRA adapter versions (load_adapter); model.lora_configs needs it
 @ROLLOUT_ENGINES.register(
     "hf", reads=HF_READS, tensor_parallel=False, auxiliary=ENGINE_CHAT, lora=True
 )
@@ -623,8 +654,6 @@ ROLLOUT_ENGINES.lazy(
     lora=True,
 )
 OPENAI_INSTALL_COMMAND = "pip install 'openai>=1.40'  (or: pip install 'rft[openai]')"
-# `loads_weights`: whether the engine can load the trainer's versions (default True); one that
-# cannot (its weights live in a server) is never given one, and reports the server's versions
 ROLLOUT_ENGINES.lazy(
     "openai",
     "rft.engines.openai_engine:openai_rollout_engine",

@@ -28,8 +28,8 @@ import math
 import numbers
 import threading
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,7 +57,7 @@ from rft.engines.weights import (
     read_safetensors_dir,
 )
 from rft.errors import ConfigError, EngineError
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 
 @dataclass(frozen=True)
@@ -1080,13 +1080,35 @@ TrainerEngineFactory = Callable[[Any, Any, TorchTrainerConfig, TrainerPlacement]
 """factory(model, tokenizer, config, placement) -> engine; `model` is loaded on
 placement.devices[0] in the master dtype (float32 unless float64)."""
 
-TRAINER_ENGINES: Registry[TrainerEngineFactory] = Registry("trainer.trainer_type")
+
+@dataclass(frozen=True)
+class TrainerEngineSpec(PartSpec):
+    """What a trainer engine's entry declares.
+
+    - `many_ranks`: it runs over trainer.world_size ranks (one GPU each on GPUs); an engine
+      without it runs one rank in the trainer's process;
+    - `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded;
+    - `critic`: it can train a critic beside the policy (`attach_critic`);
+    - `lora`: it trains an adapter when model.lora_configs names one;
+    - `teacher`: it scores a distillation teacher as its reference model (set_reference_model);
+    - `param_offload`: it can keep parameters on the CPU (trainer.param_offload).
+    """
+
+    many_ranks: bool = False
+    sharded_by: Mapping[str, str] = field(default_factory=dict)
+    critic: bool = False
+    lora: bool = False
+    teacher: bool = False
+    param_offload: bool = False
 
 
-# `sharded_by`: Trinity's trainer_strategy -> the entry that runs this engine sharded
-# `critic`: the engine can train a critic beside the policy (`attach_critic`)
-# `lora`: the engine trains an adapter when model.lora_configs names one
-# `teacher`: it scores a distillation teacher as its reference model (set_reference_model)
+# an entry's own check and the rule (rft.engines.trainer_checks) are given the config and the
+# AlgorithmSpec it resolves to (None when its algorithm keys are wrong)
+TRAINER_ENGINES: Registry[TrainerEngineFactory, TrainerEngineSpec] = Registry(
+    "trainer.trainer_type", TrainerEngineSpec, rule="rft.engines.trainer_checks:engine_issues"
+)
+
+
 @TRAINER_ENGINES.register(
     "torch", many_ranks=False, sharded_by={"fsdp2": "fsdp2"}, critic=True, lora=True, teacher=True
 )
@@ -1111,9 +1133,6 @@ ADAPTER_TRAINERS: Registry[Callable[..., TorchTrainerEngine]] = Registry("model.
 ADAPTER_TRAINERS.lazy("lora", "rft.engines.lora_trainer:LoraTrainerEngine")
 
 
-# `many_ranks`: the engine runs over trainer.world_size ranks (one GPU each on GPUs); an engine
-# without it runs one rank in the trainer's process.
-# `param_offload`: the engine can keep parameters on the CPU (trainer.param_offload)
 TRAINER_ENGINES.lazy(
     "fsdp2", "rft.engines.fsdp_engine:build_fsdp2_engine", many_ranks=True, param_offload=True
 )

@@ -456,7 +456,7 @@ def vllm_rollout_engine(config: RolloutEngineConfig) -> RolloutEngine:
     return VLLMRolloutEngine.from_config(config)
 
 
-def exact_logprob_issues(cfg: Any) -> list[Issue]:
+def exact_logprob_issues(cfg: Any, at: str = "", section: Any = None) -> list[Issue]:
     """The `vllm` entry's load-time check: the engine reports exact logprobs for a sampling setup
     only (the configured temperature picks its mode); refuse at load what would fail every step."""
     model = cfg.model

@@ -141,7 +141,7 @@ def llm_judge(
     return (score - min_score) / (max_score - min_score), info
 
 
-def judge_args_issues(reward_fn_args: Mapping[str, Any], path: str) -> list[Issue]:
+def judge_args_issues(reward_fn_args: Mapping[str, Any], path: str, cfg: Any = None) -> list[Issue]:
     """The entry's load-time check: a score range and a timeout that can work."""
     issues = []
     low = reward_fn_args.get("min_score", 0.0)

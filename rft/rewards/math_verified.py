@@ -96,7 +96,7 @@ def math_dapo_reward(
     return float(verdict.equal), info
 
 
-def dapo_args_issues(reward_fn_args: Mapping[str, Any], path: str) -> list[Issue]:
+def dapo_args_issues(reward_fn_args: Mapping[str, Any], path: str, cfg: Any = None) -> list[Issue]:
     """Trinity's overlong-penalty args of math_dapo_reward, refused with where rft applies it."""
     return [
         Issue(

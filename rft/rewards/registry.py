@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from rft.errors import TasksetError
-from rft.registry import Registry, Requirement
+from rft.config.binding import Issue
+from rft.errors import ConfigError, TasksetError
+from rft.registry import PartSpec, Registry, Requirement
 
 RewardInfo = dict[str, float | str]
 
@@ -34,7 +36,24 @@ class RewardInputError(TasksetError):
     """A task row lacks what its reward function needs (e.g. the answer key)."""
 
 
-REWARD_FUNCTIONS: Registry[RewardFn] = Registry("reward_fn")
+@dataclass(frozen=True)
+class RewardSpec(PartSpec):
+    """What a reward function's entry declares.
+
+    - `asks_model`: the argument (of reward_fn_args) naming the auxiliary model it asks; its
+      workflow passes that model as the keyword `auxiliary_model`, and a config naming an
+      unconfigured one is refused at load;
+    - `info_metrics`: the numbers of its `info` reported as per-step metrics (`<key>_mean`).
+    """
+
+    asks_model: str | None = None
+    info_metrics: tuple[str, ...] = ()
+
+
+# a reward's own check and this rule are given (reward_fn_args, the taskset's key path, the config)
+REWARD_FUNCTIONS: Registry[RewardFn, RewardSpec] = Registry(
+    "reward_fn", RewardSpec, rule="rft.rewards.registry:asked_model_issues"
+)
 # the built-in rewards, imported when first looked up
 REWARD_FUNCTIONS.lazy("math_reward", "rft.rewards.math_reward:math_reward")
 REWARD_FUNCTIONS.lazy("accuracy_reward", "rft.rewards.math_reward:accuracy_reward")
@@ -76,10 +95,30 @@ def payload_field(task_payload: dict[str, Any], key: str, reward_name: str) -> A
 def asked_model(name: str, args: Mapping[str, Any]) -> str | None:
     """The auxiliary model that reward `name` asks under `args` (None: it asks none): the arg its
     entry's `asks_model` trait names, else that parameter's default."""
-    arg = REWARD_FUNCTIONS.trait(name, "asks_model")
+    arg = REWARD_FUNCTIONS.spec(name).asks_model
     if arg is None:
         return None
     if arg in args:
         return str(args[arg])
     default = inspect.signature(REWARD_FUNCTIONS.get(name)).parameters[arg].default
     return None if default is inspect.Parameter.empty else str(default)
+
+
+def asked_model_issues(
+    name: str, spec: RewardSpec, args: Mapping[str, Any], path: str, cfg: Any
+) -> list[Issue]:
+    """REWARD_FUNCTIONS' rule: the auxiliary model a reward asks is one the config has."""
+    try:
+        model = asked_model(name, args)
+    except ConfigError:  # its package is missing: said where the entry is looked up
+        return []
+    names = [aux.name for aux in cfg.explorer.auxiliary_models]
+    if model is None or model in names:
+        return []
+    return [
+        Issue(
+            f"{path}.reward_fn_args.{spec.asks_model}",
+            f"{name} asks the auxiliary model {model!r}, which explorer.auxiliary_models "
+            f"does not name (names: {', '.join(repr(n) for n in names) or 'none'})",
+        )
+    ]

@@ -95,7 +95,16 @@ class Launcher(Protocol):
     def launch(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> LaunchedGroup: ...
 
 
-LAUNCHERS: Registry[type[Launcher]] = Registry("cluster.launcher")
+# the rule every launcher answers to is given the config: its package, and whether the run's
+# processes fit its cluster (the launcher's own `check`)
+LAUNCHERS: Registry[type[Launcher]] = Registry(
+    "cluster.launcher", rule="rft.supervisor.launchers:launcher_issues"
+)
+
+
+def launcher_issues(name: str, spec: object, cfg: RftConfig) -> list[Issue]:
+    """LAUNCHERS' rule: what launcher `name` says of placing `cfg`'s processes."""
+    return LAUNCHERS.get(name)().check(cfg)
 
 
 @LAUNCHERS.register("local")
@@ -118,7 +127,7 @@ class LocalLauncher:
             )
         rollout = cfg.explorer.rollout_model
         # an engine with `tensor_parallel` spreads over tensor_parallel_size GPUs; others use one
-        tp_used = ROLLOUT_ENGINES.trait(rollout.engine_type, "tensor_parallel", False)
+        tp_used = ROLLOUT_ENGINES.spec(rollout.engine_type).tensor_parallel
         if rollout.engine_num > 1 or (rollout.tensor_parallel_size > 1 and not tp_used):
             notices.append(
                 Notice(

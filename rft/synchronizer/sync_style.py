@@ -20,6 +20,7 @@ further ahead; the trainer's staleness policy is the hard limit on what trains.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rft.errors import ConfigError
 from rft.registry import Registry
@@ -89,7 +90,11 @@ class SyncStyle:
         return False
 
 
-SYNC_STYLES: Registry[type[SyncStyle]] = Registry("synchronizer.sync_style")
+# the rule every style answers to is given the config: its publishing schedule must admit the
+# configured η bound (a deadlock otherwise)
+SYNC_STYLES: Registry[type[SyncStyle]] = Registry(
+    "synchronizer.sync_style", rule="rft.synchronizer.sync_style:schedule_issues"
+)
 
 
 @SYNC_STYLES.register("fixed")
@@ -167,3 +172,15 @@ def build_sync_style(
     return SYNC_STYLES.get(name)(
         interval=interval, offset=offset, max_head_offpolicyness=max_head_offpolicyness
     )
+
+
+def schedule_issues(name: str, spec: object, cfg: Any) -> list[tuple[str, str]]:
+    """SYNC_STYLES' rule, as (config key, problem): the style built from the config's
+    synchronizer settings, whose constructor checks the η bound against its schedule."""
+    sync = cfg.synchronizer
+    key = "synchronizer.max_head_offpolicyness"
+    try:
+        build_sync_style(name, sync.sync_interval, sync.sync_offset, sync.max_head_offpolicyness)
+    except ConfigError as exc:
+        return [(key, str(exc).removeprefix(f"{key}: "))]
+    return []

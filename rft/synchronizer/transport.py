@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import torch
 
 from rft.errors import ConfigError
-from rft.registry import Registry
+from rft.registry import PartSpec, Registry
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,19 @@ def store_only() -> WeightTransport:
 
 #: sync_method -> a factory of its transport (no arguments); trait `fast_path` (default true):
 #: whether the trainer and the explorers form a weight-sync group at all.
-WEIGHT_TRANSPORTS: Registry[Callable[[], WeightTransport]] = Registry("synchronizer.sync_method")
+
+
+@dataclass(frozen=True)
+class WeightTransportSpec(PartSpec):
+    """`fast_path`: versions reach explorers outside the checkpoint store too (a broadcast,
+    shared memory); False: the durable copy is the only path."""
+
+    fast_path: bool = True
+
+
+WEIGHT_TRANSPORTS: Registry[Callable[[], WeightTransport], WeightTransportSpec] = Registry(
+    "synchronizer.sync_method", WeightTransportSpec
+)
 WEIGHT_TRANSPORTS.lazy("checkpoint", "rft.synchronizer.transport:store_only", fast_path=False)
 WEIGHT_TRANSPORTS.lazy("nccl", "rft.synchronizer.broadcast:BroadcastTransport")
 WEIGHT_TRANSPORTS.lazy("memory", "rft.synchronizer.shared_memory:SharedMemoryTransport")
@@ -142,4 +154,4 @@ WEIGHT_TRANSPORTS.lazy("memory", "rft.synchronizer.shared_memory:SharedMemoryTra
 
 def has_fast_path(sync_method: str) -> bool:
     """Whether `sync_method` (a name in WEIGHT_TRANSPORTS) forms a weight-sync group."""
-    return bool(WEIGHT_TRANSPORTS.trait(sync_method, "fast_path", True))
+    return WEIGHT_TRANSPORTS.spec(sync_method).fast_path

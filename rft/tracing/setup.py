@@ -37,6 +37,7 @@ import os
 import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.resources import Resource
@@ -52,7 +53,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
 
 from rft.config.connections import LocalStackSettings
 from rft.errors import ConfigError
-from rft.registry import Registry, unknown_arguments
+from rft.registry import PartSpec, Registry, unknown_arguments
 from rft.stack.zipkin_server import spans_url
 from rft.tracing.file_exporter import JsonLinesSpanExporter
 from rft.tracing.process_provider import install
@@ -64,7 +65,26 @@ if TYPE_CHECKING:
 # SpanExporter, or None for "record nothing".
 ExporterFactory = Callable[..., SpanExporter | None]
 
-SPAN_EXPORTERS: Registry[ExporterFactory] = Registry("monitor.trace_exporter")
+
+@dataclass(frozen=True)
+class SpanExporterSpec(PartSpec):
+    """What a span exporter's entry declares, each a function or None.
+
+    - `defaults(cfg) -> dict`: trace_args it takes when the config gives none (the file
+      exporter's path in the run's job dir, zipkin's endpoint on the local stack);
+    - `stack_service(options, local) -> str | None`: the local stack service its spans go to,
+      for `rft run` to start;
+    - `viewer(options) -> str | None`: where a person looks at the spans (a web UI, a file).
+    """
+
+    defaults: Callable[..., dict[str, Any]] | None = None
+    stack_service: Callable[..., str | None] | None = None
+    viewer: Callable[..., str | None] | None = None
+
+
+SPAN_EXPORTERS: Registry[ExporterFactory, SpanExporterSpec] = Registry(
+    "monitor.trace_exporter", SpanExporterSpec
+)
 
 # the resource attribute naming the run (`<project>.<name>`) a process's spans belong to
 RUN_ATTRIBUTE = "rft.run"
@@ -305,19 +325,19 @@ def configure_tracing(
 def trace_options(cfg: RftConfig) -> dict[str, Any]:
     """`monitor.trace_args` over the exporter's `defaults` trait (the `file` exporter's path in
     the run's job dir, the `zipkin` exporter's endpoint on the local stack)."""
-    defaults = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "defaults")
+    defaults = SPAN_EXPORTERS.spec(cfg.monitor.trace_exporter).defaults
     return {**(defaults(cfg) if defaults else {}), **cfg.monitor.trace_args}
 
 
 def trace_stack_service(cfg: RftConfig) -> str | None:
     """The local stack service the run's spans go to (for `rft run` to start), or None."""
-    service = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "stack_service")
+    service = SPAN_EXPORTERS.spec(cfg.monitor.trace_exporter).stack_service
     return service(trace_options(cfg), cfg.stack.local) if service else None
 
 
 def trace_viewer(cfg: RftConfig) -> str | None:
     """Where a person looks at the run's spans (a web UI, a file), or None when nowhere."""
-    viewer = SPAN_EXPORTERS.trait(cfg.monitor.trace_exporter, "viewer")
+    viewer = SPAN_EXPORTERS.spec(cfg.monitor.trace_exporter).viewer
     return viewer(trace_options(cfg)) if viewer else None
 
 

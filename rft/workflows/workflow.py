@@ -122,7 +122,7 @@ class Workflow:
     def reward_metrics(self, task: Task, info: Mapping[str, Any]) -> dict[str, float]:
         """The numbers of `info` that the task's reward declares per-rollout metrics
         (its entry's `info_metrics`)."""
-        keys = REWARD_FUNCTIONS.trait(self.reward_fn_name(task), "info_metrics", ())
+        keys = REWARD_FUNCTIONS.spec(self.reward_fn_name(task)).info_metrics
         return {k: float(info[k]) for k in keys if isinstance(info.get(k), int | float)}
 
     def trajectories(self, task: Task, prefix: str, replies: Sequence[Rollout]) -> list[Trajectory]:

@@ -358,8 +358,8 @@ def test_a_row_without_its_question_is_the_tasks_error_not_a_fallback() -> None:
 
 
 def test_the_judge_entry_declares_what_it_asks_and_reports() -> None:
-    assert REWARD_FUNCTIONS.trait("llm_judge", "asks_model") == "judge_model"
-    assert "judge_fallback" in REWARD_FUNCTIONS.trait("llm_judge", "info_metrics")
+    assert REWARD_FUNCTIONS.spec("llm_judge").asks_model == "judge_model"
+    assert "judge_fallback" in REWARD_FUNCTIONS.spec("llm_judge").info_metrics
 
 
 @REWARD_FUNCTIONS.register("asks_a_model_test", replace=True, asks_model="grader")

@@ -90,8 +90,8 @@ def test_the_engine_loads_with_a_server_that_returns_token_ids(tmp_path: Path) -
     cfg = _load(tmp_path, SERVER, RETURNS, "explorer.rollout_model.api_key=sk-x")
     assert cfg.explorer.rollout_model.base_url == "http://127.0.0.1:1/v1"
     assert "sk-x" not in cfg.to_yaml()  # a secret is left out of printed configs
-    assert ROLLOUT_ENGINES.trait("openai", "loads_weights") is False
-    assert ROLLOUT_ENGINES.trait("hf", "loads_weights", True) is True
+    assert ROLLOUT_ENGINES.spec("openai").loads_weights is False
+    assert ROLLOUT_ENGINES.spec("hf").loads_weights is True
 
 
 def test_the_engine_is_refused_without_token_ids_a_server_or_in_serve_mode(

@@ -183,7 +183,7 @@ def test_ppo_preset_is_gae_from_a_critic_and_the_clipped_surrogate() -> None:
     spec = resolve_algorithm({"algorithm_type": "ppo", "repeat_times": 1})
     assert (spec.advantage_fn, spec.policy_loss_fn) == ("ppo", "ppo")
     assert dict(spec.advantage_fn_args) == {"gamma": 1.0, "lam": 1.0}
-    assert spec.use_critic and ADVANTAGE_FN.trait("gae", "critic")
+    assert spec.use_critic and ADVANTAGE_FN.spec("gae").critic
     assert not resolve_algorithm({"algorithm_type": "grpo", "repeat_times": 2}).use_critic
     build_loss(spec)  # the policy side composes as any preset's
 

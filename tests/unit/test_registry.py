@@ -5,8 +5,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ from rft.algorithms.advantages import ADVANTAGE_FN
 from rft.algorithms.objective import LossBatch, build_loss, compute_advantages
 from rft.algorithms.presets import ALGORITHM_TYPES, AlgorithmSpec
 from rft.errors import ConfigError
-from rft.registry import Registry, Requirement
+from rft.registry import PartSpec, Registry, Requirement
 
 # the keywords difflib.get_close_matches takes, as argument_issues lists them
 ACCEPTED = ", ".join(sorted(inspect.signature(difflib.get_close_matches).parameters))
@@ -117,15 +119,76 @@ def test_built_loss_runs_end_to_end() -> None:
     assert lp.grad is not None
 
 
+@dataclass(frozen=True)
+class ThingSpec(PartSpec):
+    speed: str = "slow"
+    colour: str = "none"
+    sizes: tuple[int, ...] = ()
+    names: Mapping[str, str] = field(default_factory=dict)
+    build: Callable[..., Any] | None = None
+    unit: Literal["tokens", "rows"] = "rows"
+
+
+@pytest.mark.parametrize(
+    ("traits", "problem"),
+    [
+        ({"sped": "fast"}, r"thing 'x': sped is not a field of ThingSpec \(its fields: build, "),
+        ({"speed": 3}, r"speed=3 is not of ThingSpec.speed's type str"),
+        (
+            {"sizes": [1, 2]},
+            r"sizes=\[1, 2\] is not of ThingSpec.sizes's type tuple\[int, \.\.\.\]",
+        ),
+        ({"sizes": (1, "2")}, r"sizes=\(1, '2'\) is not of"),
+        (
+            {"names": {"a": 1}},
+            r"names=\{'a': 1\} is not of ThingSpec.names's type Mapping\[str, str\]",
+        ),
+        ({"build": "not callable"}, r"build='not callable' is not of"),
+        (
+            {"unit": "pairs"},
+            r"unit='pairs' is not of ThingSpec.unit's type Literal\['tokens', 'rows'\]",
+        ),
+    ],
+)
+def test_a_registration_trait_must_be_a_field_of_the_spec_and_of_its_type(
+    traits: dict[str, Any], problem: str
+) -> None:
+    reg: Registry[Any, ThingSpec] = Registry("thing", ThingSpec)
+    for register in (
+        lambda: reg.register("x", **traits)(lambda: None),
+        lambda: reg.lazy("x", "some.module:part", **traits),
+        lambda: reg.add("x", object(), **traits),
+    ):
+        with pytest.raises(ConfigError, match=problem):
+            register()
+    assert "x" not in reg  # nothing half-registered
+
+
+def test_a_spec_holds_the_registered_traits_and_the_defaults_of_the_rest() -> None:
+    reg: Registry[Any, ThingSpec] = Registry("thing", ThingSpec)
+    reg.add("a", 1, speed="fast", sizes=(1, 2), names={"k": "v"}, build=print, unit="tokens")
+    reg.add("b", 2)
+    assert reg.spec("a") == ThingSpec("fast", "none", (1, 2), {"k": "v"}, print, "tokens")
+    assert reg.spec("b") == ThingSpec()
+    assert reg.having(lambda s: s.unit == "tokens") == ["a"]
+    with pytest.raises(ConfigError, match="unknown thing 'c'"):
+        reg.spec("c")
+    plain: Registry[int] = Registry("plain")  # a registry whose entries declare nothing
+    with pytest.raises(
+        ConfigError, match="speed is not a field of PartSpec \\(its fields: none\\)"
+    ):
+        plain.add("a", 1, speed="fast")
+
+
 def test_a_lazy_entry_is_imported_on_first_get_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "rft_lazy_part.py").write_text("def part():\n    return 'loaded'\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    reg: Registry[Any] = Registry("thing")
+    reg: Registry[Any, ThingSpec] = Registry("thing", ThingSpec)
     reg.lazy("lazy", "rft_lazy_part:part", speed="fast")
-    assert "lazy" in reg and reg.trait("lazy", "speed") == "fast"
-    assert reg.trait("lazy", "colour", "none") == "none"
+    assert "lazy" in reg and reg.spec("lazy").speed == "fast"
+    assert reg.spec("lazy").colour == "none"  # the spec's default
     assert "rft_lazy_part" not in sys.modules  # declared, looked at, not imported
     assert reg.get("lazy")() == "loaded"
     assert "rft_lazy_part" in sys.modules
