@@ -74,12 +74,15 @@ class SpanExporterSpec(PartSpec):
       exporter's path in the run's job dir, zipkin's endpoint on the local stack);
     - `stack_service(options, local) -> str | None`: the local stack service its spans go to,
       for `rft run` to start;
-    - `viewer(options) -> str | None`: where a person looks at the spans (a web UI, a file).
+    - `viewer(options) -> str | None`: where a person looks at the spans (a web UI, a file);
+    - `package(trace_args) -> (module, pip package)`: what the exporter imports when built,
+      checked at load.
     """
 
     defaults: Callable[..., dict[str, Any]] | None = None
     stack_service: Callable[..., str | None] | None = None
     viewer: Callable[..., str | None] | None = None
+    package: Callable[[Mapping[str, Any]], tuple[str, str]] | None = None
 
 
 SPAN_EXPORTERS: Registry[ExporterFactory, SpanExporterSpec] = Registry(
@@ -161,6 +164,7 @@ def _zipkin_viewer(options: Mapping[str, Any]) -> str | None:
     defaults=_zipkin_defaults,
     stack_service=_zipkin_stack_service,
     viewer=_zipkin_viewer,
+    package=lambda args: ZIPKIN_PACKAGE,
 )
 def zipkin_exporter(endpoint: str | None = None, timeout: int | None = None) -> SpanExporter | None:
     """`endpoint`: the server's span URL (`http://host:9411/api/v2/spans`); `timeout`: seconds
@@ -182,6 +186,10 @@ def zipkin_exporter(endpoint: str | None = None, timeout: int | None = None) -> 
     return exporter
 
 
+def _otlp_package(args: Mapping[str, Any]) -> tuple[str, str]:
+    return _OTLP_MODULES[otlp_protocol(args.get("protocol"))]
+
+
 def otlp_protocol(protocol: str | None = None) -> str:
     """The OTLP protocol: the argument, else the standard OTEL variables, else http/protobuf."""
     chosen = (
@@ -198,7 +206,7 @@ def otlp_protocol(protocol: str | None = None) -> str:
     return chosen
 
 
-@SPAN_EXPORTERS.register("otlp")
+@SPAN_EXPORTERS.register("otlp", package=_otlp_package)
 def otlp_exporter(
     protocol: str | None = None,
     endpoint: str | None = None,
@@ -225,17 +233,6 @@ def otlp_exporter(
     return module.OTLPSpanExporter(**{k: v for k, v in options.items() if v is not None})
 
 
-def _otlp_package(args: Mapping[str, Any]) -> tuple[str, str]:
-    return _OTLP_MODULES[otlp_protocol(args.get("protocol"))]
-
-
-# (module, pip package) an exporter imports when built, by exporter name: checked at load
-_PACKAGE_NEEDED: dict[str, Callable[[Mapping[str, Any]], tuple[str, str]]] = {
-    "otlp": _otlp_package,
-    "zipkin": lambda args: ZIPKIN_PACKAGE,
-}
-
-
 def _importable(module_name: str) -> bool:
     try:
         return importlib.util.find_spec(module_name) is not None
@@ -258,7 +255,7 @@ def check_exporter(name: str, args: Mapping[str, Any]) -> list[tuple[str, str]]:
         )
         for arg in unknown
     ]
-    needs = _PACKAGE_NEEDED.get(name)
+    needs = SPAN_EXPORTERS.spec(name).package
     if needs is not None and not unknown:
         try:
             module_name, package = needs(args)
