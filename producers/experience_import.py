@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from rft.config.connections import KafkaSettings
-from rft.errors import ConfigError, ReplayError
+from rft.errors import ReplayError
 from rft.events.models import Experience
 from rft.events.topics import ensure_topics
 from rft.events.transport import kafka_backend
@@ -122,22 +122,19 @@ class SqlImportReader:
     suffixes: ClassVar[tuple[str, ...]] = (".db", ".sqlite", ".sqlite3")
 
     def __init__(self, source: str, *, table: str) -> None:
-        from sqlalchemy import MetaData, create_engine, inspect
-        from sqlalchemy.exc import ArgumentError
+        from rft.storage.sql_database import SqlDatabase
 
         if "://" not in source:
             _existing_file(source)  # SQLite would create an empty database instead
+        self._database = SqlDatabase(sql_url(source))
         try:
-            self._engine = create_engine(sql_url(source))
-        except (ArgumentError, ImportError) as exc:
-            raise ConfigError(f"{source!r} is not a usable SQLAlchemy URL: {exc}") from exc
-        if not inspect(self._engine).has_table(table):
-            self._engine.dispose()
-            raise ReplayError(f"no table {table!r} in {source} (give --table NAME)")
-        meta = MetaData()
-        meta.reflect(self._engine, only=[table])
-        self._table = meta.tables[table]
-        self._where = f"table {table} in {self._engine.url.render_as_string()}"
+            if not self._database.has_table(table):
+                raise ReplayError(f"no table {table!r} in {source} (give --table NAME)")
+            self._table = self._database.table(table)
+        except BaseException:
+            self._database.close()
+            raise
+        self._where = f"table {table} in {self._database.where}"
 
     @property
     def where(self) -> str:
@@ -145,30 +142,23 @@ class SqlImportReader:
 
     @property
     def total_rows(self) -> int:
-        from sqlalchemy import func, select
-
-        with self._engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(self._table)).scalar_one())
+        return self._database.count(self._table)
 
     def batches(self, rows: int) -> Iterator[list[Experience]]:
-        from sqlalchemy import select
-
         order = [
-            c for c in ("source_topic", "source_partition", "source_offset") if c in self._table.c
+            c
+            for c in ("source_topic", "source_partition", "source_offset")
+            if c in self._table.columns
         ]
-        query = select(self._table).order_by(*(self._table.c[c] for c in order))
-        with self._engine.connect() as conn:
-            result = conn.execution_options(stream_results=True).execute(query)
-            while chunk := result.fetchmany(rows):
-                rows_read = [dict(r._mapping) for r in chunk]
-                yield [from_sql_row(row, self._row_where(row)) for row in rows_read]
+        for chunk in self._database.batches(self._table, order_by=order, rows=rows):
+            yield [from_sql_row(row, self._row_where(row)) for row in chunk]
 
     def _row_where(self, row: Mapping[str, Any]) -> str:
         source = f"{row.get('source_topic')}[{row.get('source_partition')}]"
         return f"{self._where}, row of {source}@{row.get('source_offset')}"
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._database.close()
 
 
 def prepare_target_topic(kafka: KafkaSettings, topic: str, *, append: bool) -> None:

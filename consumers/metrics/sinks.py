@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TextIO
 
 from rft.config.binding import MISSING_VALUE, ConfigBinder
-from rft.errors import ConfigError, MetricSinkError, RftError
+from rft.errors import ConfigError, MetricSinkError, RftError, StorageError
 from rft.events.models import Metric
 from rft.registry import Registry
 
@@ -178,25 +178,28 @@ class SqlSink:
     requires: ClassVar[OptionalPackage | None] = None  # SQLAlchemy is a core dependency
 
     def __init__(self, context: SinkContext, *, url: str | None = None) -> None:
-        import sqlalchemy as sa
+        from rft.storage.sql_database import Column, SqlDatabase
 
         if not url:
             context.monitor_dir.mkdir(parents=True, exist_ok=True)
             url = f"sqlite:///{(context.monitor_dir / 'metrics.db').resolve()}"
         self.url = url
-        self.engine = sa.create_engine(url)
-        meta = sa.MetaData()
-        self.table = sa.Table(
-            "rft_metrics",
-            meta,
-            sa.Column("component", sa.String(64), nullable=False),
-            sa.Column("run", sa.String(128), nullable=False),
-            sa.Column("step", sa.Integer, nullable=False),
-            sa.Column("name", sa.String(128), nullable=False),
-            sa.Column("value", sa.Float, nullable=False),
-            sa.Column("timestamp", sa.BigInteger, nullable=False),
-        )
-        meta.create_all(self.engine)
+        self.database = SqlDatabase(url, key="the sql sink's url")
+        try:
+            self.table = self.database.create_table(
+                "rft_metrics",
+                [
+                    Column("component", "string", 64, nullable=False),
+                    Column("run", "string", 128, nullable=False),
+                    Column("step", "int32", nullable=False),
+                    Column("name", "string", 128, nullable=False),
+                    Column("value", "float64", nullable=False),
+                    Column("timestamp", "int64", nullable=False),
+                ],
+            )
+        except StorageError as exc:  # the database's SqlError
+            self.database.close()
+            raise MetricSinkError(f"{TYPE_KEY}: sink 'sql' cannot open: {exc}") from exc
         self._pending: list[dict[str, Any]] = []
 
     def write(self, metric: Metric) -> None:
@@ -214,15 +217,17 @@ class SqlSink:
 
     def flush(self) -> None:
         if self._pending:
-            with self.engine.begin() as conn:  # one transaction per flushed batch
-                conn.execute(self.table.insert(), self._pending)
+            try:  # one transaction per flushed batch
+                self.database.insert(self.table, self._pending)
+            except StorageError as exc:  # the database's SqlError
+                raise MetricSinkError(f"sink 'sql' cannot flush: {exc}") from exc
             self._pending.clear()
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            self.engine.dispose()
+            self.database.close()
 
 
 _UNSAFE_PATH_CHARS = re.compile(r"[^A-Za-z0-9._-]")

@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
 from rft.consumers.replay.filter import ExperienceFilter
 from rft.consumers.replay.topic_range import RangeReader
-from rft.errors import ConfigError, ReplayError, RftError
+from rft.errors import ConfigError, ReplayError, RftError, StorageError
 from rft.events.models import Experience
 from rft.registry import Registry
 from rft.replay.experience_rows import (
@@ -43,6 +43,9 @@ from rft.replay.experience_rows import (
     to_json_object,
     to_sql_row,
 )
+
+if TYPE_CHECKING:  # the database module (and SQLAlchemy) load only for a SQL export
+    from rft.storage.sql_database import Column, ColumnKind
 
 # token id arrays -> their text, one string per array (a tokenizer's batch_decode)
 TextDecoder = Callable[[Sequence[np.ndarray]], list[str]]
@@ -153,31 +156,31 @@ class JsonlExportWriter:
         self._target.drop()
 
 
-def experience_table(metadata: Any, table: str, decoded: bool) -> Any:
-    """The SQL table of an export: the row columns, keyed by where each event was read."""
-    from sqlalchemy import BigInteger, Boolean, Column, Float, Integer, String, Table, Text
+def experience_columns(decoded: bool) -> list[Column]:
+    """The SQL columns of an export: the row columns, keyed by where each event was read."""
+    from rft.storage.sql_database import Column
 
-    types: dict[str, Any] = {
-        "str": Text,
-        "int32": Integer,
-        "int64": BigInteger,
-        "float64": Float(precision=53),
-        "bool": Boolean,
+    kinds: dict[str, ColumnKind] = {
+        "str": "text",
+        "int32": "int32",
+        "int64": "int64",
+        "float64": "float64",
+        "bool": "bool",
     }
-    cols: list[Column[Any]] = [
-        Column("source_topic", String(255), primary_key=True),
-        Column("source_partition", Integer, primary_key=True),
-        Column("source_offset", BigInteger, primary_key=True),
-        Column("source_timestamp_ms", BigInteger, nullable=False),
+    cols = [
+        Column("source_topic", "string", 255, primary_key=True),
+        Column("source_partition", "int32", primary_key=True),
+        Column("source_offset", "int64", primary_key=True),
+        Column("source_timestamp_ms", "int64", nullable=False),
     ]
     for name in EXPERIENCE_COLUMNS:
         kind = FIELD_KINDS[name]
-        sql_type: Any = Text if kind in SQL_JSON_KINDS else types[kind]
-        cols.append(Column(name, sql_type, nullable=kind == "optional_floats"))
+        sql_kind = "text" if kind in SQL_JSON_KINDS else kinds[kind]
+        cols.append(Column(name, sql_kind, nullable=kind == "optional_floats"))
     if decoded:
-        cols += [Column("prompt_decoded", Text), Column("response_decoded", Text)]
+        cols += [Column("prompt_decoded", "text"), Column("response_decoded", "text")]
     assert [c.name for c in cols[: len(SOURCE_COLUMNS)]] == list(SOURCE_COLUMNS)
-    return Table(table, metadata, *cols)
+    return cols
 
 
 @EXPORT_FORMATS.register("sql")
@@ -185,50 +188,40 @@ class SqlExportWriter:
     suffixes: ClassVar[tuple[str, ...]] = (".db", ".sqlite", ".sqlite3")
 
     def __init__(self, destination: str, *, decoded: bool, overwrite: bool, table: str) -> None:
-        from sqlalchemy import MetaData, create_engine, inspect
-        from sqlalchemy.exc import ArgumentError
+        from rft.storage.sql_database import SqlDatabase
 
-        self._url = sql_url(destination)
-        try:
-            self._engine = create_engine(self._url)
-        except (ArgumentError, ImportError) as exc:
-            raise ConfigError(f"{destination!r} is not a usable SQLAlchemy URL: {exc}") from exc
+        self._database = SqlDatabase(sql_url(destination))
         self._table_name = table
-        if inspect(self._engine).has_table(table):
-            if not overwrite:
-                self._engine.dispose()
-                raise ReplayError(
-                    f"{self.where} exists; pass --overwrite to replace it (or --table NAME)"
-                )
-            with self._engine.begin() as conn:
-                meta = MetaData()
-                meta.reflect(conn, only=[table])
-                meta.tables[table].drop(conn)
-        metadata = MetaData()
-        self._table = experience_table(metadata, table, decoded)
-        metadata.create_all(self._engine)
+        try:
+            if self._database.has_table(table):
+                if not overwrite:
+                    raise ReplayError(
+                        f"{self.where} exists; pass --overwrite to replace it (or --table NAME)"
+                    )
+                self._database.drop_table(table)
+            self._table = self._database.create_table(table, experience_columns(decoded))
+        except BaseException:
+            self._database.close()
+            raise
 
     @property
     def where(self) -> str:
-        return f"table {self._table_name} in {self._engine.url.render_as_string()}"
+        return f"table {self._table_name} in {self._database.where}"
 
     def write(self, rows: Sequence[ExportRow]) -> None:
-        from sqlalchemy.exc import SQLAlchemyError
-
         try:
-            with self._engine.begin() as conn:
-                conn.execute(self._table.insert(), [to_sql_row(r) for r in rows])
-        except SQLAlchemyError as exc:
+            self._database.insert(self._table, [to_sql_row(r) for r in rows])
+        except StorageError as exc:  # the database's SqlError
             first = rows[0].source[:3] if rows else ()
             raise ReplayError(
                 f"{self.where}: insert of {len(rows)} row(s) from {first} failed: {exc}"
             ) from exc
 
     def close(self) -> None:
-        self._engine.dispose()
+        self._database.close()
 
     def abort(self) -> None:
-        self._engine.dispose()  # batches already committed stay: the error says how many
+        self._database.close()  # batches already committed stay: the error says how many
 
 
 @dataclass

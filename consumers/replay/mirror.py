@@ -21,7 +21,6 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rft.config import RftConfig
@@ -29,8 +28,8 @@ from rft.errors import ConfigError, StorageError
 from rft.events.codec import EventCodec
 from rft.events.models import Experience
 
-if TYPE_CHECKING:  # sqlalchemy is imported only when a mirror is configured
-    import sqlalchemy as sa
+if TYPE_CHECKING:  # the database module (and SQLAlchemy) load only when a mirror is configured
+    from rft.storage.sql_database import Column, SqlDatabase, SqlTable
 
 log = logging.getLogger(__name__)
 
@@ -88,26 +87,19 @@ class ExperienceMirror:
         decode: TokenDecoder | None = None,
         codec: EventCodec | None = None,
     ) -> None:
-        import sqlalchemy as sa
+        from rft.storage.sql_database import SqlDatabase
 
-        self._sa = sa
         self.decode = decode
         self.codec = codec or EventCodec.default()
+        self.database = SqlDatabase(url, key="buffer.trainer_input.experience_buffer.path")
+        self.where = f"{self.database.where} table {table!r}"
         try:
-            parsed = sa.engine.make_url(url)
-        except sa.exc.ArgumentError as exc:
-            raise ConfigError(
-                f"buffer.trainer_input.experience_buffer.path {url!r} is not a SQLAlchemy URL: "
-                f"{exc}"
-            ) from exc
-        self.where = f"{parsed.render_as_string(hide_password=True)} table {table!r}"
-        if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.engine = sa.create_engine(parsed)
-            self.table = _open_table(sa, self.engine, table)
-        except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"experience mirror {self.where}: {exc}") from exc
+            if self.database.sqlite_file is not None:
+                self.database.sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+            self.table = _open_table(self.database, table)
+        except BaseException:
+            self.database.close()
+            raise
         self.inserted = 0
         log.info("mirroring experiences into %s", self.where)
 
@@ -126,24 +118,13 @@ class ExperienceMirror:
         return added
 
     def _insert(self, batch: dict[str, Experience]) -> int:
-        sa, table = self._sa, self.table
+        rows = [self._row(e) for e in batch.values()]
         try:
-            with self.engine.begin() as conn:
-                present = set(
-                    conn.scalars(
-                        sa.select(table.c.experience_id).where(
-                            table.c.experience_id.in_(list(batch))
-                        )
-                    )
-                )
-                rows = [self._row(e) for key, e in batch.items() if key not in present]
-                if rows:
-                    conn.execute(table.insert(), rows)
-        except sa.exc.SQLAlchemyError as exc:
+            return self.database.insert_new(self.table, rows, key="experience_id")
+        except StorageError as exc:  # the database's SqlError
             raise StorageError(
                 f"experience mirror {self.where}: insert of {len(batch)} experiences failed: {exc}"
             ) from exc
-        return len(rows)
 
     def _row(self, exp: Experience) -> dict[str, Any]:
         return {
@@ -161,40 +142,37 @@ class ExperienceMirror:
         return self.decode(ids.tolist()) if self.decode is not None and len(ids) else None
 
     def close(self) -> None:
-        self.engine.dispose()
+        self.database.close()
         log.info("experience mirror %s: %d rows added", self.where, self.inserted)
 
 
-def experience_table(sa: Any, metadata: sa.MetaData, name: str) -> sa.Table:
+def experience_columns() -> list[Column]:
     """Trinity-RFT's experience table columns, plus the unique `experience_id`."""
-    return sa.Table(
-        name,
-        metadata,
-        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-        sa.Column("prompt", sa.Text, nullable=True),
-        sa.Column("response", sa.Text, nullable=True),
-        sa.Column("message_list", sa.JSON(none_as_null=True), nullable=True),
-        sa.Column("reward", sa.Float, nullable=True),
-        sa.Column("model_version", sa.Integer, nullable=True),
-        sa.Column("experience_bytes", sa.LargeBinary, nullable=True),
-        sa.Column("consumed", sa.Integer, default=0, index=True),
-        sa.Column("experience_id", sa.String(512), nullable=False, unique=True),
-    )
+    from rft.storage.sql_database import Column
+
+    return [
+        Column("id", "int32", primary_key=True, autoincrement=True),
+        Column("prompt", "text"),
+        Column("response", "text"),
+        Column("message_list", "json"),
+        Column("reward", "float64"),
+        Column("model_version", "int32"),
+        Column("experience_bytes", "bytes"),
+        Column("consumed", "int32", default=0, index=True),
+        Column("experience_id", "string", 512, nullable=False, unique=True),
+    ]
 
 
-def _open_table(sa: Any, engine: sa.Engine, name: str) -> sa.Table:
+def _open_table(database: SqlDatabase, name: str) -> SqlTable:
     """The table, created if absent; an existing one must have every column the mirror writes."""
-    wanted = experience_table(sa, sa.MetaData(), name)
-    inspector = sa.inspect(engine)
-    if not inspector.has_table(name):
-        wanted.metadata.create_all(engine)
-        return wanted
-    present = {column["name"] for column in inspector.get_columns(name)}
-    missing = [c.name for c in wanted.columns if c.name not in present]
-    if missing:
-        raise ConfigError(
-            f"experience mirror: table {name!r} at {engine.url.render_as_string(hide_password=True)}"
-            f" exists without the columns {missing}; rft needs `experience_id` to insert each "
-            "experience once. Point buffer.trainer_input.experience_buffer.path or name elsewhere"
-        )
-    return wanted
+    wanted = experience_columns()
+    if database.has_table(name):
+        present = set(database.column_names(name))
+        missing = [c.name for c in wanted if c.name not in present]
+        if missing:
+            raise ConfigError(
+                f"experience mirror: table {name!r} at {database.where} exists without the "
+                f"columns {missing}; rft needs `experience_id` to insert each experience once. "
+                "Point buffer.trainer_input.experience_buffer.path or name elsewhere"
+            )
+    return database.create_table(name, wanted)

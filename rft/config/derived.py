@@ -18,6 +18,9 @@ from rft.errors import ConfigError
 
 # Kafka's rule for topic names (kafka.common.internals.Topic): 1-249 of [a-zA-Z0-9._-]
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+# `dialect[+driver]://`, the start of a SQLAlchemy URL as SQLAlchemy matches it; the config imports
+# no other part, so the rest is read when the mirror opens the database (rft.storage.sql_database)
+_SQL_URL = re.compile(r"[\w+]+://")
 
 
 def fill_derived(cfg: RftConfig) -> None:
@@ -278,14 +281,14 @@ def _experience_buffer_issues(cfg: RftConfig) -> list[Issue]:
                 f"{buf.path!r} is not a legal Kafka topic name (1-249 of a-z A-Z 0-9 . _ -){hint}",
             )
         ]
-    if buf.storage_type == "sql" and buf.path:
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            make_url(buf.path)
-        except ArgumentError as exc:
-            return [Issue(f"{where}.path", f"{buf.path!r} is not a SQLAlchemy URL: {exc}")]
+    if buf.storage_type == "sql" and buf.path and not _SQL_URL.match(buf.path):
+        return [
+            Issue(
+                f"{where}.path",
+                f"{buf.path!r} is not a SQLAlchemy URL (dialect[+driver]://..., "
+                "e.g. sqlite:///experiences.db)",
+            )
+        ]
     return []
 
 

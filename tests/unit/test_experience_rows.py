@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rft.consumers.replay.export import experience_table
+from rft.consumers.replay.export import experience_columns
 from rft.errors import ReplayError
 from rft.events.models import Experience
 from rft.replay.experience_rows import (
@@ -83,18 +83,14 @@ def test_json_round_trip_keeps_every_field(exps: list[Experience]) -> None:
 @settings(max_examples=40, deadline=None)
 @given(st.lists(experiences(), min_size=1, max_size=4))
 def test_sql_round_trip_through_sqlite_keeps_every_field(exps: list[Experience]) -> None:
-    from sqlalchemy import MetaData, create_engine, select
+    from rft.storage.sql_database import SqlDatabase
 
     exps = [canonical_nans(e) for e in exps]
-    engine = create_engine("sqlite://")
-    meta = MetaData()
-    table = experience_table(meta, "experiences", decoded=False)
-    meta.create_all(engine)
-    with engine.begin() as conn:
-        conn.execute(table.insert(), [to_sql_row(r) for r in rows_of(exps)])
-    with engine.connect() as conn:
-        got = conn.execute(select(table).order_by(table.c.source_offset)).all()
-    back = [from_sql_row(r._mapping, "mem") for r in got]
+    with SqlDatabase("sqlite://") as db:
+        table = db.create_table("experiences", experience_columns(decoded=False))
+        db.insert(table, [to_sql_row(r) for r in rows_of(exps)])
+        got = [r for batch in db.batches(table, order_by=["source_offset"], rows=3) for r in batch]
+    back = [from_sql_row(r, "mem") for r in got]
     assert back == exps
 
 
