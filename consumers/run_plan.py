@@ -270,6 +270,7 @@ class RunPlan:
         options: dict[str, Any] = {
             key: settings[key] if key in settings else getattr(rm, key) for key in reads
         }
+        options |= rm.part_keys  # the engine's own keys, bound at load (rft.catalog.part_keys)
         options |= rm.engine_args  # checked at load against the keys the engine's entry reads
         if self.cfg.model.lora_configs:  # an engine that serves adapters sizes itself for this one
             options["max_lora_rank"] = self.cfg.model.lora_configs[0].lora_rank

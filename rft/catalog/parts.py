@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
+from rft.catalog.part_keys import bind_part_keys
 from rft.catalog.plugins import import_plugins
 from rft.config.binding import Issue, Notice
 from rft.config.schema import RftConfig
@@ -47,7 +48,8 @@ class Selection:
     `how`: "name" looks the part up (importing it; by `lookup` where the name selects from
     more than one registry); "packaged" says the entry's missing packages and runs its
     registry's rule; "entry" also runs the entry's own check. `given` is what the check and the
-    rule are given.
+    rule are given. `section`: the section that selects the part, open to the part's own keys
+    (rft.catalog.part_keys), which are bound against the selected entry's.
     """
 
     path: str
@@ -57,6 +59,7 @@ class Selection:
     given: tuple[Any, ...] = ()
     args: Args | None = None
     lookup: Callable[[str], Any] | None = None
+    section: Any = None
 
 
 class _Checker:
@@ -64,6 +67,7 @@ class _Checker:
 
     def __init__(self) -> None:
         self.issues: list[Issue] = []
+        self.notices: list[Notice] = []
 
     def look(self, path: str, lookup: Callable[[], Any]) -> Any:
         try:
@@ -108,6 +112,11 @@ class _Checker:
             said = {issue.path for issue in self.issues[before:]}
             part = self.look(sel.path, lambda: registry.get(name))
             self._args(sel.args, part, said)
+        if sel.section is not None:
+            at = sel.path.rsplit(".", 1)[0]
+            issues, notices = bind_part_keys(registry, name, at, sel.section)
+            self.issues += issues
+            self.notices += notices
 
     def _args(self, args: Args | None, part: Any, said: set[str]) -> None:
         if args is None or part is None or not args.values:
@@ -124,10 +133,10 @@ def _key(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
 
-def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
+def check_parts(cfg: RftConfig, trains_offline: bool = False) -> tuple[list[Issue], list[Notice]]:
     """Every registry name in `cfg` looked up, each selected part checked (and the args of parts
-    that take them). `trains_offline`: the config trains from a topic (`rft train
-    --from-topic`)."""
+    that take them, and its own keys bound); the problems, and the keys warned about.
+    `trains_offline`: the config trains from a topic (`rft train --from-topic`)."""
     from rft.consumers.metrics.sinks import SinkConfigError, check_sinks
     from rft.events.transport import known_backend
     from rft.tracing.setup import check_exporter
@@ -145,7 +154,7 @@ def check_parts(cfg: RftConfig, trains_offline: bool = False) -> list[Issue]:
         Issue(k, m) for k, m in check_exporter(cfg.monitor.trace_exporter, cfg.monitor.trace_args)
     ]
     c.look("stack.kafka.client", lambda: known_backend(cfg.stack.kafka.client))
-    return c.issues
+    return c.issues, c.notices
 
 
 def _algorithm(c: _Checker, cfg: RftConfig) -> Any:
@@ -241,8 +250,9 @@ def selections(cfg: RftConfig, algorithm: Any, trains_offline: bool) -> Iterator
 
     rollout = cfg.explorer.rollout_model
     at = "explorer.rollout_model"
+    policy = (cfg, at, rollout)
     yield Selection(
-        f"{at}.engine_type", ROLLOUT_ENGINES, rollout.engine_type, given=(cfg, at, rollout)
+        f"{at}.engine_type", ROLLOUT_ENGINES, rollout.engine_type, given=policy, section=rollout
     )
     yield Selection(f"{at}.tool_call_parser", TOOL_CALL_PARSERS, rollout.tool_call_parser, "name")
     for i, aux_model in enumerate(cfg.explorer.auxiliary_models):
@@ -352,5 +362,6 @@ def parts_stage(
     """The load stage of the parts: plugins imported, entry defaults filled, entries checked."""
     issues = import_plugins(cfg, base_dir)
     fill_parts(cfg)
-    issues += check_parts(cfg, trains_offline)
-    return issues, ([] if issues else launcher_notices(cfg))
+    found, notices = check_parts(cfg, trains_offline)
+    issues += found
+    return issues, ([] if issues else notices + launcher_notices(cfg))

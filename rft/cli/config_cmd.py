@@ -44,9 +44,11 @@ def keys_table(args: argparse.Namespace) -> int:
 
 
 def reference_page(args: argparse.Namespace) -> int:
-    from rft.config.reference import main
+    from rft.catalog.part_keys import parts_keys
+    from rft.config.reference import render
 
-    return main()
+    print(render(parts_keys()), end="")
+    return 0
 
 
 def check_config(args: argparse.Namespace) -> int:

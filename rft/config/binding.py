@@ -4,8 +4,11 @@
 dotted key paths (`buffer.batch_size`). It knows the config conventions that the dataclasses declare:
 bounds in field metadata (`bounded`), Trinity-RFT keys accepted but ignored (`IGNORED_KEYS`), and
 value aliases (`VALUE_ALIASES`), values refused with a reason (`REFUSED_VALUES`) and keys refused
-with a reason (`REFUSED_KEYS`: Trinity-RFT / veRL keys asking for what rft does not do). It raises nothing
-itself; the loader turns issues into ConfigError.
+with a reason (`REFUSED_KEYS`: Trinity-RFT / veRL keys asking for what rft does not do). A section
+that selects a part whose own keys are bound beside its own (`PART_KEYS`: the selecting field's
+name) keeps the keys it does not declare, unconverted, in its `part_keys` field: the part's
+module declares them, and the parts' load stage binds them against the selected part's keys. It
+raises nothing itself; the loader turns issues into ConfigError.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from pathlib import Path
 from typing import Any, Literal, NamedTuple, TypeVar, Union
 
 T = TypeVar("T")
+
+# the field of a section open to its part's keys that holds them (see the module docstring)
+PART_KEYS_FIELD = "part_keys"
 
 _TRUE_WORDS = {"true", "yes", "on", "1"}
 _FALSE_WORDS = {"false", "no", "off", "0"}
@@ -166,6 +172,8 @@ class ConfigBinder:
         aliases: Mapping[str, Mapping[str, Alias]] = getattr(cls, "VALUE_ALIASES", {})
         refused: Mapping[str, Mapping[str, str]] = getattr(cls, "REFUSED_VALUES", {})
         refused_keys: Mapping[str, str] = getattr(cls, "REFUSED_KEYS", {})
+        open_to_part = getattr(cls, "PART_KEYS", None) is not None
+        part_keys: dict[str, Any] = {}
         kwargs: dict[str, Any] = {}
         failed = False
         for key in data:
@@ -183,6 +191,9 @@ class ConfigBinder:
                 self.notices.append(
                     Notice(key_path, f"`{key_path}` is accepted but ignored by rft: {ignored[key]}")
                 )
+                continue
+            if open_to_part:  # the selected part's, or unknown: the parts' stage says which
+                part_keys[key] = data[key]
                 continue
             suggestion = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.6)
             hint = f"; did you mean `{suggestion[0]}`?" if suggestion else ""
@@ -226,7 +237,10 @@ class ConfigBinder:
                 kwargs[name] = value
         if failed:
             return MISSING_VALUE
-        return cls(**kwargs)
+        bound = cls(**kwargs)
+        if open_to_part:
+            setattr(bound, PART_KEYS_FIELD, part_keys)
+        return bound
 
     def convert(self, hint: Any, raw: Any, path: str, bound: Bound | None = None) -> Any:
         origin = typing.get_origin(hint)

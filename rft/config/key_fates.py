@@ -59,6 +59,8 @@ def _walk_fields(
 ) -> Iterator[tuple[str, str, dataclasses.Field[Any]]]:
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if not f.init:  # a section's holder of its part's keys (rft.config.binding)
+            continue
         path = f"{prefix}.{f.name}" if prefix else f.name
         section = _section_type(hints[f.name])
         if section is not None:

@@ -41,7 +41,7 @@ _VERL = "settings of the veRL backend; rft's torch trainer does not read them"
 # where keys are acted on (each field's `key(acts_in=...)`)
 _PLAN = "consumers/run_plan.py"
 _DERIVED = "rft/config/derived.py"
-_PARTS = "rft/catalog/parts.py"
+_ROLLOUT_CHECKS = "rft/engines/rollout_checks.py"
 _EXPLORER = "consumers/explorer/explorer.py"
 _SERVE = "consumers/serve/core.py"
 _SERVE_TEST = "tests/integration/test_serve.py"
@@ -861,7 +861,8 @@ class BufferConfig:
 
 @dataclass
 class RolloutModelConfig:
-    """`explorer.rollout_model`: the rollout engine."""
+    """`explorer.rollout_model`: the rollout engine. The keys only one engine reads are declared
+    by the engine (its spec's `keys`) and bound here too: see the sections per engine below."""
 
     engine_type: str = key(
         "hf",
@@ -899,21 +900,9 @@ class RolloutModelConfig:
         acts_in=_EXPLORER,
         shown_by="tests/unit/test_explorer_settings.py",
     )
-    gpu_memory_utilization: float = key(
-        bounded(0.9, gt=0, le=1),
-        does="the vllm engine's share of GPU memory (weights, KV cache, graphs)",
-        acts_in="rft/engines/rollout.py",
-        shown_by="tests/unit/test_vllm_engine.py",
-    )
     enforce_eager: bool = key(
         False,
         does="vllm: no CUDA graphs; hf: no static-cache + torch.compile path on a GPU",
-        acts_in="rft/engines/rollout.py",
-        shown_by="tests/unit/test_vllm_engine.py",
-    )
-    enable_prefix_caching: bool = key(
-        True,
-        does="vllm: KV blocks of shared prompt prefixes reused",
         acts_in="rft/engines/rollout.py",
         shown_by="tests/unit/test_vllm_engine.py",
     )
@@ -945,7 +934,7 @@ class RolloutModelConfig:
     engine_args: dict[str, Any] = key(
         field(default_factory=dict),
         does="the engine's own settings: the keys its ROLLOUT_ENGINES entry reads (`args`); others are refused at load",
-        acts_in=_PARTS,
+        acts_in=_ROLLOUT_CHECKS,
         shown_by="tests/unit/test_config_parts.py",
     )
 
@@ -961,6 +950,9 @@ class RolloutModelConfig:
     VALUE_ALIASES: ClassVar[dict[str, dict[str, Alias]]] = {
         "engine_type": {"vllm_async": Alias("vllm")},
     }
+    # the selected engine's own keys are bound beside these (rft.catalog.part_keys)
+    PART_KEYS: ClassVar[str] = "engine_type"
+    part_keys: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
 
 @dataclass
@@ -1048,8 +1040,8 @@ class AuxiliaryModelConfig:
     )
     engine_type: str = key(
         "hf",
-        does="ROLLOUT_ENGINES entry that serves it: hf or vllm (its own copy of model_path, in the explorer's process) or openai (a client of base_url); an entry without the `auxiliary` trait is refused",
-        acts_in=_PARTS,
+        does="ROLLOUT_ENGINES entry that serves it: hf or vllm (its own copy of model_path, in the explorer's process) or openai (a client of base_url); an entry whose spec has no `auxiliary` is refused",
+        acts_in=_ROLLOUT_CHECKS,
         shown_by=_AUX_TEST,
     )
     model_path: str | None = key(
@@ -1092,7 +1084,7 @@ class AuxiliaryModelConfig:
     engine_args: dict[str, Any] = key(
         field(default_factory=dict),
         does="the engine's own settings: for openai `model` (the id requests name, default rft-policy); for vllm its explorer.rollout_model settings (gpu_memory_utilization, max_model_len, enforce_eager, ...); others are refused at load",
-        acts_in=_PARTS,
+        acts_in=_ROLLOUT_CHECKS,
         shown_by=_AUX_TEST,
     )
 
@@ -1695,7 +1687,7 @@ class RftConfig:
     plugins: list[str] = key(
         field(default_factory=list),
         does="modules (dotted names or .py files) imported before the config's names are checked, so parts they register can be selected; RFT_PLUGINS adds more",
-        acts_in=_PARTS,
+        acts_in="rft/catalog/plugins.py",
         shown_by="tests/unit/test_config_parts.py",
     )
 
@@ -1714,7 +1706,7 @@ class RftConfig:
 
     def to_dict(self, include_secrets: bool = False) -> dict[str, Any]:
         """Plain data (paths as strings). Secrets are left out unless asked for."""
-        fields = _plain(asdict(self))
+        fields = _inline_part_keys(_plain(asdict(self)))
         data = {key: fields[key] for key in _TOP_LEVEL_ORDER}
         if not include_secrets:
             data["stack"]["object_store"].pop("access_key", None)
@@ -1776,6 +1768,16 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _ConfigDumper.add_representer(str, _represent_str)
+
+
+def _inline_part_keys(value: Any) -> Any:
+    """A section's part keys written back beside its own keys, where they were read from."""
+    if isinstance(value, dict):
+        inlined = {k: _inline_part_keys(v) for k, v in value.items() if k != "part_keys"}
+        return {**inlined, **value.get("part_keys", {})}
+    if isinstance(value, list):
+        return [_inline_part_keys(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

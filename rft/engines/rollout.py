@@ -272,7 +272,9 @@ class RolloutEngineSpec(PartSpec):
       the `reads` that are not server settings);
     - `loads_weights`: it loads the trainer's versions (False: its weights live in a server,
       it is never given a version, and it reports the server's);
-    - `lora`: it applies LoRA adapter versions (load_adapter); model.lora_configs needs it.
+    - `lora`: it applies LoRA adapter versions (load_adapter); model.lora_configs needs it;
+    - `keys`: the dotted path of the dataclass of its own keys, bound in the section that selects
+      it (`explorer.rollout_model`) and passed in RolloutEngineConfig.options (None: it has none).
     """
 
     reads: tuple[str, ...] = ()
@@ -282,6 +284,7 @@ class RolloutEngineSpec(PartSpec):
     auxiliary_args: tuple[str, ...] | None = None
     loads_weights: bool = True
     lora: bool = False
+    keys: str | None = None
 
 
 # an entry's own check and the rule (rft.engines.rollout_checks) are given the config, the key
@@ -622,8 +625,6 @@ HF_READS = ("enforce_eager",)
 VLLM_READS = (
     "enforce_eager",
     "tensor_parallel_size",
-    "gpu_memory_utilization",
-    "enable_prefix_caching",
     "max_model_len",
     "seed",
     "temperature",
@@ -647,6 +648,7 @@ ROLLOUT_ENGINES.lazy(
     requires=[Requirement("vllm", VLLM_INSTALL_COMMAND)],
     check="rft.engines.vllm_engine:exact_logprob_issues",
     reads=VLLM_READS,
+    keys="rft.engines.vllm_engine:VllmKeys",
     # engine_args: scheduler and CUDA-graph settings (bench/vllm_overhead.py measures them)
     args=("max_num_seqs", "max_cudagraph_capture_size", "async_scheduling"),
     tensor_parallel=True,

@@ -10,11 +10,13 @@ config trains LoRA. The rule is given the config, the key path of the section an
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from rft.config.binding import Issue
 from rft.engines.rollout import ROLLOUT_ENGINES, RolloutEngineSpec
+from rft.registry import load_dotted
 
 POLICY = "explorer.rollout_model"
 # the settings of a server an engine calls, read only by an engine whose spec `reads` them
@@ -59,6 +61,8 @@ def engine_issues(
             )
         )
     own = spec.args + tuple(k for k in spec.reads if k not in SERVER_KEYS)
+    if spec.keys is not None:  # an auxiliary model gives the engine's own keys as engine_args
+        own += tuple(f.name for f in dataclasses.fields(load_dotted(spec.keys)))
     takes = own if spec.auxiliary_args is None else spec.auxiliary_args
     what = f"an auxiliary model of engine {name!r}"
     return issues + unread_settings(spec, at, section, takes, what)

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from rft.config.binding import Issue
+from rft.config.binding import Issue, bounded
+from rft.config.fate import key
 from rft.engines.lora import ADAPTER_CONFIG, ADAPTER_SAFETENSORS, AdapterVersion, base_fingerprint
 from rft.engines.models import ModelSpec, materialize_model_dir
 from rft.engines.rollout import (
@@ -61,12 +62,30 @@ from rft.errors import ConfigError, EngineError
 RAW = "raw_logprobs"
 PROCESSED = "processed_logprobs"
 
+
+@dataclasses.dataclass(frozen=True)
+class VllmKeys:
+    """The vllm engine's own keys, bound in `explorer.rollout_model` (Trinity-RFT's names)."""
+
+    gpu_memory_utilization: float = key(
+        bounded(0.9, gt=0, le=1),
+        does="the vllm engine's share of GPU memory (weights, KV cache, graphs)",
+        acts_in="rft/engines/vllm_engine.py",
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
+    enable_prefix_caching: bool = key(
+        True,
+        does="vllm: KV blocks of shared prompt prefixes reused",
+        acts_in="rft/engines/vllm_engine.py",
+        shown_by="tests/unit/test_vllm_engine.py",
+    )
+
+
 # RolloutEngineConfig.options this engine reads, with their defaults (vLLM's own where it has one)
 DEFAULT_OPTIONS: dict[str, Any] = {
     "tensor_parallel_size": 1,
-    "gpu_memory_utilization": 0.9,
+    **dataclasses.asdict(VllmKeys()),
     "enforce_eager": False,
-    "enable_prefix_caching": True,
     "max_model_len": None,
     "max_num_seqs": 1024,
     # CUDA graphs for every decode batch the scheduler can form (None: max_num_seqs). vLLM's own

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from rft.catalog import load_config
-from rft.config import ConfigValidationError
+from rft.catalog.part_keys import bind_part_keys
+from rft.config import ConfigValidationError, ConfigWarning
 from rft.consumers.run_plan import RunPlan
-from rft.engines.rollout import PrefixCacheCounts, SamplingParams
+from rft.engines.rollout import ROLLOUT_ENGINES, PrefixCacheCounts, SamplingParams
 from rft.engines.vllm_engine import (
     PROCESSED,
     RAW,
@@ -68,29 +69,51 @@ def test_selecting_vllm_without_it_fails_at_load_with_the_install_command(
 
 
 def test_trinity_vllm_keys_reach_the_engine_options(tmp_path: Path) -> None:
-    cfg = load_config(
-        write(tmp_path, MINIMAL),
-        [
-            "explorer.rollout_model.gpu_memory_utilization=0.5",
-            "explorer.rollout_model.enforce_eager=true",
-            "explorer.rollout_model.enable_prefix_caching=false",
-            "explorer.rollout_model.max_model_len=96",
-            "model.max_prompt_tokens=64",
-            "model.max_response_tokens=32",
-            "explorer.rollout_model.seed=7",
-        ],
-    )
-    # the config is valid for either engine; the options are those the vllm engine is built with
-    cfg.explorer.rollout_model.engine_type = "vllm"
+    keys = [
+        "explorer.rollout_model.gpu_memory_utilization=0.5",
+        "explorer.rollout_model.enforce_eager=true",
+        "explorer.rollout_model.enable_prefix_caching=false",
+        "explorer.rollout_model.max_model_len=96",
+        "model.max_prompt_tokens=64",
+        "model.max_response_tokens=32",
+        "explorer.rollout_model.seed=7",
+    ]
+    # the vllm engine's own keys under the hf engine: each warned as vllm's, read by nobody
+    with pytest.warns(ConfigWarning) as record:
+        cfg = load_config(write(tmp_path, MINIMAL), keys)
+    said = [str(w.message) for w in record]
+    for key in ("gpu_memory_utilization", "enable_prefix_caching"):
+        assert any(
+            f"`explorer.rollout_model.{key}` is a key of engine_type vllm; engine_type hf does "
+            "not read it, so it is ignored" in line
+            for line in said
+        ), said
+    # the hf engine reads enforce_eager only (its compiled path on a GPU)
+    rollout = cfg.explorer.rollout_model
+    assert rollout.part_keys == {}
+    assert RunPlan(cfg).rollout_engine_config().options == {"enforce_eager": True}
+    # selected, the vllm engine gets its keys converted and checked like any key (this machine
+    # has no vllm, so the load itself would stop at the missing package: bound directly here)
+    rollout.engine_type = "vllm"
+    rollout.part_keys = {"gpu_memory_utilization": "0.5", "enable_prefix_caching": "false"}
+    at = "explorer.rollout_model"
+    assert bind_part_keys(ROLLOUT_ENGINES, "vllm", at, rollout) == ([], [])
     options = RunPlan(cfg).rollout_engine_config().options
     assert options["gpu_memory_utilization"] == 0.5
     assert options["enforce_eager"] is True
     assert options["enable_prefix_caching"] is False
     assert options["max_model_len"] == 96 == cfg.model.max_model_len
     assert options["seed"] == 7
-    # the hf engine reads enforce_eager only (its compiled path on a GPU)
-    cfg.explorer.rollout_model.engine_type = "hf"
-    assert RunPlan(cfg).rollout_engine_config().options == {"enforce_eager": True}
+    rollout.part_keys = {"gpu_memory_utilization": 1.5, "gpu_memory_utilisation": 0.5}
+    issues, notices = bind_part_keys(ROLLOUT_ENGINES, "vllm", at, rollout)
+    assert [i.path for i in issues] == [f"{at}.gpu_memory_utilization"]
+    assert "expected a value > 0 and <= 1, got 1.5" in issues[0].message
+    assert [n.message for n in notices] == [
+        f"unknown key `{at}.gpu_memory_utilisation` is ignored; did you mean "
+        "`gpu_memory_utilization`?"
+    ]
+    rollout.part_keys = {"gpu_memory_utilization": 0.5}
+    assert bind_part_keys(ROLLOUT_ENGINES, "vllm", at, rollout) == ([], [])
     # the vllm entry's engine_args: its scheduler and CUDA-graph settings
     cfg.explorer.rollout_model.engine_type = "vllm"
     cfg.explorer.rollout_model.engine_args = {"max_num_seqs": 256, "async_scheduling": True}
