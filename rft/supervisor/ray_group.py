@@ -27,7 +27,7 @@ from rft.consumers.run_plan import PLACED_DEVICE_ENV
 from rft.errors import LaunchError
 from rft.supervisor.failure import Failure, exited, last_lines
 from rft.supervisor.launchers import RunCommand
-from rft.supervisor.ray_cluster import RayCluster, first_line
+from rft.supervisor.ray_cluster import ActorNameTakenError, RayCallError, RayCluster, first_line
 from rft.supervisor.ray_host import STOP_GRACE_S, ChildSpec, ComponentHost, HostStatus
 from rft.supervisor.ray_placement import TRAIN_VERB, Placement, Slot, plan_placement
 from rft.synchronizer.fast_path import has_fast_path
@@ -71,9 +71,6 @@ class RayGroup:
     def launch(cls, cfg: RftConfig, command: RunCommand, log_dir: Path) -> RayGroup:
         """Connect, place and start every component; on any failure nothing is left running
         (a local Ray stops; on a cluster the actors die with this driver's job)."""
-        from ray.exceptions import RayError
-        from ray.util.placement_group import placement_group
-
         placement = plan_placement(cfg)
         run = f"rft.{cfg.project}.{cfg.name}"
         cluster = RayCluster.connect(run, placement)
@@ -81,59 +78,50 @@ class RayGroup:
             for line in cluster.describe(placement):
                 print(f"rft run: {line}", flush=True)
             _check_capacity(cluster, placement)
-            pg = placement_group(placement.bundles, strategy="PACK", name=run)
+            pg = cluster.placement_group(placement.bundles, name=run)
             group = cls(cluster, placement, pg)
             group._await_placement()
             group._start(cfg, command, log_dir.resolve())
             return group
-        except RayError as exc:  # an actor that could not start, a lost node
+        except RayCallError as exc:  # an actor that could not start, a lost node
             cluster.close()
-            raise LaunchError(f"starting the run's Ray actors: {first_line(exc)}") from exc
+            raise LaunchError(f"starting the run's Ray actors: {exc}") from exc
         except BaseException:
             cluster.close()
             raise
 
     def _await_placement(self) -> None:
-        import ray
-        from ray.exceptions import GetTimeoutError
-
-        try:
-            ray.get(self.pg.ready(), timeout=READY_TIMEOUT_S)
-        except GetTimeoutError as exc:
+        if not self.cluster.placed(self.pg, READY_TIMEOUT_S):
             raise LaunchError(
                 f"the Ray cluster at {self.cluster.address} did not place the run's "
                 f"{len(self.placement.bundles)} bundles {self.placement.bundles} within "
                 f"{READY_TIMEOUT_S:.0f}s (cluster.node_num × cluster.gpu_per_node, one bundle per "
                 f"process); it has {self.cluster.resources()}"
-            ) from exc
+            )
 
     def _start(self, cfg: RftConfig, command: RunCommand, log_dir: Path) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        host = ray.remote(ComponentHost)
+        cluster = self.cluster
         actors: list[Any] = []
         for index, slot in enumerate(self.placement.slots):
             try:
                 actors.append(
-                    host.options(
+                    cluster.start_actor(
+                        ComponentHost,
+                        slot.name,
                         name=slot.name,
-                        num_cpus=slot.cpus,
-                        num_gpus=slot.gpus,
+                        cpus=slot.cpus,
+                        gpus=slot.gpus,
                         max_concurrency=4,  # wait() blocks; status() and stop() answer meanwhile
-                        max_restarts=0,  # a restarted component would resume from the log; the
-                        # supervisor ends the run instead and says which one died
-                        scheduling_strategy=PlacementGroupSchedulingStrategy(
-                            self.pg, placement_group_bundle_index=index
-                        ),
-                    ).remote(slot.name)
+                        group=self.pg,
+                        bundle=index,
+                    )
                 )
-            except ValueError as exc:  # the actor name is taken in the run's namespace
+            except ActorNameTakenError as exc:
                 raise LaunchError(
                     f"another `rft run` of {cfg.project}.{cfg.name} holds actors on the Ray "
                     f"cluster at {self.cluster.address}: {exc}"
                 ) from exc
-        wheres = ray.get([a.where.remote() for a in actors], timeout=READY_TIMEOUT_S)
+        wheres = cluster.get([a.where.remote() for a in actors], timeout_s=READY_TIMEOUT_S)
         self.members = [
             _Member(s, a, w) for s, a, w in zip(self.placement.slots, actors, wheres, strict=True)
         ]
@@ -154,29 +142,25 @@ class RayGroup:
                 unset_env=() if "OMP_NUM_THREADS" in os.environ else ("OMP_NUM_THREADS",),
                 stage=command.stage,
             )
-            ray.get(m.actor.start.remote(spec), timeout=READY_TIMEOUT_S)
+            cluster.get(m.actor.start.remote(spec), timeout_s=READY_TIMEOUT_S)
             m.wait_ref = m.actor.wait.remote()
             m.log_path = str(log_dir / f"{m.slot.name}.log")
             print(f"rft run: {self._describe(m)}", flush=True)
 
     def _rendezvous(self) -> dict[str, str]:
         """torch.distributed's env:// rendezvous at rank 0's node, for more than one rank."""
-        import ray
-
         rank0 = next(m for m in self.members if m.slot.verb == TRAIN_VERB and m.slot.rank == 0)
         if rank0.slot.world_size == 1:
             return {}
-        port = ray.get(rank0.actor.free_port.remote(), timeout=READY_TIMEOUT_S)
+        port = self.cluster.get(rank0.actor.free_port.remote(), timeout_s=READY_TIMEOUT_S)
         return {"MASTER_ADDR": rank0.where["node"], "MASTER_PORT": str(port)}
 
     def _weight_group(self, cfg: RftConfig) -> tuple[str, ...]:
         """With a fast weight path, the rendezvous on the trainer's node (a free port there)."""
-        import ray
-
         if not needs_weight_group_address(cfg.synchronizer):
             return ()
         rank0 = next(m for m in self.members if m.slot.verb == TRAIN_VERB and m.slot.rank == 0)
-        port = ray.get(rank0.actor.free_port.remote(), timeout=READY_TIMEOUT_S)
+        port = self.cluster.get(rank0.actor.free_port.remote(), timeout_s=READY_TIMEOUT_S)
         return (weight_group_override(rank0.where["node"], port),)
 
     def _pinned_endpoints(self, cfg: RftConfig) -> tuple[str, ...]:
@@ -241,17 +225,13 @@ class RayGroup:
         return out
 
     def _poll(self, force: bool = False) -> None:
-        import ray
-
         now = time.monotonic()
         if self._stopped and not force or not force and now - self._polled < POLL_S:
             return
         self._polled = now
         pending = {m.wait_ref: m for m in self.members if m.running}
-        if pending:
-            ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
-            for ref in ready:
-                self._settle(pending[ref], ref)
+        for ref in self.cluster.ready(list(pending), timeout_s=0):
+            self._settle(pending[ref], ref)
         self._harvest_status()
         if now - self._status_at >= STATUS_S:
             self._status_at = now
@@ -261,35 +241,23 @@ class RayGroup:
             self._peak = max(self._peak, self._rss())
 
     def _settle(self, m: _Member, ref: Any) -> None:
-        import ray
-        from ray.exceptions import RayError
-
         try:
-            m.returncode = int(ray.get(ref))
-        except RayError as exc:  # the actor died (killed, its node lost, out of memory)
-            m.died = first_line(exc)
+            m.returncode = int(self.cluster.get(ref))
+        except RayCallError as exc:  # the actor died (killed, its node lost, out of memory)
+            m.died = str(exc)
 
     def _harvest_status(self) -> None:
-        import ray
-        from ray.exceptions import RayError
-
         refs = {m.status_ref: m for m in self.members if m.status_ref is not None}
-        if not refs:
-            return
-        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=0)
-        for ref in ready:
+        for ref in self.cluster.ready(list(refs), timeout_s=0):
             m = refs[ref]
             m.status_ref = None
-            with contextlib.suppress(RayError):  # the wait ref says what became of the actor
-                m.status = ray.get(ref)
+            with contextlib.suppress(RayCallError):  # the wait ref says what became of the actor
+                m.status = self.cluster.get(ref)
 
     def _last_lines(self, m: _Member) -> list[str]:
-        import ray
-        from ray.exceptions import RayError
-
         if m.died is None:  # the actor is there: ask it for the end of its log
-            with contextlib.suppress(RayError):
-                m.status = ray.get(m.actor.status.remote(), timeout=10)
+            with contextlib.suppress(RayCallError):
+                m.status = self.cluster.get(m.actor.status.remote(), timeout_s=10)
         elif Path(m.log_path).is_file():  # the same machine (or a shared filesystem)
             return last_lines(Path(m.log_path))
         return m.status.last_lines if m.status else []
@@ -316,22 +284,17 @@ class RayGroup:
         if self._stopped:
             return
         self._stopped = True
-        import ray
-        from ray.util.placement_group import remove_placement_group
-
+        cluster = self.cluster
         try:
             self._poll(force=True)
             live = [m for m in self.members if m.running]
-            refs = [m.actor.stop.remote(STOP_GRACE_S) for m in live]
-            if refs:
-                ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S + 15)
+            cluster.ready([m.actor.stop.remote(STOP_GRACE_S) for m in live], STOP_GRACE_S + 15)
             for m in live:
-                ready, _ = ray.wait([m.wait_ref], timeout=5)
-                if ready:
+                if cluster.ready([m.wait_ref], timeout_s=5):
                     self._settle(m, m.wait_ref)
             for m in self.members:
-                ray.kill(m.actor)
-            remove_placement_group(self.pg)
+                cluster.kill(m.actor)
+            cluster.remove_placement_group(self.pg)
         except Exception as exc:  # noqa: BLE001 - the local Ray's shutdown below still runs
             print(f"rft run: stopping the Ray actors: {first_line(exc)}", file=sys.stderr)
         finally:

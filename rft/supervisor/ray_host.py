@@ -7,8 +7,8 @@ config text, a few environment variables and the last lines of the log pass thro
 the object store carry experiences and weights. The child dies with the actor (the kernel's
 parent-death signal), so a lost actor leaves no process behind.
 
-The class does not import Ray: `rft.supervisor.ray_group` wraps it with `ray.remote`, and tests
-drive it directly.
+The class does not import Ray: `rft.supervisor.ray_group` starts it as an actor (through
+`rft.supervisor.ray_cluster`, Ray's one module), and tests drive it directly.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 from rft.supervisor.failure import last_lines
 from rft.supervisor.launchers import RunCommand
 from rft.supervisor.process_group import ProcessGroup
+from rft.supervisor.ray_cluster import node_address
 
 STOP_GRACE_S = 20.0
 
@@ -47,16 +48,6 @@ class HostStatus:
     rss_bytes: int  # the actor and its component's process tree, now
     last_lines: list[str]
     cpu_seconds: float = 0.0  # CPU time its component's process tree has used so far
-
-
-def node_address() -> str:
-    """This node's address as Ray knows it (the host name without Ray)."""
-    try:
-        import ray.util
-
-        return str(ray.util.get_node_ip_address())
-    except Exception:  # noqa: BLE001 - outside Ray (tests) the host name will do
-        return socket.gethostname()
 
 
 class ComponentHost:
