@@ -11,7 +11,9 @@ Each measure is computed from the files alone (nothing is imported), so any chec
   counts as an import of `pkg.name` when that is a module, else of `pkg`.
 - upward imports: edges of that graph from a lower layer to a higher one, in the order of
   pyproject's import contracts (LAYERS below): errors/schemas < registry < config < library <
-  producers < consumers < catalog, supervisor, cli, infra.
+  producers < consumers < catalog, supervisor, cli, infra, and inside the library stack,
+  fault_points < tracing < events < algorithms, rewards, tools, synchronizer, storage, replay,
+  datasets < engines, environments, buffer < workflows < serve, contact.
 - name branches: code that decides by comparing a registry-selected config value with names of
   that registry, outside the entry's own module. The heuristic:
   1. registries are module-level `NAME = Registry(kind)`; the selector key of a registry is the
@@ -46,13 +48,28 @@ from pathlib import Path
 
 ROOT_PACKAGES = ("rft", "producers", "consumers", "schemas", "infra")
 
-# Bottom to top, as in pyproject's [tool.importlinter] layers contract. A module belongs to the
-# first layer (from the top) one of whose prefixes it starts with; other rft modules are library.
+# Bottom to top, as in pyproject's [tool.importlinter] layers contracts (the library's order
+# included). A module belongs to the layer of its longest matching prefix; an rft module that no
+# layer names sits at the library's bottom.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("rft.errors", "schemas", "rft.schemas"),
     ("rft.registry",),
     ("rft.config",),
-    ("rft",),  # the library: rft.<concept>
+    ("rft", "rft.stack", "rft.fault_points"),  # the library, from here to serve and contact
+    ("rft.tracing",),
+    ("rft.events",),
+    (
+        "rft.algorithms",
+        "rft.rewards",
+        "rft.tools",
+        "rft.synchronizer",
+        "rft.storage",
+        "rft.replay",
+        "rft.datasets",
+    ),
+    ("rft.engines", "rft.environments", "rft.buffer"),
+    ("rft.workflows",),
+    ("rft.serve", "rft.contact"),
     ("producers", "rft.producers"),
     ("consumers", "rft.consumers"),
     ("rft.catalog", "rft.supervisor", "rft.cli", "infra", "rft.infra"),

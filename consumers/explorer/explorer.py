@@ -36,8 +36,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from rft.config import RftConfig
 from rft.consumers.explorer.env_vars import apply_env_vars
@@ -88,6 +86,7 @@ from rft.producers.status_announcer import StatusAnnouncer
 from rft.producers.task_selectors import is_online
 from rft.synchronizer import build_sync_style
 from rft.synchronizer.fast_path import explorer_end
+from rft.tracing.otel import Link, SpanKind, Status, StatusCode, trace
 from rft.tracing.spans import DEAD_LETTER, EXPLORER_STEP, PRODUCE, link_to, new_trace
 from rft.workflows.rollout_spans import RolloutSpans
 from rft.workflows.runner import WorkflowResult, split_runnable
