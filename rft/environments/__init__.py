@@ -3,6 +3,7 @@
 Importing this package registers `frozen_lake`, `guess_number` and `multiplication` (a tool task
 for the calculator). Every environment is generated offline from its seed; seeds below
 `EVAL_SEED_START` are for training and the rest are held out for evaluation (`split_seeds`).
+A tool task of one's own is a `rft.environments.tool_task.ToolTask` subclass (docs/extending.md).
 """
 
 from __future__ import annotations
