@@ -66,8 +66,11 @@ def oracle_turns(env: ToolTaskEnvironment, where: str) -> list[list[Call] | str]
 def _shape(turn: Turn, where: str, index: int) -> list[Call] | str:
     if isinstance(turn, str):
         return turn
-    calls = [turn] if isinstance(turn, Call) else list(turn) if isinstance(turn, Sequence) else []
-    if not calls or not all(isinstance(c, Call) for c in calls):
+    given: list[object] = (
+        [turn] if isinstance(turn, Call) else list(turn) if isinstance(turn, Sequence) else []
+    )
+    calls = [c for c in given if isinstance(c, Call)]
+    if not calls or len(calls) != len(given):
         raise DemonstrationError(
             f"{where}, turn {index}: a turn is a call(...), a list of them, or the answer text; "
             f"got {turn!r}"
