@@ -32,8 +32,11 @@ test: setup
 test-all: setup
 	$(BIN)/pytest -m '' tests
 
+# Two workers: the fault runs spend most of their time waiting out the outages they cause.
+# worksteal keeps each worker on a contiguous run of tests (a module's private stack starts once
+# per worker) and hands the idle one tests from the other's queue.
 test-faults: setup
-	$(BIN)/pytest -m faults tests
+	$(BIN)/pytest -m faults -n 2 --dist worksteal tests
 
 lint: setup
 	$(BIN)/ruff check .

@@ -6,16 +6,25 @@ With RFT_KAFKA_BOOTSTRAP or RFT_S3_ENDPOINT set, `stack` points at that external
 nothing. Otherwise it runs `LocalStack.up()` on the default root and, at session end, stops what
 this session started, unless another live session still holds a lease on the stack or
 RFT_STACK_KEEP=1 asks to leave it running.
+
+Under pytest-xdist (`make test` runs two workers) each worker is such a session: the workers of
+one run note what any of them started in a file they share, so the last one to leave stops it,
+and the topics of earlier killed runs are deleted under a lock that every worker takes before
+its lease, so no worker's fresh topics are among them.
 """
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -31,39 +40,93 @@ UNIQUE_NAME = re.compile(rf"(^|[.\-_])t[0-9a-f]{{{UNIQUE_HEX}}}([.\-_]|$)")
 
 
 @pytest.fixture(scope="session")
-def stack() -> Iterator[StackSettings]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackSettings]:
     if any(os.environ.get(name) for name in EXTERNAL_STACK_ENV):
         yield StackSettings()  # the settings read the external endpoints from the environment
         return
     local = LocalStack()
-    lease = StackLease(local.layout.leases).acquire()
+    started = _StartedServices(tmp_path_factory, "stack")
+    with _starting(local):
+        lease = StackLease(local.layout.leases).acquire()
+        try:
+            result = local.up()
+            started.note(result.started)
+            settings = local.stack_settings()
+            if not lease.others_alive():
+                _delete_topics_of_earlier_sessions(settings)
+        except BaseException:
+            lease.release()
+            raise
     try:
-        result = local.up()
-        settings = local.stack_settings()
-        if not lease.others_alive():
-            _delete_topics_of_earlier_sessions(settings)
         yield settings
     finally:
         lease.release()
-    keep = os.environ.get("RFT_STACK_KEEP") == "1"
-    if result.started and not keep and not lease.others_alive():
-        local.down(result.started)
+    _stop_if_last(local, lease, started)
 
 
 @pytest.fixture(scope="session")
-def zipkin() -> Iterator[str]:
+def zipkin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The local stack's Zipkin server (`rft stack up --with zipkin`), started on first use and
     stopped at session end like `stack`'s servers; its base URL (`http://127.0.0.1:<port>`)."""
     local = LocalStack()
+    started = _StartedServices(tmp_path_factory, "zipkin")
     lease = StackLease(local.layout.leases).acquire()
     try:
-        result = local.up(services=["zipkin"])
+        started.note(local.up(services=["zipkin"]).started)
         yield f"http://127.0.0.1:{local.settings.zipkin_port}"
     finally:
         lease.release()
+    _stop_if_last(local, lease, started)
+
+
+class _StartedServices:
+    """The services this run of pytest started, in a file that all its xdist workers share (the
+    parent of each worker's base temp dir), so that whichever worker leaves last stops them;
+    without xdist, in memory."""
+
+    def __init__(self, factory: pytest.TempPathFactory, what: str) -> None:
+        shared = os.environ.get("PYTEST_XDIST_WORKER") is not None
+        self.path = factory.getbasetemp().parent / f"started-{what}.json" if shared else None
+        self.mine: set[str] = set()
+
+    def note(self, services: tuple[str, ...] | list[str]) -> None:
+        self.mine.update(services)
+        if self.path is not None and services:
+            with _flock(self.path.with_suffix(".lock")):
+                self.path.write_text(json.dumps(sorted(self.mine | self.all())))
+
+    def all(self) -> set[str]:
+        found = set(self.mine)
+        if self.path is not None and self.path.exists():
+            found.update(json.loads(self.path.read_text()))
+        return found
+
+
+def _stop_if_last(local: LocalStack, lease: StackLease, started: _StartedServices) -> None:
+    services = started.all()
     keep = os.environ.get("RFT_STACK_KEEP") == "1"
-    if result.started and not keep and not lease.others_alive():
-        local.down(result.started)
+    if services and not keep and not lease.others_alive():
+        local.down(sorted(services))
+
+
+@contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _starting(local: LocalStack) -> Iterator[None]:
+    """Held from taking a lease to the end of the cleanup of earlier runs' topics: a session
+    that finds no other lease deletes every `unique` topic it lists, so no other session may
+    take its lease (and make topics) in between."""
+    with _flock(local.layout.root / "tests-start.lock"):
+        yield
 
 
 @pytest.fixture(autouse=True)
