@@ -36,6 +36,7 @@ test-all: setup
 # worksteal keeps each worker on a contiguous run of tests (a module's private stack starts once
 # per worker) and hands the idle one tests from the other's queue.
 test-faults: setup
+	$(BIN)/python -m compileall -q rft consumers producers tests >/dev/null
 	$(BIN)/pytest -m faults -n 2 --dist worksteal tests
 
 lint: setup
