@@ -129,6 +129,27 @@ def _starting(local: LocalStack) -> Iterator[None]:
         yield
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the tests that declare a timeout longer than the suite's (the long fault runs)
+    are placed so that neither worker waits long on the other at the end: `make test-faults`'s
+    worksteal hands the first half of the list to one worker and the second half to the other,
+    so the longest goes first (its worker starts it at once) and the others last (the other
+    worker reaches them after its short ones, and an idle worker takes tests from the end of a
+    busy one's queue). A single process runs them in the collected order."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return
+    default = float(config.getini("timeout") or 0)
+
+    def declared(item: pytest.Item) -> float:
+        mark = item.get_closest_marker("timeout")
+        return float(mark.args[0]) if mark is not None and mark.args else default
+
+    long = sorted((i for i in items if declared(i) > default), key=declared, reverse=True)
+    if long:
+        rest = [i for i in items if declared(i) <= default]
+        items[:] = [long[0], *rest, *long[1:]]
+
+
 @pytest.fixture(autouse=True)
 def _reached_addresses(tmp_path_factory: pytest.TempPathFactory, monkeypatch) -> None:
     """Each test keeps its own record of the addresses rft processes reached (first contact
