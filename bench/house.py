@@ -33,6 +33,14 @@ Each measure is computed from the files alone (nothing is imported), so any chec
 - event field spellings: for the fields of the newest Experience and Task schemas in schemas/,
   how often each name occurs as a word in rft/events/*.py (the sum, and the fields spelled most).
 - README lines: lines of README.md.
+- product size: the .py files of rft/, consumers/ and producers/ (the package links inside rft/
+  not followed twice) and their lines; the largest module; modules over 500 lines; functions over
+  80 lines and the longest one (from `def` to its last line).
+- string trait lookups: calls `X.trait(...)` in the product code (registries' specs are typed
+  fields since the registry's spec types: 0 is the aim).
+- the part-check walk: lines of rft/catalog/parts.py, and of its longest function.
+- duplicate pairs: the `duplicates` tool's count of pairs of places sharing six or more lines of
+  the same shape, over a copy of the product code (only where the tool is on PATH).
 """
 
 from __future__ import annotations
@@ -42,9 +50,13 @@ import ast
 import difflib
 import json
 import re
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT_PACKAGES = ("rft", "producers", "consumers", "schemas", "infra")
 
@@ -491,6 +503,88 @@ def spellings(texts: Iterable[str], names: Iterable[str]) -> dict[str, int]:
 # ---- the report -----------------------------------------------------------------------------------
 
 
+PRODUCT = ("rft", "consumers", "producers")
+
+
+def product_files(root: Path) -> list[Path]:
+    """The product's .py files, each once (rft/consumers etc. are links to the top folders)."""
+    found: list[Path] = []
+    for top in PRODUCT:
+        base = root / top
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            inside = path.relative_to(base).parts
+            if top == "rft" and inside and (base / inside[0]).is_symlink():
+                continue
+            found.append(path)
+    return found
+
+
+def size_facts(root: Path) -> dict[str, object]:
+    """Files, lines, the largest module, long modules and functions, string trait lookups."""
+    files = product_files(root)
+    lines = {p: len(p.read_text(encoding="utf-8").splitlines()) for p in files}
+    functions: list[tuple[int, str]] = []
+    traits = 0
+    for path in files:
+        tree = _parse(path)
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                span = (node.end_lineno or node.lineno) - node.lineno + 1
+                functions.append((span, f"{path.relative_to(root)}:{node.name}"))
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "trait"
+            ):
+                traits += 1
+    largest = max(lines.items(), key=lambda kv: kv[1]) if lines else (root, 0)
+    longest = max(functions) if functions else (0, "-")
+    parts = root / "rft" / "catalog" / "parts.py"
+    walk: tuple[int, int] = (0, 0)
+    if parts.exists():
+        spans = [
+            (n.end_lineno or n.lineno) - n.lineno + 1
+            for n in ast.walk(ast.parse(parts.read_text(encoding="utf-8")))
+            if isinstance(n, ast.FunctionDef)
+        ]
+        walk = (len(parts.read_text(encoding="utf-8").splitlines()), max(spans, default=0))
+    return {
+        "files": len(files),
+        "lines": sum(lines.values()),
+        "largest": (largest[1], str(Path(largest[0]).relative_to(root)) if lines else "-"),
+        "over_500": sum(1 for n in lines.values() if n > 500),
+        "functions_over_80": sum(1 for span, _ in functions if span > 80),
+        "longest_function": longest,
+        "trait_lookups": traits,
+        "part_walk": walk,
+        "duplicate_pairs": duplicate_pairs(root, files),
+    }
+
+
+def duplicate_pairs(root: Path, files: list[Path]) -> int | None:
+    """The `duplicates` tool's pair count over a copy of the product files (None: no tool)."""
+    tool = shutil.which("duplicates")
+    if tool is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in files:
+            target = Path(tmp) / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        out = subprocess.run(
+            [tool, "--repo", tmp, "--most", "1", "--seconds", "120"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    match = re.match(r"(\d+) pairs?", out)
+    return int(match.group(1)) if match else 0
+
+
 def measure(root: Path) -> dict[str, object]:
     graph = import_graph(root)
     trees = {m: t for m, p in module_files(root).items() if (t := _parse(p)) is not None}
@@ -516,6 +610,7 @@ def measure(root: Path) -> dict[str, object]:
         out[f"{record}_spellings"] = spellings(
             texts, newest_schema_fields(root / "schemas", record)
         )
+    out["size"] = size_facts(root)
     return out
 
 
@@ -526,7 +621,19 @@ def _rows(m: dict[str, object]) -> list[tuple[str, str]]:
         return f"{sum(counts.values())} ({', '.join(f'{k} {v}' for k, v in top)})"
 
     cyc: list[list[str]] = m["cycles"]  # type: ignore[assignment]
+    size: dict[str, Any] = m["size"]  # type: ignore[assignment]
     return [
+        ("product files / lines", f"{size['files']} / {size['lines']:,}"),
+        ("largest module", f"{size['largest'][0]:,} ({size['largest'][1]})"),
+        ("modules > 500 lines", str(size["over_500"])),
+        ("functions > 80 lines", str(size["functions_over_80"])),
+        ("longest function", f"{size['longest_function'][0]} ({size['longest_function'][1]})"),
+        ("string trait lookups", str(size["trait_lookups"])),
+        (
+            "part-check walk (parts.py lines; longest function)",
+            f"{size['part_walk'][0]}; {size['part_walk'][1]}",
+        ),
+        ("duplicate pairs in product code", str(size["duplicate_pairs"])),
         (
             "import cycles (SCCs)",
             f"{len(cyc)} ({', '.join(str(len(c)) for c in cyc) or '-'} modules)",
