@@ -53,7 +53,9 @@ def test_ctrl_c_stops_explorer_and_trainer(stack: StackSettings, unique: str, tm
         proc.kill()
         pytest.fail("no trainer step within 300s:\n" + "".join(lines[-30:]))
     children = psutil.Process(proc.pid).children(recursive=True)
-    assert {"explore", "train"} <= {c.cmdline()[3] for c in children if len(c.cmdline()) > 3}
+    assert {"explore", "train"} <= {
+        line[3] for line in (c.cmdline() for c in children) if len(line) > 3
+    }
     if not any(os.environ.get(name) for name in EXTERNAL_STACK_ENV):
         # a test session that started the local stack must not stop it under a running `rft run`
         assert (LocalStack().layout.leases / str(proc.pid)).exists()
@@ -76,7 +78,7 @@ def test_a_killed_rft_run_takes_its_explorer_and_trainer_with_it(
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             found = psutil.Process(proc.pid).children(recursive=True)
-            verbs = {c.cmdline()[3] for c in found if len(c.cmdline()) > 3}
+            verbs = {line[3] for line in (c.cmdline() for c in found) if len(line) > 3}
         except psutil.Error:
             continue
         if {"explore", "train"} <= verbs:
